@@ -1,0 +1,641 @@
+//! [`Broker`], the public handle, and [`BrokerBuilder`].
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use actix::prelude::*;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::{oneshot, watch};
+
+use crate::consumer::{ConsumerOptions, Subscription, default_consumer_name};
+use crate::error::{BoxError, ConfigError, Error, HookError, HookFailures};
+use crate::handler::{self, ErasedHandler, HandlerResult, Message};
+use crate::hooks::{self, Hooks};
+use crate::outcome::SupervisorOutcome;
+use crate::redis::{Publish, Query, RedisActor};
+use crate::stream::{Codec, EntryId, Stream, StreamNames};
+use crate::supervisor::{RestartPolicy, Supervisor};
+
+/// Where a broker is in its lifecycle.
+///
+/// ```text
+/// Configured ──start()──▶ Starting ──▶ Running ──stop()/signal──▶ Draining ──▶ Stopped
+///      │                     │ (start failed)                                    ▲
+///      └──stop()─────────────┴────────────────────────────────────────────────────┘
+/// ```
+///
+/// * **Configured**: built, no I/O done. Publishing answers
+///   [`Error::NotStarted`].
+/// * **Starting**: `on_startup` hooks, PING, group creation, consumers
+///   starting, `after_startup` hooks.
+/// * **Running**: consumers read and handle entries; publishing works.
+/// * **Draining**: consumers stopped reading; running handlers finish until the
+///   drain deadline; entries fetched but not started are handed back to the
+///   group; then `on_shutdown` hooks run (publishing still works).
+/// * **Stopped**: connections are closed; `after_shutdown` hooks run. Every
+///   call that needs Redis answers [`Error::ShutDown`]. A stopped broker is
+///   finished: build a new one to run again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    /// Built, not started.
+    Configured,
+    /// `start()` is running.
+    Starting,
+    /// Started; consumers run.
+    Running,
+    /// Stopping: consumers drain, then `on_shutdown` hooks run.
+    Draining,
+    /// Connections closed.
+    Stopped,
+}
+
+/// Configures a [`Broker`]: the Redis URL, subscriptions, hooks and shutdown
+/// settings. Building does no I/O.
+///
+/// | option | default |
+/// |--------|---------|
+/// | [`pool_size`](Self::pool_size) | 4 shared connections |
+/// | [`shutdown_timeout`](Self::shutdown_timeout) | 30 s |
+/// | [`handle_signals`](Self::handle_signals) | `true` (in [`Broker::run`]) |
+/// | [`restart_policy`](Self::restart_policy) | 5 restarts in 60 s |
+#[must_use = "call build() to get a Broker"]
+pub struct BrokerBuilder {
+    url: String,
+    hooks: Hooks,
+    subs: Vec<(StreamNames, ConsumerOptions, ErasedHandler)>,
+    pool_size: usize,
+    shutdown_timeout: Duration,
+    handle_signals: bool,
+    restart: RestartPolicy,
+}
+
+impl BrokerBuilder {
+    fn new(url: impl Into<String>) -> Self {
+        BrokerBuilder {
+            url: url.into(),
+            hooks: Hooks::default(),
+            subs: Vec::new(),
+            pool_size: 4,
+            shutdown_timeout: Duration::from_secs(30),
+            handle_signals: true,
+            restart: RestartPolicy::default(),
+        }
+    }
+
+    /// Subscribes a typed handler: each entry's data field is decoded with the
+    /// stream's codec into `T` and passed to `handler`.
+    ///
+    /// `Ok(())` acks the entry (XACK); an error leaves it pending for a retry;
+    /// [`HandlerError::Reject`](crate::HandlerError::Reject) sends it to the
+    /// dead-letter stream now. An entry whose data field is missing, empty or
+    /// does not decode never reaches the handler: it goes to the dead-letter
+    /// stream at once.
+    pub fn subscribe<T, C, F, Fut>(
+        mut self,
+        stream: &Stream<C>,
+        options: ConsumerOptions,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        C: Codec,
+        F: Fn(T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + 'static,
+    {
+        let h = handler::typed(stream.get_codec().clone(), handler);
+        self.subs.push((stream.names(), options, h));
+        self
+    }
+
+    /// Subscribes a handler that receives the whole [`Message`]: entry id,
+    /// stream, group, consumer, the server's delivery count and every raw field.
+    /// It is called for every entry, also those without a valid data field
+    /// (decode with [`Message::decode`]).
+    pub fn subscribe_message<C, F, Fut>(
+        mut self,
+        stream: &Stream<C>,
+        options: ConsumerOptions,
+        handler: F,
+    ) -> Self
+    where
+        C: Codec,
+        F: Fn(Message) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + 'static,
+    {
+        self.subs
+            .push((stream.names(), options, handler::whole(handler)));
+        self
+    }
+
+    /// Adds a hook run first in `start()`, before any Redis I/O. A failure
+    /// stops startup: no other hook runs and `start()` returns it.
+    pub fn on_startup<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(Broker) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), BoxError>> + 'static,
+    {
+        self.hooks.on_startup.push(hooks::hook(hook));
+        self
+    }
+
+    /// Adds a hook run last in `start()`: groups exist, consumers run. A
+    /// failure makes `start()` return it after the shutdown path ran (without
+    /// `on_shutdown` hooks, with `after_shutdown` hooks).
+    pub fn after_startup<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(Broker) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), BoxError>> + 'static,
+    {
+        self.hooks.after_startup.push(hooks::hook(hook));
+        self
+    }
+
+    /// Adds a hook run in `stop()` after consumers drained, while the Redis
+    /// connections still work. A failure skips the remaining `on_shutdown`
+    /// hooks; the connections still close and `after_shutdown` hooks still run.
+    pub fn on_shutdown<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(Broker) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), BoxError>> + 'static,
+    {
+        self.hooks.on_shutdown.push(hooks::hook(hook));
+        self
+    }
+
+    /// Adds a hook run last in `stop()`, after the connections closed. Every
+    /// `after_shutdown` hook runs even when one fails; all failures are
+    /// reported together.
+    pub fn after_shutdown<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(Broker) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), BoxError>> + 'static,
+    {
+        self.hooks.after_shutdown.push(hooks::hook(hook));
+        self
+    }
+
+    /// Sets how many shared connections carry publishes, acks and the other
+    /// non-blocking commands (default 4). Each consumer has its own read
+    /// connection on top.
+    pub fn pool_size(mut self, connections: usize) -> Self {
+        self.pool_size = connections;
+        self
+    }
+
+    /// Sets the drain deadline used by [`Broker::stop`] and [`Broker::run`]
+    /// (default 30 s): how long running handlers may take to finish once a stop
+    /// is requested. Keep it below your process manager's kill timeout (e.g.
+    /// Kubernetes' `terminationGracePeriodSeconds`).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Whether [`Broker::run`] installs SIGINT/SIGTERM handlers (default
+    /// `true`). Turn it off when your application owns the signals, and stop
+    /// the broker yourself.
+    pub fn handle_signals(mut self, install: bool) -> Self {
+        self.handle_signals = install;
+        self
+    }
+
+    /// Sets how often a failed consumer is restarted (default: 5 restarts in
+    /// 60 s, backoff 100 ms to 10 s).
+    pub fn restart_policy(mut self, policy: RestartPolicy) -> Self {
+        self.restart = policy;
+        self
+    }
+
+    /// Checks the configuration and builds the broker. No I/O.
+    ///
+    /// # Errors
+    /// * [`ConfigError::Url`]: the URL does not parse as a Redis URL.
+    /// * [`ConfigError::Invalid`]: `pool_size` is 0, or a subscription's
+    ///   options are invalid (see [`ConsumerOptions`]).
+    /// * [`ConfigError::DuplicateConsumer`]: two subscriptions on one stream
+    ///   use the same group and consumer name.
+    pub fn build(self) -> Result<Broker, ConfigError> {
+        let client =
+            redis::Client::open(self.url.as_str()).map_err(|e| ConfigError::Url(e.to_string()))?;
+        if self.pool_size == 0 {
+            return Err(ConfigError::Invalid {
+                stream: String::new(),
+                option: "pool_size",
+                reason: "must be at least 1 connection".into(),
+            });
+        }
+        let mut subs: Vec<Arc<Subscription>> = Vec::with_capacity(self.subs.len());
+        for (names, opts, handler) in self.subs {
+            opts.validate(&names.name)?;
+            let consumer: Arc<str> = match &opts.consumer {
+                Some(c) => c.as_str().into(),
+                None => default_consumer_name(&names.group).into(),
+            };
+            if subs.iter().any(|s| {
+                s.names.name == names.name && s.names.group == names.group && s.consumer == consumer
+            }) {
+                return Err(ConfigError::DuplicateConsumer {
+                    stream: names.name.to_string(),
+                    group: names.group.to_string(),
+                    consumer: consumer.to_string(),
+                });
+            }
+            subs.push(Arc::new(Subscription {
+                names,
+                consumer,
+                opts,
+                handler,
+            }));
+        }
+        Ok(Broker {
+            inner: Arc::new(Inner {
+                client,
+                pool_size: self.pool_size,
+                shutdown_timeout: self.shutdown_timeout,
+                handle_signals: self.handle_signals,
+                restart: self.restart,
+                setup: Mutex::new(Some((self.hooks, subs))),
+                phase: watch::channel(Phase::Configured).0,
+                stop_req: watch::channel(None).0,
+                redis: OnceLock::new(),
+                result: Mutex::new(None),
+                done: watch::channel(false).0,
+            }),
+        })
+    }
+}
+
+struct Inner {
+    client: redis::Client,
+    pool_size: usize,
+    shutdown_timeout: Duration,
+    handle_signals: bool,
+    restart: RestartPolicy,
+    setup: Mutex<Option<(Hooks, Vec<Arc<Subscription>>)>>,
+    phase: watch::Sender<Phase>,
+    /// Set once, by the first stop request: the drain timeout to use.
+    stop_req: watch::Sender<Option<Duration>>,
+    redis: OnceLock<Addr<RedisActor>>,
+    result: Mutex<Option<(SupervisorOutcome, Vec<HookError>)>>,
+    done: watch::Sender<bool>,
+}
+
+/// The handle to a running set of consumers and the shared connections:
+/// publish, start, stop. Cheap to clone, `Send + Sync`; every call is a message
+/// to the actors, so it works from any thread, task or actor.
+///
+/// See [`Phase`] for the lifecycle and [`BrokerBuilder`] for the options.
+///
+/// ```no_run
+/// use rillkit::{Broker, ConsumerOptions, Stream};
+///
+/// #[derive(serde::Deserialize, serde::Serialize)]
+/// struct Order { id: u64 }
+///
+/// #[actix::main]
+/// async fn main() {
+///     let orders = Stream::new("orders", "billing");
+///     let broker = Broker::builder("redis://127.0.0.1:6379")
+///         .subscribe(&orders, ConsumerOptions::default(), |order: Order| async move {
+///             println!("order {}", order.id);
+///             Ok(())
+///         })
+///         .build()
+///         .expect("valid configuration");
+///     let outcome = broker.run().await;
+///     std::process::exit(outcome.map_or_else(|e| e.exit_code(), |o| o.exit_code()));
+/// }
+/// ```
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("phase", &self.phase())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Broker {
+    /// Starts configuring a broker for the Redis server at `url`
+    /// (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS).
+    pub fn builder(url: impl Into<String>) -> BrokerBuilder {
+        BrokerBuilder::new(url)
+    }
+
+    /// Where the broker is in its lifecycle.
+    pub fn phase(&self) -> Phase {
+        *self.inner.phase.borrow()
+    }
+
+    /// Starts the broker: `on_startup` hooks, PING, `XGROUP CREATE … MKSTREAM`
+    /// for each subscription (an existing group is fine), consumers,
+    /// `after_startup` hooks. Returns once all of that is done.
+    ///
+    /// Use `start()` + [`stop()`](Self::stop) in tests and when embedding;
+    /// [`run()`](Self::run) for a worker process.
+    ///
+    /// # Errors
+    /// * [`Error::Connect`]: Redis did not answer the PING (at once, no retry,
+    ///   so a process manager can restart the process).
+    /// * [`Error::GroupCreate`]: XGROUP CREATE failed (e.g. the key holds
+    ///   something that is not a stream).
+    /// * [`Error::Hook`]: an `on_startup` or `after_startup` hook failed.
+    /// * [`Error::AlreadyStarted`], [`Error::ShutDown`]: the broker was
+    ///   started or stopped before.
+    ///
+    /// # Panics
+    /// When called outside an actix `System` (use `#[actix::main]`,
+    /// `#[actix_web::main]` or `actix::System::new().block_on`).
+    pub async fn start(&self) -> Result<(), Error> {
+        let mut from = Phase::Configured;
+        self.inner.phase.send_if_modified(|p| {
+            from = *p;
+            if *p == Phase::Configured {
+                *p = Phase::Starting;
+                true
+            } else {
+                false
+            }
+        });
+        match from {
+            Phase::Configured => {}
+            Phase::Stopped => return Err(Error::ShutDown),
+            _ => return Err(Error::AlreadyStarted),
+        }
+        let (hooks, subs) = self
+            .inner
+            .setup
+            .lock()
+            .expect("setup lock")
+            .take()
+            .unwrap_or_default();
+        let (tx, rx) = oneshot::channel();
+        Supervisor::new(self.clone(), hooks, subs, self.inner.restart, tx).start();
+        rx.await.unwrap_or(Err(Error::ShutDown))
+    }
+
+    /// Asks the broker to stop with the configured `shutdown_timeout`, without
+    /// waiting. Safe from any thread, any number of times; only the first
+    /// request counts. A broker that was never started is stopped at once.
+    pub fn request_stop(&self) {
+        self.request_stop_with_timeout(self.inner.shutdown_timeout);
+    }
+
+    /// [`request_stop`](Self::request_stop) with an explicit drain timeout.
+    pub fn request_stop_with_timeout(&self, timeout: Duration) {
+        self.inner.stop_req.send_if_modified(|t| {
+            if t.is_none() {
+                *t = Some(timeout);
+                true
+            } else {
+                false
+            }
+        });
+        let never_started = self.inner.phase.send_if_modified(|p| {
+            if *p == Phase::Configured {
+                *p = Phase::Stopped;
+                true
+            } else {
+                false
+            }
+        });
+        if never_started {
+            self.finish(SupervisorOutcome::default(), Vec::new());
+        }
+    }
+
+    /// Stops the broker and waits until it is stopped: consumers stop reading
+    /// (a blocked XREADGROUP is interrupted at once), running handlers get up to
+    /// `shutdown_timeout` to finish and ack, entries fetched but not started are
+    /// handed back to the group; then `on_shutdown` hooks, the connections
+    /// close, `after_shutdown` hooks.
+    ///
+    /// Idempotent and callable from any thread or actor: the shutdown path runs
+    /// once, and every caller gets its outcome.
+    ///
+    /// # Errors
+    /// [`Error::Hook`] when `on_shutdown` or `after_shutdown` hooks failed (to
+    /// the first caller only; it carries the outcome too).
+    ///
+    /// # Cancellation safety
+    /// Dropping the future does not cancel the stop; it goes on in the actors.
+    pub async fn stop(&self) -> Result<SupervisorOutcome, Error> {
+        self.stop_with_timeout(self.inner.shutdown_timeout).await
+    }
+
+    /// [`stop`](Self::stop) with an explicit drain timeout (used when this is
+    /// the first stop request).
+    ///
+    /// # Errors
+    /// As [`stop`](Self::stop).
+    pub async fn stop_with_timeout(&self, timeout: Duration) -> Result<SupervisorOutcome, Error> {
+        self.request_stop_with_timeout(timeout);
+        let mut done = self.inner.done.subscribe();
+        let _ = done.wait_for(|d| *d).await;
+        let mut result = self.inner.result.lock().expect("result lock");
+        let (outcome, failures) = result.get_or_insert_default();
+        if failures.is_empty() {
+            Ok(*outcome)
+        } else {
+            Err(Error::Hook(HookFailures {
+                failures: std::mem::take(failures),
+                outcome: Some(*outcome),
+            }))
+        }
+    }
+
+    /// Starts the broker, waits, then stops it. Returns when SIGINT or SIGTERM
+    /// arrives (if [`handle_signals`](BrokerBuilder::handle_signals) is on),
+    /// when a stop is requested elsewhere, or when every subscription has
+    /// failed. A second SIGINT/SIGTERM during the drain exits the process with
+    /// status 1 at once.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start) and [`stop`](Self::stop).
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub async fn run(&self) -> Result<SupervisorOutcome, Error> {
+        self.run_until(std::future::pending::<()>()).await
+    }
+
+    /// [`run`](Self::run), also stopping when `trigger` resolves (for example
+    /// an actix-web server's end, or a `CancellationToken`'s `cancelled()`).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start) and [`stop`](Self::stop).
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub async fn run_until<F: Future>(&self, trigger: F) -> Result<SupervisorOutcome, Error> {
+        self.start().await?;
+        let signals = self
+            .inner
+            .handle_signals
+            .then(|| actix_rt::spawn(watch_signals(self.clone())));
+        tokio::select! {
+            _ = trigger => {}
+            () = self.wait_stop_requested() => {}
+        }
+        let result = self.stop().await;
+        if let Some(s) = signals {
+            s.abort();
+        }
+        result
+    }
+
+    /// Encodes `value` with the stream's codec and adds it as one entry
+    /// (`XADD <stream> [MAXLEN ~ n] * data <bytes>`). Returns its entry id.
+    ///
+    /// # Errors
+    /// [`Error::Encode`]; [`Error::NotStarted`] before `start()`;
+    /// [`Error::ShutDown`] once the connections are closed; [`Error::Connect`]
+    /// or [`Error::Redis`] when Redis fails the command.
+    pub async fn publish<T: Serialize + ?Sized, C: Codec>(
+        &self,
+        stream: &Stream<C>,
+        value: &T,
+    ) -> Result<EntryId, Error> {
+        let payload = encode(stream, value)?;
+        let mut ids = self.send_publish(stream, vec![payload]).await?;
+        ids.pop().ok_or(Error::ShutDown)
+    }
+
+    /// Adds one entry per value, pipelined in one round trip. Returns the entry
+    /// ids in the order of `values`. Nothing is sent when a value fails to
+    /// encode.
+    ///
+    /// # Errors
+    /// As [`publish`](Self::publish).
+    pub async fn publish_batch<T, C, I>(
+        &self,
+        stream: &Stream<C>,
+        values: I,
+    ) -> Result<Vec<EntryId>, Error>
+    where
+        T: Serialize,
+        C: Codec,
+        I: IntoIterator<Item = T>,
+    {
+        let payloads = values
+            .into_iter()
+            .map(|v| encode(stream, &v))
+            .collect::<Result<Vec<_>, _>>()?;
+        if payloads.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.send_publish(stream, payloads).await
+    }
+
+    /// Sends PING on a shared connection.
+    ///
+    /// # Errors
+    /// As [`publish`](Self::publish).
+    pub async fn ping(&self) -> Result<(), Error> {
+        let redis = self.redis_addr()?;
+        redis
+            .send(Query(redis::cmd("PING")))
+            .await
+            .map_err(|_| Error::ShutDown)?
+            .map(|_| ())
+    }
+
+    fn redis_addr(&self) -> Result<&Addr<RedisActor>, Error> {
+        match self.phase() {
+            Phase::Stopped => Err(Error::ShutDown),
+            _ => self.inner.redis.get().ok_or(Error::NotStarted),
+        }
+    }
+
+    async fn send_publish<C: Codec>(
+        &self,
+        stream: &Stream<C>,
+        payloads: Vec<Vec<u8>>,
+    ) -> Result<Vec<EntryId>, Error> {
+        let names = stream.names();
+        self.redis_addr()?
+            .send(Publish {
+                stream: names.name,
+                field: names.field,
+                max_len: names.max_len,
+                payloads,
+            })
+            .await
+            .map_err(|_| Error::ShutDown)?
+    }
+
+    // ---- used by the Supervisor ----
+
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.inner.client
+    }
+
+    pub(crate) fn pool_size(&self) -> usize {
+        self.inner.pool_size
+    }
+
+    pub(crate) fn set_phase(&self, phase: Phase) {
+        self.inner.phase.send_replace(phase);
+    }
+
+    pub(crate) fn set_redis(&self, addr: Addr<RedisActor>) {
+        let _ = self.inner.redis.set(addr);
+    }
+
+    pub(crate) async fn wait_stop_requested(&self) {
+        let mut rx = self.inner.stop_req.subscribe();
+        let _ = rx.wait_for(Option::is_some).await;
+    }
+
+    pub(crate) fn requested_timeout(&self) -> Duration {
+        (*self.inner.stop_req.borrow()).unwrap_or(self.inner.shutdown_timeout)
+    }
+
+    /// Records the final outcome and wakes every `stop()` caller.
+    pub(crate) fn finish(&self, outcome: SupervisorOutcome, failures: Vec<HookError>) {
+        *self.inner.result.lock().expect("result lock") = Some((outcome, failures));
+        self.inner.done.send_replace(true);
+    }
+}
+
+fn encode<T: Serialize + ?Sized, C: Codec>(
+    stream: &Stream<C>,
+    value: &T,
+) -> Result<Vec<u8>, Error> {
+    stream
+        .get_codec()
+        .encode(value)
+        .map_err(|source| Error::Encode {
+            stream: stream.name().to_owned(),
+            source,
+        })
+}
+
+/// First SIGINT/SIGTERM: request a graceful stop. Second: exit with status 1.
+async fn watch_signals(broker: Broker) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("could not install SIGINT/SIGTERM handlers");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!(signal = "SIGTERM", "signal received; draining"),
+        _ = int.recv() => tracing::info!(signal = "SIGINT", "signal received; draining"),
+    }
+    broker.request_stop();
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::warn!("second signal received; exiting with status 1");
+    std::process::exit(1);
+}

@@ -1,0 +1,130 @@
+//! `ConsumerActor`: one per subscription. It owns a dedicated connection for its
+//! blocking XREADGROUP and runs the consumer loop, a single state machine that
+//! at once
+//!
+//! * reads (first its own pending entries from id `0`, so a restarted worker
+//!   resumes its work, then new ones with `>`),
+//! * runs up to `concurrency` handlers, catching their panics,
+//! * batches acks: finished entries are acked with one XACK per batch, sent on
+//!   a shared connection while the next read is already blocked,
+//! * moves undecodable, rejected and exhausted entries to the dead-letter
+//!   stream, and
+//! * drains on stop: a blocked read is interrupted with CLIENT UNBLOCK, fetched
+//!   but unstarted entries are handed back to the group (XCLAIM … IDLE
+//!   `claim_idle` so any consumer can take them at once), running handlers get
+//!   until the drain deadline, then are abandoned (their entries stay pending).
+//!
+//! The loop never ends on a connection error or a lost group: it reconnects
+//! and recreates the group (`XGROUP CREATE … 0 MKSTREAM`) with backoff from
+//! 100 ms up to 10 s. It ends with an error only on a reply it cannot act on
+//! (for example WRONGTYPE: the key is not a stream).
+
+mod options;
+mod run;
+
+pub use options::ConsumerOptions;
+pub(crate) use options::default_consumer_name;
+pub(crate) use run::ConsumerReport;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::prelude::*;
+use futures::FutureExt;
+use tokio::sync::watch;
+
+use crate::handler::ErasedHandler;
+use crate::redis::RedisActor;
+use crate::stream::StreamNames;
+
+/// One subscription as configured: what to read and what to run.
+pub(crate) struct Subscription {
+    pub names: StreamNames,
+    pub consumer: Arc<str>,
+    pub opts: ConsumerOptions,
+    pub handler: ErasedHandler,
+}
+
+/// Sent by a consumer when its loop has ended, for whatever reason.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ConsumerExited {
+    pub index: usize,
+    pub report: ConsumerReport,
+}
+
+/// Tells a consumer to drain, with the instant past which running handlers
+/// are abandoned.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Drain(pub Instant);
+
+pub(crate) struct ConsumerActor {
+    index: usize,
+    sub: Arc<Subscription>,
+    client: redis::Client,
+    redis: Addr<RedisActor>,
+    exited: Recipient<ConsumerExited>,
+    stop: watch::Sender<Option<Instant>>,
+}
+
+impl ConsumerActor {
+    pub(crate) fn new(
+        index: usize,
+        sub: Arc<Subscription>,
+        client: redis::Client,
+        redis: Addr<RedisActor>,
+        exited: Recipient<ConsumerExited>,
+    ) -> Self {
+        ConsumerActor {
+            index,
+            sub,
+            client,
+            redis,
+            exited,
+            stop: watch::channel(None).0,
+        }
+    }
+}
+
+impl Actor for ConsumerActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let stop = self.stop.subscribe();
+        let run = run::consume(
+            self.sub.clone(),
+            self.client.clone(),
+            self.redis.clone(),
+            stop,
+        );
+        // The actor boundary: a panic in rillkit's own loop code is caught here
+        // and reported, never lost with the task.
+        let guarded = AssertUnwindSafe(run).catch_unwind().map(|r| match r {
+            Ok(report) => report,
+            Err(payload) => {
+                let what = crate::panic_message(&*payload);
+                tracing::error!(panic = %what, "consumer loop panicked");
+                ConsumerReport::panicked(what)
+            }
+        });
+        ctx.spawn(actix::fut::wrap_future(guarded).map(
+            |report, act: &mut Self, ctx: &mut Context<Self>| {
+                act.exited.do_send(ConsumerExited {
+                    index: act.index,
+                    report,
+                });
+                ctx.stop();
+            },
+        ));
+    }
+}
+
+impl Handler<Drain> for ConsumerActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Drain, _: &mut Self::Context) {
+        self.stop.send_replace(Some(msg.0));
+    }
+}

@@ -1,0 +1,675 @@
+//! The consumer loop. See the parent module for what it does; this file is how.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::future::{Future, pending};
+use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use backon::{BackoffBuilder, ExponentialBuilder};
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+use tokio::sync::watch;
+
+use super::Subscription;
+use crate::error::{Error, is_connection_error};
+use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
+use crate::redis::reply::{self, RawEntry};
+use crate::redis::{Ack, CreateGroup, DeadLetter, Query, RedisActor, Unblock, connect_reader};
+use crate::stream::EntryId;
+
+/// How a consumer loop ended.
+#[derive(Debug, Default)]
+pub(crate) struct ConsumerReport {
+    /// The unrecoverable error that ended it, if any.
+    pub error: Option<Error>,
+    /// Set when the loop itself panicked (caught at the actor boundary).
+    pub panic: Option<String>,
+    /// The drain deadline passed with handlers still running.
+    pub timed_out: bool,
+}
+
+impl ConsumerReport {
+    pub(crate) fn panicked(what: String) -> Self {
+        ConsumerReport {
+            panic: Some(what),
+            ..Default::default()
+        }
+    }
+}
+
+/// An entry as read, with the server's delivery count.
+struct Delivered {
+    raw: RawEntry,
+    delivery_count: u64,
+}
+
+/// A handler run that has ended (or panicked).
+struct Finished {
+    msg: Message,
+    result: Result<HandlerResult, String>,
+}
+
+/// What one read produced.
+struct ReadDone {
+    conn: Option<MultiplexedConnection>,
+    from_pel: bool,
+    result: Result<Vec<Delivered>, Error>,
+}
+
+/// Where the next read starts: our own pending entries after `id`, or new
+/// entries (`>`).
+#[derive(Clone)]
+enum Cursor {
+    Pending(String),
+    New,
+}
+
+fn backoff() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(10))
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+/// Resolves with the output of `f`, or never when there is no future.
+async fn maybe<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => pending().await,
+    }
+}
+
+/// Errors a consumer recovers from by waiting: the connection, a server that
+/// is loading or busy, a lost group (recreated).
+fn is_transient(e: &Error) -> bool {
+    match e {
+        Error::Connect(_) => true,
+        Error::Redis(r) => {
+            is_connection_error(r)
+                || matches!(
+                    r.code(),
+                    Some("NOGROUP" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN")
+                )
+        }
+        _ => false,
+    }
+}
+
+fn is_nogroup(e: &Error) -> bool {
+    matches!(e, Error::Redis(r) if r.code() == Some("NOGROUP"))
+}
+
+pub(crate) async fn consume(
+    sub: Arc<Subscription>,
+    client: redis::Client,
+    redis: Addr<RedisActor>,
+    stop: watch::Receiver<Option<Instant>>,
+) -> ConsumerReport {
+    let mut lp = Loop {
+        in_read: Rc::new(Cell::new(false)),
+        client_id: Rc::new(Cell::new(None)),
+        sub,
+        client,
+        redis,
+        conn: None,
+        cursor: Cursor::Pending("0".into()),
+        backoff: Box::new(backoff()),
+        retry_delay: None,
+        failures: 0,
+        queue: VecDeque::new(),
+        running: FuturesUnordered::new(),
+        read: None,
+        acks: Vec::new(),
+        ack_inflight: None,
+        side: FuturesUnordered::new(),
+        deadline: None,
+        unblock_at: None,
+        report: ConsumerReport::default(),
+    };
+    let s = &lp.sub;
+    tracing::info!(
+        stream = %s.names.name,
+        group = %s.names.group,
+        consumer = %s.consumer,
+        policy = "retry_then_dlq",
+        max_retries = s.opts.max_retries,
+        "consumer started"
+    );
+    lp.run(stop).await;
+    tracing::info!(stream = %lp.sub.names.name, consumer = %lp.sub.consumer, "consumer stopped");
+    lp.report
+}
+
+struct Loop {
+    sub: Arc<Subscription>,
+    client: redis::Client,
+    redis: Addr<RedisActor>,
+    /// The read connection, absent while (re)connecting.
+    conn: Option<MultiplexedConnection>,
+    /// Its CLIENT ID, for CLIENT UNBLOCK.
+    client_id: Rc<Cell<Option<i64>>>,
+    /// `true` while an XREADGROUP is on the wire (not connecting, not backing off).
+    in_read: Rc<Cell<bool>>,
+    cursor: Cursor,
+    backoff: Box<dyn Iterator<Item = Duration>>,
+    retry_delay: Option<Duration>,
+    failures: u32,
+    /// Fetched, not started.
+    queue: VecDeque<Delivered>,
+    running: FuturesUnordered<LocalBoxFuture<'static, Finished>>,
+    read: Option<LocalBoxFuture<'static, ReadDone>>,
+    /// Ids to XACK with the next batch.
+    acks: Vec<EntryId>,
+    ack_inflight: Option<LocalBoxFuture<'static, (Vec<EntryId>, Result<usize, Error>)>>,
+    /// Dead-letter moves and hand-backs in flight.
+    side: FuturesUnordered<LocalBoxFuture<'static, ()>>,
+    /// Set once draining.
+    deadline: Option<Instant>,
+    /// When to send (again) CLIENT UNBLOCK to the blocked read while draining.
+    unblock_at: Option<tokio::time::Instant>,
+    report: ConsumerReport,
+}
+
+impl Loop {
+    async fn run(&mut self, mut stop: watch::Receiver<Option<Instant>>) {
+        loop {
+            if self.deadline.is_none() {
+                self.start_queued();
+                if self.read.is_none()
+                    && self.queue.is_empty()
+                    && self.running.len() < self.sub.opts.concurrency
+                {
+                    self.start_read();
+                }
+            }
+            if self.ack_inflight.is_none() && !self.acks.is_empty() {
+                self.send_acks(None);
+            }
+            if self.deadline.is_some()
+                && self.read.is_none()
+                && self.running.is_empty()
+                && self.ack_inflight.is_none()
+                && self.acks.is_empty()
+                && self.side.is_empty()
+            {
+                return;
+            }
+            if self.report.error.is_some() && self.running.is_empty() && self.side.is_empty() {
+                // Unrecoverable: hand back what we hold and end.
+                self.begin_drain(Instant::now() + Duration::from_secs(5));
+            }
+
+            let deadline = self.deadline.map(tokio::time::Instant::from_std);
+            let unblock_at = self.unblock_at;
+            tokio::select! {
+                done = maybe(&mut self.read) => {
+                    self.read = None;
+                    self.on_read(done);
+                }
+                Some(fin) = self.running.next(), if !self.running.is_empty() => self.on_finished(fin),
+                (ids, res) = maybe(&mut self.ack_inflight) => {
+                    self.ack_inflight = None;
+                    self.on_acked(ids, res);
+                }
+                Some(()) = self.side.next(), if !self.side.is_empty() => {}
+                changed = stop.changed(), if self.deadline.is_none() => {
+                    let deadline = match changed {
+                        Ok(()) => (*stop.borrow()).unwrap_or_else(Instant::now),
+                        // The actor is gone: stop now.
+                        Err(_) => Instant::now(),
+                    };
+                    self.begin_drain(deadline);
+                }
+                () = tokio::time::sleep_until(unblock_at.unwrap_or_else(far_future)), if unblock_at.is_some() => {
+                    self.unblock();
+                }
+                () = tokio::time::sleep_until(deadline.unwrap_or_else(far_future)), if deadline.is_some() => {
+                    self.abandon();
+                    return;
+                }
+            }
+        }
+    }
+
+    fn start_queued(&mut self) {
+        while self.running.len() < self.sub.opts.concurrency {
+            let Some(d) = self.queue.pop_front() else {
+                break;
+            };
+            self.start(d);
+        }
+    }
+
+    /// Runs one entry's handler, or sends it to the DLQ if it cannot run.
+    fn start(&mut self, d: Delivered) {
+        let Delivered {
+            raw,
+            delivery_count,
+        } = d;
+        let Some(fields) = raw.fields else {
+            // Filtered out in on_read; kept total for safety.
+            self.acks.push(raw.id);
+            return;
+        };
+        let s = &self.sub;
+        let msg = Message {
+            id: raw.id,
+            stream: s.names.name.clone(),
+            group: s.names.group.clone(),
+            consumer: s.consumer.clone(),
+            delivery_count,
+            fields,
+            data_field: s.names.field.clone(),
+        };
+        let max_runs = s.opts.max_retries.saturating_add(1);
+        if delivery_count > max_runs {
+            // Delivered more often than it may run: earlier runs never
+            // finished (the process died each time).
+            let err = format!(
+                "delivered {delivery_count} times, more than max_retries + 1 = {max_runs} runs; earlier runs never finished"
+            );
+            self.dead_letter(msg, err);
+            return;
+        }
+        let prepared = std::panic::catch_unwind(AssertUnwindSafe(|| (s.handler)(&msg)));
+        match prepared {
+            Ok(Prepared::Run(fut)) => {
+                self.running.push(Box::pin(async move {
+                    let result = AssertUnwindSafe(fut)
+                        .catch_unwind()
+                        .await
+                        .map_err(|p| crate::panic_message(&*p));
+                    Finished { msg, result }
+                }));
+            }
+            Ok(Prepared::Undeliverable(why)) => {
+                tracing::warn!(stream = %msg.stream, id = %msg.id, reason = %why, "entry cannot be handled; moving it to the dead-letter stream");
+                self.dead_letter(msg, why.to_string());
+            }
+            Err(p) => {
+                let what = crate::panic_message(&*p);
+                self.on_finished(Finished {
+                    msg,
+                    result: Err(what),
+                });
+            }
+        }
+    }
+
+    fn on_finished(&mut self, fin: Finished) {
+        let Finished { msg, result } = fin;
+        let error = match result {
+            Ok(Ok(())) => {
+                self.acks.push(msg.id);
+                return;
+            }
+            Ok(Err(HandlerError::Reject(e))) => {
+                tracing::warn!(stream = %msg.stream, id = %msg.id, error = %e, "handler rejected entry; moving it to the dead-letter stream");
+                self.dead_letter(msg, format!("rejected: {e}"));
+                return;
+            }
+            Ok(Err(HandlerError::Retry(e))) => e.to_string(),
+            Err(panic) => {
+                tracing::error!(stream = %msg.stream, id = %msg.id, panic = %panic, "handler panicked");
+                format!("handler panicked: {panic}")
+            }
+        };
+        let max_runs = self.sub.opts.max_retries.saturating_add(1);
+        if msg.delivery_count >= max_runs {
+            tracing::warn!(
+                stream = %msg.stream, id = %msg.id, delivery_count = msg.delivery_count, error = %error,
+                "handler failed on its last run; moving the entry to the dead-letter stream"
+            );
+            self.dead_letter(msg, error);
+        } else {
+            tracing::warn!(
+                stream = %msg.stream, id = %msg.id, delivery_count = msg.delivery_count, error = %error,
+                "handler failed; the entry stays pending for a retry"
+            );
+        }
+    }
+
+    fn dead_letter(&mut self, msg: Message, error: String) {
+        let names = &self.sub.names;
+        let req = self.redis.send(DeadLetter {
+            stream: names.name.clone(),
+            group: names.group.clone(),
+            dlq: names.dlq.clone(),
+            consumer: msg.consumer,
+            id: msg.id,
+            delivery_count: msg.delivery_count,
+            fields: msg.fields,
+            error,
+        });
+        let dlq = names.dlq.clone();
+        self.side.push(Box::pin(async move {
+            match req.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::error!(dlq = %dlq, error = %e, "dead-letter move failed; the entry stays pending")
+                }
+                Err(_) => tracing::error!(dlq = %dlq, "dead-letter move failed: broker shut down; the entry stays pending"),
+            }
+        }));
+    }
+
+    fn start_read(&mut self) {
+        let s = &self.sub;
+        // A read starts only when nothing fetched is waiting and a handler slot
+        // is free, so at most `count` entries sit unstarted in this process.
+        let count = s.opts.count;
+        let cursor = self.cursor.clone();
+        let from_pel = matches!(cursor, Cursor::Pending(_));
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
+            .arg(&*s.names.group)
+            .arg(&*s.consumer)
+            .arg("COUNT")
+            .arg(count);
+        if !from_pel {
+            cmd.arg("BLOCK").arg(s.opts.block.as_millis() as u64);
+        }
+        cmd.arg("STREAMS").arg(&*s.names.name);
+        match &cursor {
+            Cursor::Pending(id) => cmd.arg(id.as_str()),
+            Cursor::New => cmd.arg(">"),
+        };
+        let mut pending_cmd = redis::cmd("XPENDING");
+        pending_cmd.arg(&*s.names.name).arg(&*s.names.group);
+        let consumer = s.consumer.clone();
+
+        let conn = self.conn.take();
+        let client = self.client.clone();
+        let block = s.opts.block;
+        let delay = self.retry_delay.take();
+        let in_read = self.in_read.clone();
+        let client_id = self.client_id.clone();
+        self.read = Some(Box::pin(async move {
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+            let mut conn = match conn {
+                Some(c) => c,
+                None => match connect_reader(&client, block).await {
+                    Ok((c, id)) => {
+                        client_id.set(Some(id));
+                        c
+                    }
+                    Err(e) => {
+                        return ReadDone {
+                            conn: None,
+                            from_pel,
+                            result: Err(e),
+                        };
+                    }
+                },
+            };
+            in_read.set(true);
+            let r: redis::RedisResult<Value> = cmd.query_async(&mut conn).await;
+            in_read.set(false);
+            let result = match r {
+                Ok(v) => reply::read_reply(v).map_err(|m| {
+                    Error::Redis(redis::RedisError::from((
+                        redis::ErrorKind::Parse,
+                        "XREADGROUP reply",
+                        m,
+                    )))
+                }),
+                Err(e) => Err(Error::from_redis(e)),
+            };
+            let result = match result {
+                Ok(entries) if from_pel && !entries.is_empty() => {
+                    // Reading our own PEL does not tell delivery counts: ask
+                    // XPENDING for exactly this range.
+                    let first = entries[0].id.clone();
+                    let last = entries[entries.len() - 1].id.clone();
+                    pending_cmd
+                        .arg(&first)
+                        .arg(&last)
+                        .arg(entries.len())
+                        .arg(&*consumer);
+                    match pending_cmd
+                        .query_async::<Vec<(String, String, u64, u64)>>(&mut conn)
+                        .await
+                    {
+                        Ok(rows) => {
+                            let counts: std::collections::HashMap<String, u64> =
+                                rows.into_iter().map(|(id, _, _, n)| (id, n)).collect();
+                            Ok(entries
+                                .into_iter()
+                                .map(|raw| Delivered {
+                                    delivery_count: counts
+                                        .get(raw.id.as_str())
+                                        .copied()
+                                        .unwrap_or(1)
+                                        .max(1),
+                                    raw,
+                                })
+                                .collect())
+                        }
+                        Err(e) => Err(Error::from_redis(e)),
+                    }
+                }
+                Ok(entries) => Ok(entries
+                    .into_iter()
+                    .map(|raw| Delivered {
+                        raw,
+                        delivery_count: 1,
+                    })
+                    .collect()),
+                Err(e) => Err(e),
+            };
+            let keep = match &result {
+                Err(e) if is_transient(e) && !is_nogroup(e) => None,
+                _ => Some(conn),
+            };
+            ReadDone {
+                conn: keep,
+                from_pel,
+                result,
+            }
+        }));
+    }
+
+    fn on_read(&mut self, done: ReadDone) {
+        self.unblock_at = None;
+        self.conn = done.conn;
+        if self.conn.is_none() {
+            self.client_id.set(None);
+        }
+        let entries = match done.result {
+            Ok(e) => e,
+            Err(e) => return self.on_read_error(e),
+        };
+        self.failures = 0;
+        self.backoff = Box::new(backoff());
+        if done.from_pel {
+            match entries.last() {
+                Some(last) => self.cursor = Cursor::Pending(last.raw.id.0.clone()),
+                None => self.cursor = Cursor::New,
+            }
+        }
+        let mut gone = 0usize;
+        for d in entries {
+            if d.raw.fields.is_none() {
+                // Deleted or trimmed while pending: nothing to handle.
+                gone += 1;
+                self.acks.push(d.raw.id);
+            } else {
+                self.queue.push_back(d);
+            }
+        }
+        if gone > 0 {
+            tracing::warn!(stream = %self.sub.names.name, entries = gone, "pending entries were deleted or trimmed; acking and skipping them");
+        }
+        if self.deadline.is_some() {
+            self.hand_back();
+        }
+    }
+
+    fn on_read_error(&mut self, e: Error) {
+        self.failures += 1;
+        if !is_transient(&e) {
+            tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, "read failed; consumer ends");
+            self.report.error = Some(e);
+            return;
+        }
+        if self.deadline.is_some() {
+            return;
+        }
+        let delay = self.backoff.next().unwrap_or(Duration::from_secs(10));
+        self.retry_delay = Some(delay);
+        // Log the first failure and then every doubling, not every retry.
+        if self.failures.is_power_of_two() {
+            tracing::warn!(
+                stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e,
+                failures = self.failures, retry_in_ms = delay.as_millis() as u64,
+                "read failed; retrying"
+            );
+        }
+        if is_nogroup(&e) {
+            // The stream or the group is gone (deleted, FLUSHALL, a restart
+            // without persistence): create it again from the start.
+            let names = &self.sub.names;
+            self.redis.do_send(CreateGroup {
+                stream: names.name.clone(),
+                group: names.group.clone(),
+                start_id: "0".into(),
+            });
+            self.cursor = Cursor::Pending("0".into());
+        }
+    }
+
+    fn send_acks(&mut self, delay: Option<Duration>) {
+        let ids = std::mem::take(&mut self.acks);
+        let names = &self.sub.names;
+        let redis = self.redis.clone();
+        let (stream, group) = (names.name.clone(), names.group.clone());
+        self.ack_inflight = Some(Box::pin(async move {
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+            let res = match redis
+                .send(Ack {
+                    stream,
+                    group,
+                    ids: ids.clone(),
+                })
+                .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(Error::ShutDown),
+            };
+            (ids, res)
+        }));
+    }
+
+    fn on_acked(&mut self, ids: Vec<EntryId>, res: Result<usize, Error>) {
+        match res {
+            Ok(_) => {}
+            Err(Error::ShutDown) => {
+                tracing::warn!(
+                    entries = ids.len(),
+                    "acks dropped: broker shut down; the entries stay pending"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(entries = ids.len(), error = %e, "XACK failed; retrying");
+                self.acks.extend(ids);
+                self.send_acks(Some(Duration::from_millis(100)));
+            }
+        }
+    }
+
+    /// Stop reading; hand back what is fetched but not started.
+    fn begin_drain(&mut self, deadline: Instant) {
+        if self.deadline.is_some() {
+            return;
+        }
+        self.deadline = Some(deadline);
+        self.hand_back();
+        if self.read.is_some() {
+            if self.in_read.get() {
+                self.unblock();
+            } else {
+                // Connecting or backing off: nothing is on the wire yet.
+                self.read = None;
+            }
+        }
+    }
+
+    /// Interrupts the blocked read (CLIENT UNBLOCK on a shared connection) and
+    /// schedules another try, in case the read reached the server only after
+    /// this one.
+    fn unblock(&mut self) {
+        if let Some(id) = self.client_id.get() {
+            self.redis.do_send(Unblock(id));
+        }
+        self.unblock_at = Some(tokio::time::Instant::now() + Duration::from_millis(50));
+    }
+
+    /// Makes fetched-but-unstarted entries claimable by any consumer now:
+    /// `XCLAIM … 0 <ids> IDLE <claim_idle> RETRYCOUNT <count - 1> JUSTID` to
+    /// ourselves gives back the delivery that never ran and makes the entries
+    /// look idle for `claim_idle`.
+    fn hand_back(&mut self) {
+        if self.queue.is_empty() {
+            return;
+        }
+        let s = &self.sub;
+        let mut by_count: std::collections::BTreeMap<u64, Vec<EntryId>> = Default::default();
+        for d in self.queue.drain(..) {
+            by_count.entry(d.delivery_count).or_default().push(d.raw.id);
+        }
+        for (count, ids) in by_count {
+            let n = ids.len();
+            let mut cmd = redis::cmd("XCLAIM");
+            cmd.arg(&*s.names.name)
+                .arg(&*s.names.group)
+                .arg(&*s.consumer)
+                .arg(0)
+                .arg(&ids)
+                .arg("IDLE")
+                .arg(s.opts.claim_idle.as_millis() as u64)
+                .arg("RETRYCOUNT")
+                .arg(count.saturating_sub(1))
+                .arg("JUSTID");
+            let req = self.redis.send(Query(cmd));
+            let stream = s.names.name.clone();
+            self.side.push(Box::pin(async move {
+                match req.await {
+                    Ok(Ok(_)) => tracing::info!(stream = %stream, entries = n, "handed unstarted entries back to the group"),
+                    Ok(Err(e)) => tracing::warn!(stream = %stream, entries = n, error = %e, "hand-back failed; entries are reclaimed after claim_idle"),
+                    Err(_) => {}
+                }
+            }));
+        }
+    }
+
+    /// The drain deadline passed: drop running handlers (their entries stay
+    /// pending and are redelivered) and whatever is still in flight.
+    fn abandon(&mut self) {
+        if !self.running.is_empty() {
+            tracing::warn!(
+                stream = %self.sub.names.name, consumer = %self.sub.consumer, handlers = self.running.len(),
+                "drain deadline passed; abandoning running handlers, their entries stay pending"
+            );
+            self.report.timed_out = true;
+        }
+        self.running.clear();
+        self.read = None;
+    }
+}
+
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
+}

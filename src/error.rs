@@ -1,0 +1,165 @@
+//! The crate's error types.
+
+use std::fmt;
+
+use crate::outcome::SupervisorOutcome;
+
+/// A boxed error from user code (hooks, handlers, codecs).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong in rillkit outside a handler.
+///
+/// Decide on the variant or the classifier methods ([`Error::is_connection`],
+/// [`Error::is_retryable`]), never on the message text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Redis could not be reached or a connection broke (startup PING, a dropped
+    /// socket, a response timeout).
+    #[error("redis connection failed: {0}")]
+    Connect(#[source] redis::RedisError),
+    /// `XGROUP CREATE` failed with something other than `BUSYGROUP`.
+    #[error("creating consumer group {group:?} on stream {stream:?} failed: {source}")]
+    GroupCreate {
+        /// Stream key.
+        stream: String,
+        /// Consumer group name.
+        group: String,
+        /// What Redis answered.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// A Redis command failed (the server answered with an error).
+    #[error("redis command failed: {0}")]
+    Redis(#[source] redis::RedisError),
+    /// A lifecycle hook failed. Startup stops at the first failing hook; every
+    /// `after_shutdown` hook runs and all their failures are reported together.
+    #[error("{0}")]
+    Hook(HookFailures),
+    /// A value could not be encoded for publishing.
+    #[error("encoding a value for stream {stream:?} failed: {source}")]
+    Encode {
+        /// Stream key.
+        stream: String,
+        /// The codec's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The broker has been stopped (or is closing its connections): it is
+    /// finished and does no more Redis I/O.
+    #[error("the broker is shut down")]
+    ShutDown,
+    /// The broker has not been started yet (`start()` or `run()`).
+    #[error("the broker is not started")]
+    NotStarted,
+    /// `start()` was called on a broker that was already started.
+    #[error("the broker was already started")]
+    AlreadyStarted,
+}
+
+impl Error {
+    /// `true` when the error comes from the network or the server being
+    /// unreachable (as opposed to a bad command or a user error).
+    pub fn is_connection(&self) -> bool {
+        match self {
+            Error::Connect(_) => true,
+            Error::Redis(e) | Error::GroupCreate { source: e, .. } => is_connection_error(e),
+            _ => false,
+        }
+    }
+
+    /// `true` when trying the same operation again later may succeed
+    /// (connection problems, the server loading or busy).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Connect(_) => true,
+            Error::Redis(e) | Error::GroupCreate { source: e, .. } => {
+                is_connection_error(e) || e.is_timeout()
+            }
+            _ => false,
+        }
+    }
+
+    /// The process exit status this error maps to: a failed start or stop is 1,
+    /// unless the shutdown outcome carried by a [`Error::Hook`] ranks higher.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Hook(f) => f.outcome.map_or(1, |o| o.exit_code().max(1)),
+            _ => 1,
+        }
+    }
+
+    pub(crate) fn from_redis(e: redis::RedisError) -> Self {
+        if is_connection_error(&e) {
+            Error::Connect(e)
+        } else {
+            Error::Redis(e)
+        }
+    }
+}
+
+pub(crate) fn is_connection_error(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
+/// The failures of one or more lifecycle hooks.
+#[derive(Debug)]
+pub struct HookFailures {
+    /// Each failure, in the order the hooks ran.
+    pub failures: Vec<HookError>,
+    /// The shutdown outcome, when the failures happened during `stop()`.
+    pub outcome: Option<SupervisorOutcome>,
+}
+
+impl fmt::Display for HookFailures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} lifecycle hook(s) failed", self.failures.len())?;
+        for e in &self.failures {
+            write!(f, "; {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One failed lifecycle hook.
+#[derive(Debug, thiserror::Error)]
+#[error("{stage} hook #{index} failed: {source}")]
+pub struct HookError {
+    /// Which hook list the hook belongs to.
+    pub stage: crate::hooks::Stage,
+    /// Its position in that list, counting from 0 in registration order.
+    pub index: usize,
+    /// What the hook returned.
+    #[source]
+    pub source: BoxError,
+}
+
+/// An invalid broker or consumer configuration, found by
+/// [`BrokerBuilder::build`](crate::BrokerBuilder::build).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The Redis URL could not be parsed.
+    #[error("invalid redis URL: {0}")]
+    Url(String),
+    /// An option has a value it cannot take.
+    #[error("invalid option {option} for stream {stream:?}: {reason}")]
+    Invalid {
+        /// The stream the option belongs to ("" for broker-wide options).
+        stream: String,
+        /// The option's name.
+        option: &'static str,
+        /// Why the value is rejected.
+        reason: String,
+    },
+    /// Two subscriptions would read as the same consumer of the same group.
+    #[error("two subscriptions use consumer {consumer:?} of group {group:?} on stream {stream:?}")]
+    DuplicateConsumer {
+        /// Stream key.
+        stream: String,
+        /// Consumer group.
+        group: String,
+        /// Consumer name.
+        consumer: String,
+    },
+}

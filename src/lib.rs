@@ -1,0 +1,75 @@
+//! rillkit: supervised Redis Streams consumers on the actix actor framework.
+//!
+//! A [`Broker`] runs one consumer per subscription, each in a consumer group,
+//! with lifecycle hooks, at-least-once delivery (XACK after the handler
+//! succeeds), retries through the pending entries list, a dead-letter stream
+//! per stream, and a graceful drain that ends in a [`SupervisorOutcome`] whose
+//! [`exit_code`](SupervisorOutcome::exit_code) the process can exit with.
+//!
+//! ```no_run
+//! use rillkit::prelude::*;
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Order { id: u64, total: f64 }
+//!
+//! #[actix::main]
+//! async fn main() -> Result<(), rillkit::Error> {
+//!     let orders = Stream::new("orders", "billing");
+//!     let broker = Broker::builder("redis://127.0.0.1:6379")
+//!         .subscribe(&orders, ConsumerOptions::default(), |o: Order| async move {
+//!             println!("order {} for {}", o.id, o.total);
+//!             Ok(())
+//!         })
+//!         .build()
+//!         .expect("valid configuration");
+//!     broker.start().await?;
+//!     broker.publish(&orders, &Order { id: 1, total: 49.5 }).await?;
+//!     let outcome = broker.stop().await?;
+//!     std::process::exit(outcome.exit_code());
+//! }
+//! ```
+//!
+//! The wire format is one field `data` holding a JSON document, so any Redis
+//! client can produce for rillkit or read what it publishes. See the README for
+//! delivery guarantees and the shutdown contract, and `ARCHITECTURE.md` for the
+//! actors.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod broker;
+mod consumer;
+mod error;
+mod handler;
+mod hooks;
+mod outcome;
+mod reclaimer;
+mod redis;
+mod stream;
+mod supervisor;
+
+pub use broker::{Broker, BrokerBuilder, Phase};
+pub use consumer::ConsumerOptions;
+pub use error::{BoxError, ConfigError, Error, HookError, HookFailures};
+pub use handler::{HandlerError, HandlerResult, Message};
+pub use hooks::Stage;
+pub use outcome::SupervisorOutcome;
+pub use stream::{Codec, EntryId, Json, Stream};
+pub use supervisor::RestartPolicy;
+
+/// The names most programs need: `use rillkit::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        Broker, ConsumerOptions, HandlerError, HandlerResult, Message, Stream, SupervisorOutcome,
+    };
+}
+
+/// The text of a panic payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}

@@ -1,0 +1,1 @@
+//! `ReclaimerActor`: one per (stream, group).

@@ -1,0 +1,155 @@
+//! Parsing of stream replies straight from [`redis::Value`], keeping field names
+//! and values as bytes (no UTF-8 requirement, no per-entry map).
+
+use redis::Value;
+
+use crate::stream::EntryId;
+
+/// One entry of an XREADGROUP / XCLAIM reply. `fields` is `None` when the
+/// entry was deleted or trimmed while pending (Redis answers a nil body).
+#[derive(Debug)]
+pub(crate) struct RawEntry {
+    pub id: EntryId,
+    pub fields: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+}
+
+fn bytes(v: Value) -> Option<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.into_bytes()),
+        Value::VerbatimString { text, .. } => Some(text.into_bytes()),
+        Value::Int(i) => Some(i.to_string().into_bytes()),
+        _ => None,
+    }
+}
+
+fn list(v: Value) -> Option<Vec<Value>> {
+    match v {
+        Value::Array(a) | Value::Set(a) => Some(a),
+        _ => None,
+    }
+}
+
+/// Parses a list of `[id, [field, value, …] | nil]` pairs (the entries part of
+/// XREADGROUP, XRANGE and XCLAIM replies).
+pub(crate) fn entries(v: Value) -> Result<Vec<RawEntry>, String> {
+    let items = match v {
+        Value::Nil => return Ok(Vec::new()),
+        other => list(other).ok_or("stream entries: expected an array")?,
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let pair = match item {
+            // XCLAIM answers nil for ids that no longer exist.
+            Value::Nil => continue,
+            other => list(other).ok_or("stream entry: expected an array")?,
+        };
+        let mut it = pair.into_iter();
+        let id = it
+            .next()
+            .and_then(bytes)
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or("stream entry: missing id")?;
+        let fields = match it.next() {
+            None | Some(Value::Nil) => None,
+            Some(Value::Map(kv)) => Some(
+                kv.into_iter()
+                    .filter_map(|(k, v)| Some((bytes(k)?, bytes(v)?)))
+                    .collect(),
+            ),
+            Some(other) => {
+                let flat = list(other).ok_or("stream entry: fields are not an array")?;
+                let mut fields = Vec::with_capacity(flat.len() / 2);
+                let mut it = flat.into_iter();
+                while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                    let (Some(k), Some(v)) = (bytes(k), bytes(v)) else {
+                        return Err("stream entry: field is not a string".into());
+                    };
+                    fields.push((k, v));
+                }
+                Some(fields)
+            }
+        };
+        out.push(RawEntry {
+            id: EntryId(id),
+            fields,
+        });
+    }
+    Ok(out)
+}
+
+/// Parses an XREADGROUP reply for a single stream: nil (the block timed out)
+/// or `[[stream, entries]]` (RESP2) / `{stream: entries}` (RESP3).
+pub(crate) fn read_reply(v: Value) -> Result<Vec<RawEntry>, String> {
+    match v {
+        Value::Nil => Ok(Vec::new()),
+        Value::Map(streams) => match streams.into_iter().next() {
+            Some((_, e)) => entries(e),
+            None => Ok(Vec::new()),
+        },
+        other => {
+            let streams = list(other).ok_or("XREADGROUP: expected an array")?;
+            let Some(first) = streams.into_iter().next() else {
+                return Ok(Vec::new());
+            };
+            let mut pair = list(first).ok_or("XREADGROUP: expected [stream, entries]")?;
+            if pair.len() != 2 {
+                return Err("XREADGROUP: expected [stream, entries]".into());
+            }
+            entries(pair.pop().unwrap_or(Value::Nil))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bs(s: &[u8]) -> Value {
+        Value::BulkString(s.to_vec())
+    }
+
+    #[test]
+    fn parses_resp2_reply_with_binary_values_and_nil_bodies() {
+        let v = Value::Array(vec![Value::Array(vec![
+            bs(b"s"),
+            Value::Array(vec![
+                Value::Array(vec![
+                    bs(b"1-0"),
+                    Value::Array(vec![bs(b"data"), bs(b"\xff\xfe"), bs(b"x"), bs(b"y")]),
+                ]),
+                Value::Array(vec![bs(b"2-0"), Value::Nil]),
+            ]),
+        ])]);
+        let e = read_reply(v).unwrap();
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0].id.as_str(), "1-0");
+        let f = e[0].fields.as_ref().unwrap();
+        assert_eq!(f[0], (b"data".to_vec(), b"\xff\xfe".to_vec()));
+        assert_eq!(f[1], (b"x".to_vec(), b"y".to_vec()));
+        assert!(e[1].fields.is_none());
+    }
+
+    #[test]
+    fn nil_is_an_empty_read() {
+        assert!(read_reply(Value::Nil).unwrap().is_empty());
+    }
+
+    #[test]
+    fn parses_resp3_map() {
+        let v = Value::Map(vec![(
+            bs(b"s"),
+            Value::Array(vec![Value::Array(vec![
+                bs(b"3-1"),
+                Value::Array(vec![bs(b"data"), bs(b"{}")]),
+            ])]),
+        )]);
+        let e = read_reply(v).unwrap();
+        assert_eq!(e[0].id.as_str(), "3-1");
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(read_reply(Value::Int(3)).is_err());
+    }
+}

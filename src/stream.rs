@@ -1,0 +1,247 @@
+//! [`Stream`]: one description of a Redis stream shared by producers and
+//! consumers, and the [`Codec`] that turns values into the bytes of its `data`
+//! field.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::BoxError;
+
+/// Turns values into the bytes stored in an entry's data field and back.
+///
+/// The default is [`Json`]. A codec is a small `Clone` value; implement this
+/// trait to store another format (MessagePack, protobuf…) in the same field.
+pub trait Codec: Clone + Send + Sync + 'static {
+    /// Encodes a value.
+    ///
+    /// # Errors
+    /// When the value cannot be represented in the format.
+    fn encode<T: Serialize + ?Sized>(&self, value: &T) -> Result<Vec<u8>, BoxError>;
+
+    /// Decodes the bytes of a data field.
+    ///
+    /// # Errors
+    /// When the bytes are not a valid document of the format or do not fit `T`.
+    /// rillkit sends such an entry to the dead-letter stream at once.
+    fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, BoxError>;
+}
+
+/// JSON via `serde_json`: the wire format of rillkit (one field `data` holding a
+/// JSON document).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Json;
+
+impl Codec for Json {
+    fn encode<T: Serialize + ?Sized>(&self, value: &T) -> Result<Vec<u8>, BoxError> {
+        Ok(serde_json::to_vec(value)?)
+    }
+
+    fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, BoxError> {
+        Ok(serde_json::from_slice(bytes)?)
+    }
+}
+
+/// A Redis stream as producers and consumers both see it.
+///
+/// | part | default | Redis |
+/// |------|---------|-------|
+/// | name | (required) | the stream key |
+/// | group | (required) | the consumer group consumers of this value join |
+/// | DLQ name | `<name>-dlq` | the dead-letter stream |
+/// | length cap | none | `XADD <name> MAXLEN ~ <cap>` on publish |
+/// | data field | `data` | the field holding the encoded value |
+/// | codec | [`Json`] | how the data field is encoded |
+///
+/// Same group means consumers share the work; different groups (see
+/// [`with_group`](Self::with_group)) each see every entry.
+///
+/// ```
+/// use rillkit::Stream;
+///
+/// let orders = Stream::new("orders", "billing").max_len(100_000);
+/// let audit = orders.with_group("audit");
+/// assert_eq!(orders.dlq(), "orders-dlq");
+/// assert_eq!(audit.group(), "audit");
+/// ```
+#[derive(Clone)]
+pub struct Stream<C = Json> {
+    name: Arc<str>,
+    group: Arc<str>,
+    dlq: Arc<str>,
+    max_len: Option<usize>,
+    field: Arc<str>,
+    codec: C,
+}
+
+impl Stream<Json> {
+    /// A stream named `name`, consumed by group `group`, with JSON in field
+    /// `data` and the dead-letter stream `<name>-dlq`.
+    pub fn new(name: impl Into<String>, group: impl Into<String>) -> Self {
+        let name: String = name.into();
+        let dlq = format!("{name}-dlq");
+        Stream {
+            name: name.into(),
+            group: group.into().into(),
+            dlq: dlq.into(),
+            max_len: None,
+            field: "data".into(),
+            codec: Json,
+        }
+    }
+}
+
+impl<C: Codec> Stream<C> {
+    /// The same stream seen by another consumer group.
+    pub fn with_group(&self, group: impl Into<String>) -> Self {
+        Stream {
+            group: group.into().into(),
+            ..self.clone()
+        }
+    }
+
+    /// Sets the dead-letter stream's key (default `<name>-dlq`).
+    pub fn dlq_name(mut self, dlq: impl Into<String>) -> Self {
+        self.dlq = dlq.into().into();
+        self
+    }
+
+    /// Caps the stream at about `entries` entries: publishes send
+    /// `XADD … MAXLEN ~ entries`. Trimming is approximate (whole macro nodes), as
+    /// Redis does it.
+    pub fn max_len(mut self, entries: usize) -> Self {
+        self.max_len = Some(entries);
+        self
+    }
+
+    /// Sets the field that holds the encoded value (default `data`).
+    pub fn data_field(mut self, field: impl Into<String>) -> Self {
+        self.field = field.into().into();
+        self
+    }
+
+    /// Replaces the codec (default [`Json`]).
+    pub fn codec<D: Codec>(self, codec: D) -> Stream<D> {
+        Stream {
+            name: self.name,
+            group: self.group,
+            dlq: self.dlq,
+            max_len: self.max_len,
+            field: self.field,
+            codec,
+        }
+    }
+
+    /// The stream key.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The consumer group.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// The dead-letter stream key.
+    pub fn dlq(&self) -> &str {
+        &self.dlq
+    }
+
+    /// The length cap, in entries, if any.
+    pub fn length_cap(&self) -> Option<usize> {
+        self.max_len
+    }
+
+    /// The field holding the encoded value.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// The codec.
+    pub fn get_codec(&self) -> &C {
+        &self.codec
+    }
+
+    pub(crate) fn names(&self) -> StreamNames {
+        StreamNames {
+            name: self.name.clone(),
+            group: self.group.clone(),
+            dlq: self.dlq.clone(),
+            field: self.field.clone(),
+            max_len: self.max_len,
+        }
+    }
+}
+
+impl<C> fmt::Debug for Stream<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stream")
+            .field("name", &self.name)
+            .field("group", &self.group)
+            .field("dlq", &self.dlq)
+            .field("max_len", &self.max_len)
+            .field("field", &self.field)
+            .field("codec", &std::any::type_name::<C>())
+            .finish()
+    }
+}
+
+/// The codec-free part of a [`Stream`], carried around inside the crate.
+#[derive(Debug, Clone)]
+pub(crate) struct StreamNames {
+    pub name: Arc<str>,
+    pub group: Arc<str>,
+    pub dlq: Arc<str>,
+    pub field: Arc<str>,
+    pub max_len: Option<usize>,
+}
+
+/// An entry id as Redis gives it: `<ms since the epoch>-<sequence>`, for
+/// example `1793094479536-0`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EntryId(pub(crate) String);
+
+impl EntryId {
+    /// The id as Redis spells it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The id's `(milliseconds, sequence)` parts, or `None` if it is not in the
+    /// `<ms>-<seq>` form.
+    pub fn parts(&self) -> Option<(u64, u64)> {
+        let (ms, seq) = self.0.split_once('-')?;
+        Some((ms.parse().ok()?, seq.parse().ok()?))
+    }
+}
+
+impl fmt::Display for EntryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for EntryId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<EntryId> for String {
+    fn from(id: EntryId) -> String {
+        id.0
+    }
+}
+
+impl redis::ToRedisArgs for EntryId {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        out.write_arg(self.0.as_bytes());
+    }
+}
+
+impl redis::ToSingleRedisArg for EntryId {}

@@ -1,0 +1,380 @@
+//! `Supervisor`: owns the lifecycle of one broker.
+//!
+//! The actor does two jobs:
+//!
+//! * **The lifecycle driver** (`lifecycle`), one future spawned in the actor's
+//!   context when the broker starts. It runs SPEC §3 in order: `on_startup`
+//!   hooks, PING, the shared pool and `RedisActor`, `XGROUP CREATE … MKSTREAM`
+//!   per subscription, consumers, `after_startup` hooks; then waits for a stop
+//!   request; then drains the consumers, runs `on_shutdown` hooks, closes the
+//!   connections and runs every `after_shutdown` hook.
+//! * **Supervision and tally**: every `ConsumerActor` reports its end with
+//!   `ConsumerExited`. While running, a consumer that ended with an error or a
+//!   panic is restarted with exponential backoff, at most `max_restarts`
+//!   times in `restart_window` (OTP style); past that its subscription is
+//!   failed (`errors` += 1, and `panics` += 1 if it panicked). When every
+//!   subscription has failed the broker stops by itself. While draining, the
+//!   reports are tallied into the [`SupervisorOutcome`].
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use backon::{BackoffBuilder, ExponentialBuilder};
+use tokio::sync::oneshot;
+
+use crate::broker::{Broker, Phase};
+use crate::consumer::{ConsumerActor, ConsumerExited, Drain, Subscription};
+use crate::error::{Error, HookFailures};
+use crate::hooks::{Hooks, Stage};
+use crate::outcome::SupervisorOutcome;
+use crate::redis::{self as conn, Close, CreateGroup, RedisActor};
+
+/// How often a failed consumer may be restarted before its subscription is
+/// marked failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartPolicy {
+    /// At most this many restarts…
+    pub max_restarts: usize,
+    /// …within this window.
+    pub window: Duration,
+    /// First restart delay; doubles per restart in the window, up to
+    /// `max_backoff`.
+    pub min_backoff: Duration,
+    /// Longest restart delay.
+    pub max_backoff: Duration,
+}
+
+impl Default for RestartPolicy {
+    /// 5 restarts in 60 s, backoff from 100 ms to 10 s.
+    fn default() -> Self {
+        RestartPolicy {
+            max_restarts: 5,
+            window: Duration::from_secs(60),
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+        }
+    }
+}
+
+struct Slot {
+    sub: Arc<Subscription>,
+    addr: Option<Addr<ConsumerActor>>,
+    restarts: VecDeque<Instant>,
+    failed: bool,
+}
+
+pub(crate) struct Supervisor {
+    broker: Broker,
+    hooks: Hooks,
+    subs: Vec<Arc<Subscription>>,
+    restart: RestartPolicy,
+    started: Option<oneshot::Sender<Result<(), Error>>>,
+    redis: Option<Addr<RedisActor>>,
+    slots: Vec<Slot>,
+    draining: bool,
+    outcome: SupervisorOutcome,
+    drained: Option<oneshot::Sender<SupervisorOutcome>>,
+}
+
+impl Supervisor {
+    pub(crate) fn new(
+        broker: Broker,
+        hooks: Hooks,
+        subs: Vec<Arc<Subscription>>,
+        restart: RestartPolicy,
+        started: oneshot::Sender<Result<(), Error>>,
+    ) -> Self {
+        Supervisor {
+            broker,
+            hooks,
+            subs,
+            restart,
+            started: Some(started),
+            redis: None,
+            slots: Vec::new(),
+            draining: false,
+            outcome: SupervisorOutcome::default(),
+            drained: None,
+        }
+    }
+
+    fn live(&self) -> usize {
+        self.slots.iter().filter(|s| s.addr.is_some()).count()
+    }
+
+    fn spawn_consumer(&mut self, index: usize, ctx: &mut Context<Self>) {
+        let (Some(redis), Some(slot)) = (self.redis.clone(), self.slots.get_mut(index)) else {
+            return;
+        };
+        let actor = ConsumerActor::new(
+            index,
+            slot.sub.clone(),
+            self.broker.client().clone(),
+            redis,
+            ctx.address().recipient(),
+        );
+        slot.addr = Some(actor.start());
+    }
+
+    fn maybe_drained(&mut self) {
+        if self.draining && self.live() == 0 {
+            if let Some(tx) = self.drained.take() {
+                let _ = tx.send(self.outcome);
+            }
+        }
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let started = self.started.take();
+        let fut = lifecycle(
+            self.broker.clone(),
+            self.hooks.clone(),
+            self.subs.clone(),
+            ctx.address(),
+            started,
+        );
+        ctx.spawn(actix::fut::wrap_future(fut).map(|(), _, ctx: &mut Context<Self>| ctx.stop()));
+    }
+}
+
+/// Start one consumer actor per subscription.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct StartConsumers(Addr<RedisActor>);
+
+impl Handler<StartConsumers> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: StartConsumers, ctx: &mut Self::Context) {
+        self.redis = Some(msg.0);
+        self.slots = self
+            .subs
+            .iter()
+            .map(|sub| Slot {
+                sub: sub.clone(),
+                addr: None,
+                restarts: VecDeque::new(),
+                failed: false,
+            })
+            .collect();
+        for i in 0..self.slots.len() {
+            self.spawn_consumer(i, ctx);
+        }
+    }
+}
+
+/// Drain every consumer with a deadline; answers the tally once all ended.
+#[derive(Message)]
+#[rtype(result = "SupervisorOutcome")]
+struct DrainAll(Instant);
+
+impl Handler<DrainAll> for Supervisor {
+    type Result = ResponseFuture<SupervisorOutcome>;
+
+    fn handle(&mut self, msg: DrainAll, _: &mut Self::Context) -> Self::Result {
+        self.draining = true;
+        for slot in &self.slots {
+            if let Some(addr) = &slot.addr {
+                addr.do_send(Drain(msg.0));
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        self.drained = Some(tx);
+        self.maybe_drained();
+        let fallback = self.outcome;
+        // A consumer that cannot report (its arbiter died) must not hang the
+        // drain: give up a little after the deadline.
+        let give_up = tokio::time::Instant::from_std(msg.0) + Duration::from_secs(5);
+        Box::pin(async move {
+            match tokio::time::timeout_at(give_up, rx).await {
+                Ok(Ok(o)) => o,
+                _ => SupervisorOutcome {
+                    timed_out: true,
+                    ..fallback
+                },
+            }
+        })
+    }
+}
+
+impl Handler<ConsumerExited> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ConsumerExited, ctx: &mut Self::Context) {
+        let report = msg.report;
+        let Some(slot) = self.slots.get_mut(msg.index) else {
+            return;
+        };
+        slot.addr = None;
+        let failed_run = report.error.is_some() || report.panic.is_some();
+        if self.draining {
+            self.outcome.timed_out |= report.timed_out;
+            self.outcome.errors += usize::from(report.error.is_some());
+            self.outcome.panics += usize::from(report.panic.is_some());
+            self.maybe_drained();
+            return;
+        }
+        if !failed_run {
+            // Ended cleanly without being asked (its stop channel closed).
+            return;
+        }
+        let stream = slot.sub.names.name.clone();
+        let now = Instant::now();
+        while slot
+            .restarts
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > self.restart.window)
+        {
+            slot.restarts.pop_front();
+        }
+        if slot.restarts.len() >= self.restart.max_restarts {
+            slot.failed = true;
+            self.outcome.errors += 1;
+            self.outcome.panics += usize::from(report.panic.is_some());
+            tracing::error!(stream = %stream, restarts = slot.restarts.len(), "consumer failed past its restart limit; subscription is failed");
+            if self.slots.iter().all(|s| s.failed) {
+                tracing::error!("every subscription has failed; stopping the broker");
+                self.broker.request_stop();
+            }
+            return;
+        }
+        let delay = ExponentialBuilder::default()
+            .with_min_delay(self.restart.min_backoff)
+            .with_max_delay(self.restart.max_backoff)
+            .without_max_times()
+            .build()
+            .nth(slot.restarts.len())
+            .unwrap_or(self.restart.max_backoff);
+        slot.restarts.push_back(now);
+        tracing::warn!(
+            stream = %stream,
+            error = ?report.error.as_ref().map(|e| e.to_string()),
+            panic = ?report.panic,
+            restart_in_ms = delay.as_millis() as u64,
+            "consumer ended; restarting"
+        );
+        let index = msg.index;
+        ctx.run_later(delay, move |act, ctx| {
+            if !act.draining {
+                act.spawn_consumer(index, ctx);
+            }
+        });
+    }
+}
+
+/// The lifecycle, in SPEC §3 order. See the module docs.
+async fn lifecycle(
+    broker: Broker,
+    hooks: Hooks,
+    subs: Vec<Arc<Subscription>>,
+    me: Addr<Supervisor>,
+    started: Option<oneshot::Sender<Result<(), Error>>>,
+) {
+    let mut started = started;
+    let mut report_start = |r: Result<(), Error>| {
+        if let Some(tx) = started.take() {
+            let _ = tx.send(r);
+        }
+    };
+    let fail_start = |broker: &Broker, e: Error| {
+        broker.set_phase(Phase::Stopped);
+        broker.finish(SupervisorOutcome::default(), Vec::new());
+        e
+    };
+
+    // 1. on_startup hooks, before any Redis I/O.
+    let failures = hooks.run(Stage::OnStartup, &broker, false).await;
+    if !failures.is_empty() {
+        let e = Error::Hook(HookFailures {
+            failures,
+            outcome: None,
+        });
+        return report_start(Err(fail_start(&broker, e)));
+    }
+    // 2. PING; then the shared pool.
+    let client = broker.client().clone();
+    let pool = match conn::ping_once(&client).await {
+        Ok(()) => conn::connect_pool(&client, broker.pool_size()).await,
+        Err(e) => Err(e),
+    };
+    let pool = match pool {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "redis is unreachable; start failed");
+            return report_start(Err(fail_start(&broker, e)));
+        }
+    };
+    let redis = RedisActor::new(pool).start();
+    broker.set_redis(redis.clone());
+    // 3. Consumer groups.
+    for sub in &subs {
+        let created = redis
+            .send(CreateGroup {
+                stream: sub.names.name.clone(),
+                group: sub.names.group.clone(),
+                start_id: sub.opts.start_id.as_str().into(),
+            })
+            .await
+            .unwrap_or(Err(Error::ShutDown));
+        if let Err(e) = created {
+            tracing::error!(error = %e, "consumer group creation failed; start failed");
+            let _ = redis.send(Close).await;
+            return report_start(Err(fail_start(&broker, e)));
+        }
+    }
+    // 4. Consumers.
+    let _ = me.send(StartConsumers(redis.clone())).await;
+    broker.set_phase(Phase::Running);
+    // 5. after_startup hooks.
+    let failures = hooks.run(Stage::AfterStartup, &broker, false).await;
+    let after_startup_ok = failures.is_empty();
+    let mut start_error = None;
+    if after_startup_ok {
+        report_start(Ok(()));
+        broker.wait_stop_requested().await;
+    } else {
+        start_error = Some(failures);
+        broker.request_stop();
+    }
+
+    // 6. Drain.
+    let timeout = broker.requested_timeout();
+    broker.set_phase(Phase::Draining);
+    let outcome = me
+        .send(DrainAll(Instant::now() + timeout))
+        .await
+        .unwrap_or(SupervisorOutcome {
+            timed_out: true,
+            ..Default::default()
+        });
+    // 7. on_shutdown hooks, connections still open (skipped when
+    //    after_startup failed).
+    let mut failures = Vec::new();
+    if after_startup_ok {
+        failures = hooks.run(Stage::OnShutdown, &broker, false).await;
+    }
+    // 8. Close the connections.
+    broker.set_phase(Phase::Stopped);
+    let closed = redis.send(Close).await.unwrap_or(0);
+    tracing::debug!(connections = closed, "shared connections closed");
+    // 9. Every after_shutdown hook.
+    failures.extend(hooks.run(Stage::AfterShutdown, &broker, true).await);
+
+    match start_error {
+        Some(mut startup_failures) => {
+            startup_failures.extend(failures);
+            broker.finish(outcome, Vec::new());
+            report_start(Err(Error::Hook(HookFailures {
+                failures: startup_failures,
+                outcome: Some(outcome),
+            })));
+        }
+        None => broker.finish(outcome, failures),
+    }
+}
