@@ -1,0 +1,467 @@
+//! SPEC §3: hook order, the startup PING, group creation, the four hook-error
+//! rules, stop() idempotence, publish before start and after stop.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rillkit::prelude::*;
+use rillkit::{BoxError, Error, Phase, Stage};
+use support::{RedisServer, eventually};
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn push(log: &Log, s: impl Into<String>) {
+    log.lock().unwrap().push(s.into());
+}
+
+fn fast() -> ConsumerOptions {
+    ConsumerOptions::default().block(Duration::from_millis(100))
+}
+
+fn failing(msg: &'static str) -> BoxError {
+    msg.into()
+}
+
+/// Connected clients as the server counts them (includes the asking one).
+fn connected_clients(redis: &RedisServer) -> usize {
+    let info: String = redis::cmd("INFO").arg("clients").query(&mut redis.conn()).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
+#[actix_rt::test]
+async fn hooks_run_in_order_around_redis_work() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let log: Log = Arc::default();
+    let s = Stream::new("tasks", "g");
+    let handled = Arc::new(AtomicUsize::new(0));
+    let url = redis.url();
+    let (l1, l2, l3, l4, l5, l6) = (log.clone(), log.clone(), log.clone(), log.clone(), log.clone(), log.clone());
+    let h = handled.clone();
+    let broker = Broker::builder(redis.url())
+        .on_startup(move |b: Broker| {
+            let l = l1.clone();
+            async move {
+                // Before any Redis I/O: nothing is connected yet.
+                assert_eq!(b.phase(), Phase::Starting);
+                assert!(matches!(b.ping().await, Err(Error::NotStarted)));
+                push(&l, "on_startup 1");
+                Ok(())
+            }
+        })
+        .on_startup(move |_| {
+            let l = l2.clone();
+            async move {
+                push(&l, "on_startup 2");
+                Ok(())
+            }
+        })
+        .after_startup(move |b: Broker| {
+            let l = l3.clone();
+            let url = url.clone();
+            async move {
+                // Groups exist, consumers run.
+                let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let groups: Vec<redis::Value> = redis::cmd("XINFO").arg("GROUPS").arg("tasks").query(&mut c).unwrap();
+                assert_eq!(groups.len(), 1);
+                assert_eq!(b.phase(), Phase::Running);
+                push(&l, "after_startup");
+                Ok(())
+            }
+        })
+        .on_shutdown(move |b: Broker| {
+            let l = l4.clone();
+            let h = h.clone();
+            async move {
+                // Consumers are done; the connection still answers.
+                assert_eq!(h.load(Ordering::SeqCst), 3);
+                b.ping().await.expect("on_shutdown: PING works");
+                assert_eq!(b.phase(), Phase::Draining);
+                push(&l, "on_shutdown");
+                Ok(())
+            }
+        })
+        .after_shutdown(move |b: Broker| {
+            let l = l5.clone();
+            async move {
+                assert!(matches!(b.ping().await, Err(Error::ShutDown)));
+                assert_eq!(b.phase(), Phase::Stopped);
+                push(&l, "after_shutdown");
+                Ok(())
+            }
+        })
+        .subscribe(&s, fast(), move |_: serde_json::Value| {
+            let l = l6.clone();
+            let h = handled.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                h.fetch_add(1, Ordering::SeqCst);
+                push(&l, "handled");
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    assert_eq!(broker.phase(), Phase::Configured);
+    broker.start().await.unwrap();
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["on_startup 1", "on_startup 2", "after_startup"]
+    );
+    broker.publish_batch(&s, [1, 2, 3]).await.unwrap();
+    eventually("3 handled", Duration::from_secs(10), || log.lock().unwrap().len() == 6).await;
+    let outcome = broker.stop().await.unwrap();
+    assert!(outcome.is_clean());
+    assert_eq!(
+        *log.lock().unwrap(),
+        [
+            "on_startup 1",
+            "on_startup 2",
+            "after_startup",
+            "handled",
+            "handled",
+            "handled",
+            "on_shutdown",
+            "after_shutdown"
+        ]
+    );
+}
+
+#[actix_rt::test]
+async fn on_startup_failure_stops_everything_and_opens_no_connection() {
+    let redis = RedisServer::start();
+    let log: Log = Arc::default();
+    let (l1, l2, l3, l4, l5) = (log.clone(), log.clone(), log.clone(), log.clone(), log.clone());
+    let broker = Broker::builder(redis.url())
+        .on_startup(move |_| {
+            let l = l1.clone();
+            async move {
+                push(&l, "on_startup 1");
+                Err(failing("no database"))
+            }
+        })
+        .on_startup(move |_| {
+            let l = l2.clone();
+            async move {
+                push(&l, "on_startup 2");
+                Ok(())
+            }
+        })
+        .after_startup(move |_| {
+            let l = l3.clone();
+            async move {
+                push(&l, "after_startup");
+                Ok(())
+            }
+        })
+        .on_shutdown(move |_| {
+            let l = l4.clone();
+            async move {
+                push(&l, "on_shutdown");
+                Ok(())
+            }
+        })
+        .after_shutdown(move |_| {
+            let l = l5.clone();
+            async move {
+                push(&l, "after_shutdown");
+                Ok(())
+            }
+        })
+        .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async { Ok(()) })
+        .build()
+        .unwrap();
+    let err = broker.start().await.unwrap_err();
+    match &err {
+        Error::Hook(f) => {
+            assert_eq!(f.failures.len(), 1);
+            assert_eq!(f.failures[0].stage, Stage::OnStartup);
+            assert_eq!(f.failures[0].index, 0);
+            assert!(f.failures[0].to_string().contains("no database"));
+        }
+        other => panic!("expected a hook error, got {other:?}"),
+    }
+    assert_eq!(err.exit_code(), 1);
+    assert_eq!(*log.lock().unwrap(), ["on_startup 1"]);
+    assert_eq!(broker.phase(), Phase::Stopped);
+    // No Redis I/O happened: the stream was never created and only the test's
+    // own connection is there.
+    let exists: bool = redis::cmd("EXISTS").arg("tasks").query(&mut redis.conn()).unwrap();
+    assert!(!exists);
+    assert_eq!(connected_clients(&redis), 1);
+    // stop() after a failed start is fine and runs nothing.
+    assert!(broker.stop().await.unwrap().is_clean());
+    assert_eq!(log.lock().unwrap().len(), 1);
+}
+
+#[actix_rt::test]
+async fn after_startup_failure_runs_shutdown_path_without_on_shutdown() {
+    let redis = RedisServer::start();
+    let log: Log = Arc::default();
+    let (l1, l2, l3, l4) = (log.clone(), log.clone(), log.clone(), log.clone());
+    let broker = Broker::builder(redis.url())
+        .after_startup(move |_| {
+            let l = l1.clone();
+            async move {
+                push(&l, "after_startup 1");
+                Err(failing("warm-up failed"))
+            }
+        })
+        .after_startup(move |_| {
+            let l = l2.clone();
+            async move {
+                push(&l, "after_startup 2");
+                Ok(())
+            }
+        })
+        .on_shutdown(move |_| {
+            let l = l3.clone();
+            async move {
+                push(&l, "on_shutdown");
+                Ok(())
+            }
+        })
+        .after_shutdown(move |_| {
+            let l = l4.clone();
+            async move {
+                push(&l, "after_shutdown");
+                Ok(())
+            }
+        })
+        .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async { Ok(()) })
+        .build()
+        .unwrap();
+    let err = broker.start().await.unwrap_err();
+    let Error::Hook(f) = &err else { panic!("expected a hook error, got {err:?}") };
+    assert_eq!(f.failures.len(), 1);
+    assert_eq!(f.failures[0].stage, Stage::AfterStartup);
+    assert_eq!(*log.lock().unwrap(), ["after_startup 1", "after_shutdown"]);
+    assert_eq!(broker.phase(), Phase::Stopped);
+    let s = Stream::new("tasks", "g");
+    assert!(matches!(broker.publish(&s, &1).await, Err(Error::ShutDown)));
+}
+
+#[actix_rt::test]
+async fn every_after_shutdown_hook_runs_and_failures_are_reported_together() {
+    let redis = RedisServer::start();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let (r1, r2, r3) = (ran.clone(), ran.clone(), ran.clone());
+    let broker = Broker::builder(redis.url())
+        .after_shutdown(move |_| {
+            r1.fetch_add(1, Ordering::SeqCst);
+            async { Err(failing("first")) }
+        })
+        .after_shutdown(move |_| {
+            r2.fetch_add(1, Ordering::SeqCst);
+            async { Ok(()) }
+        })
+        .after_shutdown(move |_| {
+            r3.fetch_add(1, Ordering::SeqCst);
+            async { Err(failing("third")) }
+        })
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let err = broker.stop().await.unwrap_err();
+    assert_eq!(ran.load(Ordering::SeqCst), 3);
+    let Error::Hook(f) = &err else { panic!("expected a hook error, got {err:?}") };
+    let idx: Vec<usize> = f.failures.iter().map(|e| e.index).collect();
+    assert_eq!(idx, [0, 2]);
+    assert!(f.outcome.unwrap().is_clean());
+    assert!(err.to_string().contains("first") && err.to_string().contains("third"));
+    // Later callers get the outcome.
+    assert!(broker.stop().await.unwrap().is_clean());
+}
+
+#[actix_rt::test]
+async fn on_shutdown_failure_still_closes_and_runs_after_shutdown() {
+    let redis = RedisServer::start();
+    let log: Log = Arc::default();
+    let (l1, l2, l3) = (log.clone(), log.clone(), log.clone());
+    let broker = Broker::builder(redis.url())
+        .on_shutdown(move |_| {
+            let l = l1.clone();
+            async move {
+                push(&l, "on_shutdown 1");
+                Err(failing("flush failed"))
+            }
+        })
+        .on_shutdown(move |_| {
+            let l = l2.clone();
+            async move {
+                push(&l, "on_shutdown 2");
+                Ok(())
+            }
+        })
+        .after_shutdown(move |_| {
+            let l = l3.clone();
+            async move {
+                push(&l, "after_shutdown");
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let err = broker.stop().await.unwrap_err();
+    let Error::Hook(f) = &err else { panic!("expected a hook error, got {err:?}") };
+    assert_eq!(f.failures[0].stage, Stage::OnShutdown);
+    assert_eq!(*log.lock().unwrap(), ["on_shutdown 1", "after_shutdown"]);
+    assert_eq!(broker.phase(), Phase::Stopped);
+}
+
+#[actix_rt::test]
+async fn unreachable_redis_fails_start_at_once_with_a_connection_error() {
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let after = Arc::new(AtomicUsize::new(0));
+    let a = after.clone();
+    let broker = Broker::builder(format!("redis://127.0.0.1:{port}"))
+        .after_startup(move |_| {
+            a.fetch_add(1, Ordering::SeqCst);
+            async { Ok(()) }
+        })
+        .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async { Ok(()) })
+        .build()
+        .unwrap();
+    let res = tokio::time::timeout(Duration::from_secs(10), broker.start())
+        .await
+        .expect("start() must not retry an unreachable server");
+    let err = res.unwrap_err();
+    assert!(matches!(err, Error::Connect(_)), "got {err:?}");
+    assert!(err.is_connection() && err.is_retryable());
+    assert_eq!(after.load(Ordering::SeqCst), 0);
+    assert_eq!(broker.phase(), Phase::Stopped);
+}
+
+#[actix_rt::test]
+async fn busygroup_is_fine_and_a_wrong_key_type_fails_group_creation() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let _: () = redis::cmd("XGROUP").arg("CREATE").arg("s").arg("g").arg("0").arg("MKSTREAM").query(&mut c).unwrap();
+    let _: () = redis::cmd("SET").arg("not-a-stream").arg("x").query(&mut c).unwrap();
+    let ok = Broker::builder(redis.url())
+        .subscribe(&Stream::new("s", "g"), fast(), |_: u64| async { Ok(()) })
+        .build()
+        .unwrap();
+    ok.start().await.expect("an existing group is fine");
+    ok.stop().await.unwrap();
+
+    let bad = Broker::builder(redis.url())
+        .subscribe(&Stream::new("not-a-stream", "g"), fast(), |_: u64| async { Ok(()) })
+        .build()
+        .unwrap();
+    let err = bad.start().await.unwrap_err();
+    assert!(matches!(err, Error::GroupCreate { .. }), "got {err:?}");
+    assert_eq!(bad.phase(), Phase::Stopped);
+}
+
+#[actix_rt::test]
+async fn stop_is_idempotent_and_works_from_another_thread() {
+    let redis = RedisServer::start();
+    let shutdowns = Arc::new(AtomicUsize::new(0));
+    let (s1, s2) = (shutdowns.clone(), shutdowns.clone());
+    let broker = Broker::builder(redis.url())
+        .on_shutdown(move |_| {
+            s1.fetch_add(1, Ordering::SeqCst);
+            async { Ok(()) }
+        })
+        .after_shutdown(move |_| {
+            s2.fetch_add(1, Ordering::SeqCst);
+            async { Ok(()) }
+        })
+        .subscribe(&Stream::new("tasks", "g"), ConsumerOptions::default(), |_: u64| async { Ok(()) })
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    // From a plain OS thread, with no runtime of its own.
+    let b = broker.clone();
+    let thread = std::thread::spawn(move || futures::executor::block_on(b.stop()));
+    let (here, again) = futures::join!(broker.stop(), broker.stop());
+    let there = tokio::task::spawn_blocking(move || thread.join().unwrap()).await.unwrap();
+    for r in [here, again, there] {
+        assert!(r.unwrap().is_clean());
+    }
+    assert!(broker.stop().await.unwrap().is_clean());
+    assert_eq!(shutdowns.load(Ordering::SeqCst), 2, "each shutdown hook ran exactly once");
+}
+
+#[actix_rt::test]
+async fn publish_before_start_and_after_stop() {
+    let redis = RedisServer::start();
+    let s = Stream::new("s", "g");
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    assert!(matches!(broker.publish(&s, &1).await, Err(Error::NotStarted)));
+    broker.start().await.unwrap();
+    assert!(matches!(broker.start().await, Err(Error::AlreadyStarted)));
+    broker.publish(&s, &1).await.unwrap();
+    broker.stop().await.unwrap();
+    assert!(matches!(broker.publish(&s, &2).await, Err(Error::ShutDown)));
+    assert!(matches!(broker.publish_batch(&s, [3, 4]).await, Err(Error::ShutDown)));
+    assert!(matches!(broker.start().await, Err(Error::ShutDown)));
+    assert_eq!(support::stream_len(&mut redis.conn(), "s"), 1);
+}
+
+#[actix_rt::test]
+async fn stop_before_start_finishes_the_broker() {
+    let broker = Broker::builder("redis://127.0.0.1:1").build().unwrap();
+    assert!(broker.stop().await.unwrap().is_clean());
+    assert_eq!(broker.phase(), Phase::Stopped);
+    assert!(matches!(broker.start().await, Err(Error::ShutDown)));
+}
+
+#[actix_rt::test]
+async fn stop_interrupts_a_blocked_read_and_closes_connections() {
+    let redis = RedisServer::start();
+    let broker = Broker::builder(redis.url())
+        .pool_size(2)
+        .subscribe(
+            &Stream::new("idle", "g"),
+            // A block far longer than the test's patience.
+            ConsumerOptions::default().block(Duration::from_secs(60)),
+            |_: u64| async { Ok(()) },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    // 2 shared + 1 read connection + the asking one.
+    eventually("read connection open", Duration::from_secs(10), || connected_clients(&redis) == 4).await;
+    let blocked = || -> usize {
+        let info: String = redis::cmd("INFO").arg("clients").query(&mut redis.conn()).unwrap();
+        info.lines().find_map(|l| l.strip_prefix("blocked_clients:")).unwrap().trim().parse().unwrap()
+    };
+    eventually("consumer blocked in XREADGROUP", Duration::from_secs(10), || blocked() == 1).await;
+    let outcome = tokio::time::timeout(Duration::from_secs(10), broker.stop())
+        .await
+        .expect("stop must not wait for a 60 s block")
+        .unwrap();
+    assert!(outcome.is_clean());
+    eventually("connections closed", Duration::from_secs(10), || connected_clients(&redis) == 1).await;
+}
+
+#[test]
+fn invalid_configuration_is_rejected_by_build() {
+    use rillkit::ConfigError;
+    let s = Stream::new("s", "g");
+    let err = Broker::builder("not a url").build().unwrap_err();
+    assert!(matches!(err, ConfigError::Url(_)));
+    let err = Broker::builder("redis://127.0.0.1")
+        .subscribe(&s, ConsumerOptions::default().count(0), |_: u64| async { Ok(()) })
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::Invalid { option: "count", .. }), "{err:?}");
+    let err = Broker::builder("redis://127.0.0.1")
+        .subscribe(&s, ConsumerOptions::default().consumer("c"), |_: u64| async { Ok(()) })
+        .subscribe(&s, ConsumerOptions::default().consumer("c"), |_: u64| async { Ok(()) })
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::DuplicateConsumer { .. }), "{err:?}");
+    let err = Broker::builder("redis://127.0.0.1").pool_size(0).build().unwrap_err();
+    assert!(matches!(err, ConfigError::Invalid { option: "pool_size", .. }));
+}
