@@ -73,3 +73,8 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         "non-string panic payload".to_owned()
     }
 }
+
+/// The README's code blocks, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

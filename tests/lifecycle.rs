@@ -351,7 +351,7 @@ async fn busygroup_is_fine_and_a_wrong_key_type_fails_group_creation() {
         .build()
         .unwrap();
     ok.start().await.expect("an existing group is fine");
-    ok.stop().await.unwrap();
+    assert!(ok.stop().await.unwrap().is_clean());
 
     let bad = Broker::builder(redis.url())
         .subscribe(&Stream::new("not-a-stream", "g"), fast(), |_: u64| async { Ok(()) })
@@ -401,7 +401,7 @@ async fn publish_before_start_and_after_stop() {
     broker.start().await.unwrap();
     assert!(matches!(broker.start().await, Err(Error::AlreadyStarted)));
     broker.publish(&s, &1).await.unwrap();
-    broker.stop().await.unwrap();
+    assert!(broker.stop().await.unwrap().is_clean());
     assert!(matches!(broker.publish(&s, &2).await, Err(Error::ShutDown)));
     assert!(matches!(broker.publish_batch(&s, [3, 4]).await, Err(Error::ShutDown)));
     assert!(matches!(broker.start().await, Err(Error::ShutDown)));

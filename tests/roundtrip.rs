@@ -113,7 +113,7 @@ async fn whole_message_handler_sees_metadata_and_raw_fields() {
     assert_eq!(m.field("trace"), Some(&b"\xff\x00binary"[..]));
     let o: Order = m.decode(&rillkit::Json).unwrap();
     assert_eq!(o, Order { id: 7, total: 1.5 });
-    broker.stop().await.unwrap();
+    assert!(broker.stop().await.unwrap().is_clean());
 }
 
 #[actix_rt::test]
@@ -144,7 +144,7 @@ async fn two_groups_each_see_every_entry() {
         a.load(Ordering::SeqCst) == 20 && b.load(Ordering::SeqCst) == 20
     })
     .await;
-    broker.stop().await.unwrap();
+    assert!(broker.stop().await.unwrap().is_clean());
     assert_eq!(a.load(Ordering::SeqCst), 20);
     assert_eq!(b.load(Ordering::SeqCst), 20);
 }
@@ -181,8 +181,8 @@ async fn two_brokers_in_one_group_split_the_work_without_duplicates() {
         pending_count(&mut c, "jobs", "workers") == 0
     })
     .await;
-    w1.stop().await.unwrap();
-    w2.stop().await.unwrap();
+    assert!(w1.stop().await.unwrap().is_clean());
+    assert!(w2.stop().await.unwrap().is_clean());
     let ids = seen.lock().unwrap().clone();
     let unique: HashSet<u64> = ids.iter().copied().collect();
     assert_eq!(ids.len(), 200, "no entry handled twice");
@@ -230,7 +230,7 @@ async fn interop_with_plain_redis_clients_both_ways() {
     let data: String = rows.ids[0].get("data").unwrap();
     let back: Order = serde_json::from_str(&data).unwrap();
     assert_eq!(back, Order { id: 2, total: 4.0 });
-    broker.stop().await.unwrap();
+    assert!(broker.stop().await.unwrap().is_clean());
     assert_eq!(seen.lock().unwrap()[0], Order { id: 1, total: 3.0 });
 }
 
@@ -258,5 +258,5 @@ async fn max_len_caps_the_stream() {
         len < 1000,
         "MAXLEN ~ 10 trims (approximately): {len} entries left"
     );
-    broker.stop().await.unwrap();
+    assert!(broker.stop().await.unwrap().is_clean());
 }

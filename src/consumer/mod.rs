@@ -32,7 +32,7 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use futures::FutureExt;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::handler::ErasedHandler;
 use crate::redis::RedisActor;
@@ -67,6 +67,7 @@ pub(crate) struct ConsumerActor {
     redis: Addr<RedisActor>,
     exited: Recipient<ConsumerExited>,
     stop: watch::Sender<Option<Instant>>,
+    ready: Option<oneshot::Sender<()>>,
 }
 
 impl ConsumerActor {
@@ -76,6 +77,7 @@ impl ConsumerActor {
         client: redis::Client,
         redis: Addr<RedisActor>,
         exited: Recipient<ConsumerExited>,
+        ready: Option<oneshot::Sender<()>>,
     ) -> Self {
         ConsumerActor {
             index,
@@ -84,6 +86,7 @@ impl ConsumerActor {
             redis,
             exited,
             stop: watch::channel(None).0,
+            ready,
         }
     }
 }
@@ -98,6 +101,7 @@ impl Actor for ConsumerActor {
             self.client.clone(),
             self.redis.clone(),
             stop,
+            self.ready.take(),
         );
         // The actor boundary: a panic in rillkit's own loop code is caught here
         // and reported, never lost with the task.

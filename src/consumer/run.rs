@@ -56,6 +56,9 @@ struct Finished {
     result: Result<HandlerResult, String>,
 }
 
+/// An XACK batch that came back: its ids and what Redis said.
+type AckDone = (Vec<EntryId>, Result<usize, Error>);
+
 /// What one read produced.
 struct ReadDone {
     conn: Option<MultiplexedConnection>,
@@ -113,6 +116,7 @@ pub(crate) async fn consume(
     client: redis::Client,
     redis: Addr<RedisActor>,
     stop: watch::Receiver<Option<Instant>>,
+    ready: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> ConsumerReport {
     let mut lp = Loop {
         in_read: Rc::new(Cell::new(false)),
@@ -144,6 +148,9 @@ pub(crate) async fn consume(
         max_retries = s.opts.max_retries,
         "consumer started"
     );
+    if let Some(tx) = ready {
+        let _ = tx.send(());
+    }
     lp.run(stop).await;
     tracing::info!(stream = %lp.sub.names.name, consumer = %lp.sub.consumer, "consumer stopped");
     lp.report
@@ -169,7 +176,7 @@ struct Loop {
     read: Option<LocalBoxFuture<'static, ReadDone>>,
     /// Ids to XACK with the next batch.
     acks: Vec<EntryId>,
-    ack_inflight: Option<LocalBoxFuture<'static, (Vec<EntryId>, Result<usize, Error>)>>,
+    ack_inflight: Option<LocalBoxFuture<'static, AckDone>>,
     /// Dead-letter moves and hand-backs in flight.
     side: FuturesUnordered<LocalBoxFuture<'static, ()>>,
     /// Set once draining.

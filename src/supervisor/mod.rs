@@ -104,9 +104,10 @@ impl Supervisor {
         self.slots.iter().filter(|s| s.addr.is_some()).count()
     }
 
-    fn spawn_consumer(&mut self, index: usize, ctx: &mut Context<Self>) {
+    fn spawn_consumer(&mut self, index: usize, ctx: &mut Context<Self>) -> oneshot::Receiver<()> {
+        let (ready, rx) = oneshot::channel();
         let (Some(redis), Some(slot)) = (self.redis.clone(), self.slots.get_mut(index)) else {
-            return;
+            return rx;
         };
         let actor = ConsumerActor::new(
             index,
@@ -114,8 +115,10 @@ impl Supervisor {
             self.broker.client().clone(),
             redis,
             ctx.address().recipient(),
+            Some(ready),
         );
         slot.addr = Some(actor.start());
+        rx
     }
 
     fn maybe_drained(&mut self) {
@@ -143,15 +146,15 @@ impl Actor for Supervisor {
     }
 }
 
-/// Start one consumer actor per subscription.
+/// Start one consumer actor per subscription; answers once each has started.
 #[derive(Message)]
 #[rtype(result = "()")]
 struct StartConsumers(Addr<RedisActor>);
 
 impl Handler<StartConsumers> for Supervisor {
-    type Result = ();
+    type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, msg: StartConsumers, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: StartConsumers, ctx: &mut Self::Context) -> Self::Result {
         self.redis = Some(msg.0);
         self.slots = self
             .subs
@@ -163,9 +166,10 @@ impl Handler<StartConsumers> for Supervisor {
                 failed: false,
             })
             .collect();
-        for i in 0..self.slots.len() {
-            self.spawn_consumer(i, ctx);
-        }
+        let ready: Vec<_> = (0..self.slots.len()).map(|i| self.spawn_consumer(i, ctx)).collect();
+        Box::pin(async move {
+            futures::future::join_all(ready).await;
+        })
     }
 }
 
@@ -262,7 +266,8 @@ impl Handler<ConsumerExited> for Supervisor {
         let index = msg.index;
         ctx.run_later(delay, move |act, ctx| {
             if !act.draining {
-                act.spawn_consumer(index, ctx);
+                // Nobody waits for a restarted consumer to be ready.
+                drop(act.spawn_consumer(index, ctx));
             }
         });
     }

@@ -1,0 +1,124 @@
+//! A long-running worker configured by environment variables, for operators and
+//! process-level tests. It stops on SIGINT/SIGTERM (a second signal exits with
+//! status 1 at once) and exits with the drain outcome's exit code.
+//!
+//! | variable | default | sets |
+//! |----------|---------|------|
+//! | `REDIS_URL` | `redis://127.0.0.1:6379` | server |
+//! | `RILLKIT_STREAM` | `tasks` | stream key |
+//! | `RILLKIT_GROUP` | `workers` | consumer group |
+//! | `RILLKIT_CONSUMER` | `<group>-<hostname>-<pid>` | consumer name |
+//! | `RILLKIT_BLOCK_MS` | 5000 | `block` |
+//! | `RILLKIT_COUNT` | 10 | `count` |
+//! | `RILLKIT_MAX_RETRIES` | 3 | `max_retries` |
+//! | `RILLKIT_CLAIM_IDLE_MS` | 30000 | `claim_idle` |
+//! | `RILLKIT_SHUTDOWN_TIMEOUT_MS` | 30000 | drain deadline |
+//! | `RILLKIT_CONCURRENCY` | 1 | handlers at once |
+//!
+//! Entries hold JSON objects `{"id": <u64>, "sleep_ms": <u64>?, "fail": <bool>?,
+//! "panic": <bool>?, "exit": <bool>?}`: the handler sleeps `sleep_ms`; `fail`
+//! returns an error (retry), `panic` panics, `exit` ends the process with
+//! status 9 in the middle of handling (a crash). On success it prints
+//! `handled <id> delivery <n>` on stdout. Logs go to stderr.
+//!
+//! ```sh
+//! RILLKIT_STREAM=s cargo run --example worker &
+//! redis-cli XADD s '*' data '{"id":1}'
+//! kill -TERM %1
+//! ```
+
+use std::io::Write;
+use std::time::Duration;
+
+use rillkit::prelude::*;
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+struct Task {
+    id: u64,
+    #[serde(default)]
+    sleep_ms: u64,
+    #[serde(default)]
+    fail: bool,
+    #[serde(default)]
+    panic: bool,
+    #[serde(default)]
+    exit: bool,
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
+        Err(_) => default,
+    }
+}
+
+#[actix::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "rillkit=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let stream = Stream::new(
+        env_or("RILLKIT_STREAM", "tasks".to_string()),
+        env_or("RILLKIT_GROUP", "workers".to_string()),
+    );
+    let mut opts = ConsumerOptions::default()
+        .block(Duration::from_millis(env_or("RILLKIT_BLOCK_MS", 5000)))
+        .count(env_or("RILLKIT_COUNT", 10))
+        .max_retries(env_or("RILLKIT_MAX_RETRIES", 3))
+        .claim_idle(Duration::from_millis(env_or("RILLKIT_CLAIM_IDLE_MS", 30_000)))
+        .concurrency(env_or("RILLKIT_CONCURRENCY", 1));
+    if let Ok(name) = std::env::var("RILLKIT_CONSUMER") {
+        opts = opts.consumer(name);
+    }
+    let shutdown = Duration::from_millis(env_or("RILLKIT_SHUTDOWN_TIMEOUT_MS", 30_000));
+
+    let broker = Broker::builder(url)
+        .shutdown_timeout(shutdown)
+        .subscribe_message(&stream, opts, |msg: Message| async move {
+            let task: Task = msg
+                .decode(&rillkit::Json)
+                .map_err(|e| HandlerError::reject(format!("not a task: {e}")))?;
+            if task.sleep_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(task.sleep_ms)).await;
+            }
+            if task.exit {
+                eprintln!("task {} asks the worker to crash", task.id);
+                std::process::exit(9);
+            }
+            if task.panic {
+                panic!("task {} asked for a panic", task.id);
+            }
+            if task.fail {
+                return Err(HandlerError::retry(format!("task {} asked to fail", task.id)));
+            }
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "handled {} delivery {}", task.id, msg.delivery_count);
+            let _ = out.flush();
+            Ok(())
+        })
+        .build()
+        .unwrap_or_else(|e| {
+            eprintln!("invalid configuration: {e}");
+            std::process::exit(2);
+        });
+
+    let code = match broker.run().await {
+        Ok(outcome) => {
+            tracing::info!(?outcome, exit_code = outcome.exit_code(), "worker stopped");
+            outcome.exit_code()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "worker failed");
+            e.exit_code()
+        }
+    };
+    std::process::exit(code);
+}
