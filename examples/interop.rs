@@ -20,7 +20,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let broker = Broker::builder(url.as_str())
         .subscribe(
             &orders,
-            ConsumerOptions::default().start_id("$").block(Duration::from_millis(300)),
+            ConsumerOptions::default()
+                .start_id("$")
+                .block(Duration::from_millis(300)),
             move |order: serde_json::Value| {
                 let sink = sink.clone();
                 async move {
@@ -33,10 +35,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     broker.start().await?;
 
-    let mut plain = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+    let mut plain = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
     // 1. A plain redis-rs producer.
     let first: String = plain
-        .xadd("interop-orders", "*", &[("data", r#"{"id":1,"source":"redis-rs"}"#)])
+        .xadd(
+            "interop-orders",
+            "*",
+            &[("data", r#"{"id":1,"source":"redis-rs"}"#)],
+        )
         .await?;
     // 2. rillkit publishes; a plain redis-rs reader reads it back.
     let second = broker
@@ -47,12 +55,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while got.lock().unwrap().len() < 2 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let rows: redis::streams::StreamRangeReply = plain.xrange("interop-orders", first.as_str(), second.as_str()).await?;
+    let rows: redis::streams::StreamRangeReply = plain
+        .xrange("interop-orders", first.as_str(), second.as_str())
+        .await?;
     for row in &rows.ids {
         let data: String = row.get("data").unwrap_or_default();
         println!("plain reader: {} data={data}", row.id);
     }
     let outcome = broker.stop().await?;
-    let code = if got.lock().unwrap().len() == 2 { outcome.exit_code() } else { 1 };
+    let code = if got.lock().unwrap().len() == 2 {
+        outcome.exit_code()
+    } else {
+        1
+    };
     std::process::exit(code);
 }

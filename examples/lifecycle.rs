@@ -40,7 +40,9 @@ async fn main() {
         })
         .subscribe(
             &Stream::new("lifecycle-tasks", "g"),
-            ConsumerOptions::default().consumer("c1").block(Duration::from_millis(200)),
+            ConsumerOptions::default()
+                .consumer("c1")
+                .block(Duration::from_millis(200)),
             |_task: serde_json::Value| async { Ok(()) },
         )
         .build()
@@ -51,6 +53,9 @@ async fn main() {
         std::process::exit(e.exit_code());
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let code = broker.stop().await.map_or_else(|e| e.exit_code(), |o| o.exit_code());
+    let code = broker
+        .stop()
+        .await
+        .map_or_else(|e| e.exit_code(), |o| o.exit_code());
     std::process::exit(code);
 }

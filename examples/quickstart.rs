@@ -21,7 +21,9 @@ struct Order {
 
 #[actix::main]
 async fn main() {
-    tracing_subscriber::fmt().with_env_filter("rillkit=info").init();
+    tracing_subscriber::fmt()
+        .with_env_filter("rillkit=info")
+        .init();
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
 
     let orders = Stream::new("quickstart-orders", "billing");
@@ -31,11 +33,16 @@ async fn main() {
         .subscribe(
             &orders,
             // Only entries published from now on: a re-run does not replay old ones.
-            ConsumerOptions::default().start_id("$").block(Duration::from_millis(500)),
+            ConsumerOptions::default()
+                .start_id("$")
+                .block(Duration::from_millis(500)),
             move |order: Order| {
                 let counter = counter.clone();
                 async move {
-                    println!("order {:>3}: {:<8} {:>7.2}", order.id, order.item, order.total);
+                    println!(
+                        "order {:>3}: {:<8} {:>7.2}",
+                        order.id, order.item, order.total
+                    );
                     counter.fetch_add(1, Ordering::SeqCst);
                     Ok(())
                 }
@@ -48,7 +55,12 @@ async fn main() {
         eprintln!("start failed: {e}");
         std::process::exit(e.exit_code());
     }
-    let batch = [("coffee", 3.5), ("bagel", 2.25), ("juice", 4.0), ("muffin", 2.75)];
+    let batch = [
+        ("coffee", 3.5),
+        ("bagel", 2.25),
+        ("juice", 4.0),
+        ("muffin", 2.75),
+    ];
     let ids = broker
         .publish_batch(
             &orders,
@@ -69,11 +81,19 @@ async fn main() {
     }
     let code = match broker.stop().await {
         Ok(outcome) if handled.load(Ordering::SeqCst) == ids.len() => {
-            println!("handled {} orders; exit code {}", ids.len(), outcome.exit_code());
+            println!(
+                "handled {} orders; exit code {}",
+                ids.len(),
+                outcome.exit_code()
+            );
             outcome.exit_code()
         }
         Ok(_) => {
-            eprintln!("only {} of {} orders handled", handled.load(Ordering::SeqCst), ids.len());
+            eprintln!(
+                "only {} of {} orders handled",
+                handled.load(Ordering::SeqCst),
+                ids.len()
+            );
             1
         }
         Err(e) => {

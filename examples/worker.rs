@@ -73,7 +73,10 @@ async fn main() {
         .block(Duration::from_millis(env_or("RILLKIT_BLOCK_MS", 5000)))
         .count(env_or("RILLKIT_COUNT", 10))
         .max_retries(env_or("RILLKIT_MAX_RETRIES", 3))
-        .claim_idle(Duration::from_millis(env_or("RILLKIT_CLAIM_IDLE_MS", 30_000)))
+        .claim_idle(Duration::from_millis(env_or(
+            "RILLKIT_CLAIM_IDLE_MS",
+            30_000,
+        )))
         .concurrency(env_or("RILLKIT_CONCURRENCY", 1));
     if let Ok(name) = std::env::var("RILLKIT_CONSUMER") {
         opts = opts.consumer(name);
@@ -97,7 +100,10 @@ async fn main() {
                 panic!("task {} asked for a panic", task.id);
             }
             if task.fail {
-                return Err(HandlerError::retry(format!("task {} asked to fail", task.id)));
+                return Err(HandlerError::retry(format!(
+                    "task {} asked to fail",
+                    task.id
+                )));
             }
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "handled {} delivery {}", task.id, msg.delivery_count);

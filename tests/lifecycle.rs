@@ -27,7 +27,10 @@ fn failing(msg: &'static str) -> BoxError {
 
 /// Connected clients as the server counts them (includes the asking one).
 fn connected_clients(redis: &RedisServer) -> usize {
-    let info: String = redis::cmd("INFO").arg("clients").query(&mut redis.conn()).unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query(&mut redis.conn())
+        .unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix("connected_clients:"))
         .and_then(|n| n.trim().parse().ok())
@@ -42,7 +45,14 @@ async fn hooks_run_in_order_around_redis_work() {
     let s = Stream::new("tasks", "g");
     let handled = Arc::new(AtomicUsize::new(0));
     let url = redis.url();
-    let (l1, l2, l3, l4, l5, l6) = (log.clone(), log.clone(), log.clone(), log.clone(), log.clone(), log.clone());
+    let (l1, l2, l3, l4, l5, l6) = (
+        log.clone(),
+        log.clone(),
+        log.clone(),
+        log.clone(),
+        log.clone(),
+        log.clone(),
+    );
     let h = handled.clone();
     let broker = Broker::builder(redis.url())
         .on_startup(move |b: Broker| {
@@ -68,7 +78,11 @@ async fn hooks_run_in_order_around_redis_work() {
             async move {
                 // Groups exist, consumers run.
                 let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
-                let groups: Vec<redis::Value> = redis::cmd("XINFO").arg("GROUPS").arg("tasks").query(&mut c).unwrap();
+                let groups: Vec<redis::Value> = redis::cmd("XINFO")
+                    .arg("GROUPS")
+                    .arg("tasks")
+                    .query(&mut c)
+                    .unwrap();
                 assert_eq!(groups.len(), 1);
                 assert_eq!(b.phase(), Phase::Running);
                 push(&l, "after_startup");
@@ -115,7 +129,10 @@ async fn hooks_run_in_order_around_redis_work() {
         ["on_startup 1", "on_startup 2", "after_startup"]
     );
     broker.publish_batch(&s, [1, 2, 3]).await.unwrap();
-    eventually("3 handled", Duration::from_secs(10), || log.lock().unwrap().len() == 6).await;
+    eventually("3 handled", Duration::from_secs(10), || {
+        log.lock().unwrap().len() == 6
+    })
+    .await;
     let outcome = broker.stop().await.unwrap();
     assert!(outcome.is_clean());
     assert_eq!(
@@ -137,7 +154,13 @@ async fn hooks_run_in_order_around_redis_work() {
 async fn on_startup_failure_stops_everything_and_opens_no_connection() {
     let redis = RedisServer::start();
     let log: Log = Arc::default();
-    let (l1, l2, l3, l4, l5) = (log.clone(), log.clone(), log.clone(), log.clone(), log.clone());
+    let (l1, l2, l3, l4, l5) = (
+        log.clone(),
+        log.clone(),
+        log.clone(),
+        log.clone(),
+        log.clone(),
+    );
     let broker = Broker::builder(redis.url())
         .on_startup(move |_| {
             let l = l1.clone();
@@ -174,7 +197,9 @@ async fn on_startup_failure_stops_everything_and_opens_no_connection() {
                 Ok(())
             }
         })
-        .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async { Ok(()) })
+        .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async {
+            Ok(())
+        })
         .build()
         .unwrap();
     let err = broker.start().await.unwrap_err();
@@ -192,7 +217,10 @@ async fn on_startup_failure_stops_everything_and_opens_no_connection() {
     assert_eq!(broker.phase(), Phase::Stopped);
     // No Redis I/O happened: the stream was never created and only the test's
     // own connection is there.
-    let exists: bool = redis::cmd("EXISTS").arg("tasks").query(&mut redis.conn()).unwrap();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("tasks")
+        .query(&mut redis.conn())
+        .unwrap();
     assert!(!exists);
     assert_eq!(connected_clients(&redis), 1);
     // stop() after a failed start is fine and runs nothing.
@@ -234,11 +262,15 @@ async fn after_startup_failure_runs_shutdown_path_without_on_shutdown() {
                 Ok(())
             }
         })
-        .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async { Ok(()) })
+        .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async {
+            Ok(())
+        })
         .build()
         .unwrap();
     let err = broker.start().await.unwrap_err();
-    let Error::Hook(f) = &err else { panic!("expected a hook error, got {err:?}") };
+    let Error::Hook(f) = &err else {
+        panic!("expected a hook error, got {err:?}")
+    };
     assert_eq!(f.failures.len(), 1);
     assert_eq!(f.failures[0].stage, Stage::AfterStartup);
     assert_eq!(*log.lock().unwrap(), ["after_startup 1", "after_shutdown"]);
@@ -270,7 +302,9 @@ async fn every_after_shutdown_hook_runs_and_failures_are_reported_together() {
     broker.start().await.unwrap();
     let err = broker.stop().await.unwrap_err();
     assert_eq!(ran.load(Ordering::SeqCst), 3);
-    let Error::Hook(f) = &err else { panic!("expected a hook error, got {err:?}") };
+    let Error::Hook(f) = &err else {
+        panic!("expected a hook error, got {err:?}")
+    };
     let idx: Vec<usize> = f.failures.iter().map(|e| e.index).collect();
     assert_eq!(idx, [0, 2]);
     assert!(f.outcome.unwrap().is_clean());
@@ -310,7 +344,9 @@ async fn on_shutdown_failure_still_closes_and_runs_after_shutdown() {
         .unwrap();
     broker.start().await.unwrap();
     let err = broker.stop().await.unwrap_err();
-    let Error::Hook(f) = &err else { panic!("expected a hook error, got {err:?}") };
+    let Error::Hook(f) = &err else {
+        panic!("expected a hook error, got {err:?}")
+    };
     assert_eq!(f.failures[0].stage, Stage::OnShutdown);
     assert_eq!(*log.lock().unwrap(), ["on_shutdown 1", "after_shutdown"]);
     assert_eq!(broker.phase(), Phase::Stopped);
@@ -319,7 +355,11 @@ async fn on_shutdown_failure_still_closes_and_runs_after_shutdown() {
 #[actix_rt::test]
 async fn unreachable_redis_fails_start_at_once_with_a_connection_error() {
     // A port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let after = Arc::new(AtomicUsize::new(0));
     let a = after.clone();
     let broker = Broker::builder(format!("redis://127.0.0.1:{port}"))
@@ -327,7 +367,9 @@ async fn unreachable_redis_fails_start_at_once_with_a_connection_error() {
             a.fetch_add(1, Ordering::SeqCst);
             async { Ok(()) }
         })
-        .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async { Ok(()) })
+        .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async {
+            Ok(())
+        })
         .build()
         .unwrap();
     let res = tokio::time::timeout(Duration::from_secs(10), broker.start())
@@ -344,8 +386,19 @@ async fn unreachable_redis_fails_start_at_once_with_a_connection_error() {
 async fn busygroup_is_fine_and_a_wrong_key_type_fails_group_creation() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
-    let _: () = redis::cmd("XGROUP").arg("CREATE").arg("s").arg("g").arg("0").arg("MKSTREAM").query(&mut c).unwrap();
-    let _: () = redis::cmd("SET").arg("not-a-stream").arg("x").query(&mut c).unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("s")
+        .arg("g")
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("not-a-stream")
+        .arg("x")
+        .query(&mut c)
+        .unwrap();
     let ok = Broker::builder(redis.url())
         .subscribe(&Stream::new("s", "g"), fast(), |_: u64| async { Ok(()) })
         .build()
@@ -354,7 +407,9 @@ async fn busygroup_is_fine_and_a_wrong_key_type_fails_group_creation() {
     assert!(ok.stop().await.unwrap().is_clean());
 
     let bad = Broker::builder(redis.url())
-        .subscribe(&Stream::new("not-a-stream", "g"), fast(), |_: u64| async { Ok(()) })
+        .subscribe(&Stream::new("not-a-stream", "g"), fast(), |_: u64| async {
+            Ok(())
+        })
         .build()
         .unwrap();
     let err = bad.start().await.unwrap_err();
@@ -376,7 +431,11 @@ async fn stop_is_idempotent_and_works_from_another_thread() {
             s2.fetch_add(1, Ordering::SeqCst);
             async { Ok(()) }
         })
-        .subscribe(&Stream::new("tasks", "g"), ConsumerOptions::default(), |_: u64| async { Ok(()) })
+        .subscribe(
+            &Stream::new("tasks", "g"),
+            ConsumerOptions::default(),
+            |_: u64| async { Ok(()) },
+        )
         .build()
         .unwrap();
     broker.start().await.unwrap();
@@ -384,12 +443,18 @@ async fn stop_is_idempotent_and_works_from_another_thread() {
     let b = broker.clone();
     let thread = std::thread::spawn(move || futures::executor::block_on(b.stop()));
     let (here, again) = futures::join!(broker.stop(), broker.stop());
-    let there = tokio::task::spawn_blocking(move || thread.join().unwrap()).await.unwrap();
+    let there = tokio::task::spawn_blocking(move || thread.join().unwrap())
+        .await
+        .unwrap();
     for r in [here, again, there] {
         assert!(r.unwrap().is_clean());
     }
     assert!(broker.stop().await.unwrap().is_clean());
-    assert_eq!(shutdowns.load(Ordering::SeqCst), 2, "each shutdown hook ran exactly once");
+    assert_eq!(
+        shutdowns.load(Ordering::SeqCst),
+        2,
+        "each shutdown hook ran exactly once"
+    );
 }
 
 #[actix_rt::test]
@@ -397,13 +462,19 @@ async fn publish_before_start_and_after_stop() {
     let redis = RedisServer::start();
     let s = Stream::new("s", "g");
     let broker = Broker::builder(redis.url()).build().unwrap();
-    assert!(matches!(broker.publish(&s, &1).await, Err(Error::NotStarted)));
+    assert!(matches!(
+        broker.publish(&s, &1).await,
+        Err(Error::NotStarted)
+    ));
     broker.start().await.unwrap();
     assert!(matches!(broker.start().await, Err(Error::AlreadyStarted)));
     broker.publish(&s, &1).await.unwrap();
     assert!(broker.stop().await.unwrap().is_clean());
     assert!(matches!(broker.publish(&s, &2).await, Err(Error::ShutDown)));
-    assert!(matches!(broker.publish_batch(&s, [3, 4]).await, Err(Error::ShutDown)));
+    assert!(matches!(
+        broker.publish_batch(&s, [3, 4]).await,
+        Err(Error::ShutDown)
+    ));
     assert!(matches!(broker.start().await, Err(Error::ShutDown)));
     assert_eq!(support::stream_len(&mut redis.conn(), "s"), 1);
 }
@@ -431,18 +502,37 @@ async fn stop_interrupts_a_blocked_read_and_closes_connections() {
         .unwrap();
     broker.start().await.unwrap();
     // 2 shared + 1 read connection + the asking one.
-    eventually("read connection open", Duration::from_secs(10), || connected_clients(&redis) == 4).await;
+    eventually("read connection open", Duration::from_secs(10), || {
+        connected_clients(&redis) == 4
+    })
+    .await;
     let blocked = || -> usize {
-        let info: String = redis::cmd("INFO").arg("clients").query(&mut redis.conn()).unwrap();
-        info.lines().find_map(|l| l.strip_prefix("blocked_clients:")).unwrap().trim().parse().unwrap()
+        let info: String = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut redis.conn())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("blocked_clients:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
     };
-    eventually("consumer blocked in XREADGROUP", Duration::from_secs(10), || blocked() == 1).await;
+    eventually(
+        "consumer blocked in XREADGROUP",
+        Duration::from_secs(10),
+        || blocked() == 1,
+    )
+    .await;
     let outcome = tokio::time::timeout(Duration::from_secs(10), broker.stop())
         .await
         .expect("stop must not wait for a 60 s block")
         .unwrap();
     assert!(outcome.is_clean());
-    eventually("connections closed", Duration::from_secs(10), || connected_clients(&redis) == 1).await;
+    eventually("connections closed", Duration::from_secs(10), || {
+        connected_clients(&redis) == 1
+    })
+    .await;
 }
 
 #[test]
@@ -452,16 +542,47 @@ fn invalid_configuration_is_rejected_by_build() {
     let err = Broker::builder("not a url").build().unwrap_err();
     assert!(matches!(err, ConfigError::Url(_)));
     let err = Broker::builder("redis://127.0.0.1")
-        .subscribe(&s, ConsumerOptions::default().count(0), |_: u64| async { Ok(()) })
+        .subscribe(&s, ConsumerOptions::default().count(0), |_: u64| async {
+            Ok(())
+        })
         .build()
         .unwrap_err();
-    assert!(matches!(err, ConfigError::Invalid { option: "count", .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            ConfigError::Invalid {
+                option: "count",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     let err = Broker::builder("redis://127.0.0.1")
-        .subscribe(&s, ConsumerOptions::default().consumer("c"), |_: u64| async { Ok(()) })
-        .subscribe(&s, ConsumerOptions::default().consumer("c"), |_: u64| async { Ok(()) })
+        .subscribe(
+            &s,
+            ConsumerOptions::default().consumer("c"),
+            |_: u64| async { Ok(()) },
+        )
+        .subscribe(
+            &s,
+            ConsumerOptions::default().consumer("c"),
+            |_: u64| async { Ok(()) },
+        )
         .build()
         .unwrap_err();
-    assert!(matches!(err, ConfigError::DuplicateConsumer { .. }), "{err:?}");
-    let err = Broker::builder("redis://127.0.0.1").pool_size(0).build().unwrap_err();
-    assert!(matches!(err, ConfigError::Invalid { option: "pool_size", .. }));
+    assert!(
+        matches!(err, ConfigError::DuplicateConsumer { .. }),
+        "{err:?}"
+    );
+    let err = Broker::builder("redis://127.0.0.1")
+        .pool_size(0)
+        .build()
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::Invalid {
+            option: "pool_size",
+            ..
+        }
+    ));
 }

@@ -166,7 +166,9 @@ impl Handler<StartConsumers> for Supervisor {
                 failed: false,
             })
             .collect();
-        let ready: Vec<_> = (0..self.slots.len()).map(|i| self.spawn_consumer(i, ctx)).collect();
+        let ready: Vec<_> = (0..self.slots.len())
+            .map(|i| self.spawn_consumer(i, ctx))
+            .collect();
         Box::pin(async move {
             futures::future::join_all(ready).await;
         })
