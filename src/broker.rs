@@ -109,7 +109,7 @@ impl BrokerBuilder {
         self
     }
 
-    /// Subscribes a handler that receives the whole [`Message`]: entry id,
+    /// Subscribes a handler that receives the whole [`Message`](crate::Message): entry id,
     /// stream, group, consumer, the server's delivery count and every raw field.
     /// It is called for every entry, also those without a valid data field
     /// (decode with [`Message::decode`]).
