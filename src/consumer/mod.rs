@@ -24,7 +24,7 @@ mod run;
 
 pub use options::ConsumerOptions;
 pub(crate) use options::default_consumer_name;
-pub(crate) use run::ConsumerReport;
+pub(crate) use run::{ConsumerReport, Delivered};
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -35,6 +35,7 @@ use futures::FutureExt;
 use tokio::sync::{oneshot, watch};
 
 use crate::handler::ErasedHandler;
+use crate::reclaimer::ReclaimerActor;
 use crate::redis::RedisActor;
 use crate::stream::StreamNames;
 
@@ -65,6 +66,7 @@ pub(crate) struct ConsumerActor {
     sub: Arc<Subscription>,
     client: redis::Client,
     redis: Addr<RedisActor>,
+    reclaimer: Addr<ReclaimerActor>,
     exited: Recipient<ConsumerExited>,
     stop: watch::Sender<Option<Instant>>,
     ready: Option<oneshot::Sender<()>>,
@@ -76,6 +78,7 @@ impl ConsumerActor {
         sub: Arc<Subscription>,
         client: redis::Client,
         redis: Addr<RedisActor>,
+        reclaimer: Addr<ReclaimerActor>,
         exited: Recipient<ConsumerExited>,
         ready: Option<oneshot::Sender<()>>,
     ) -> Self {
@@ -84,6 +87,7 @@ impl ConsumerActor {
             sub,
             client,
             redis,
+            reclaimer,
             exited,
             stop: watch::channel(None).0,
             ready,
@@ -100,6 +104,7 @@ impl Actor for ConsumerActor {
             self.sub.clone(),
             self.client.clone(),
             self.redis.clone(),
+            self.reclaimer.clone(),
             stop,
             self.ready.take(),
         );

@@ -1,7 +1,7 @@
 //! The consumer loop. See the parent module for what it does; this file is how.
 
 use std::cell::Cell;
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::future::{Future, pending};
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use super::Subscription;
 use crate::error::{Error, is_connection_error};
 use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
+use crate::reclaimer::{self, Claim, ReclaimerActor};
 use crate::redis::reply::{self, RawEntry};
 use crate::redis::{Ack, CreateGroup, DeadLetter, Query, RedisActor, Unblock, connect_reader};
 use crate::stream::EntryId;
@@ -44,10 +45,10 @@ impl ConsumerReport {
     }
 }
 
-/// An entry as read, with the server's delivery count.
-struct Delivered {
-    raw: RawEntry,
-    delivery_count: u64,
+/// An entry as read or claimed, with the server's delivery count.
+pub(crate) struct Delivered {
+    pub raw: RawEntry,
+    pub delivery_count: u64,
 }
 
 /// A handler run that has ended (or panicked).
@@ -55,6 +56,10 @@ struct Finished {
     msg: Message,
     result: Result<HandlerResult, String>,
 }
+
+/// A reclaim page that came back: the claimed entries and whether the page
+/// was full.
+type ClaimDone = Result<(Vec<Delivered>, bool), Error>;
 
 /// An XACK batch that came back: its ids and what Redis said.
 type AckDone = (Vec<EntryId>, Result<usize, Error>);
@@ -115,10 +120,19 @@ pub(crate) async fn consume(
     sub: Arc<Subscription>,
     client: redis::Client,
     redis: Addr<RedisActor>,
+    reclaimer: Addr<ReclaimerActor>,
     stop: watch::Receiver<Option<Instant>>,
     ready: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> ConsumerReport {
+    let now = tokio::time::Instant::now();
     let mut lp = Loop {
+        reclaim_interval: reclaimer::interval(sub.opts.claim_idle),
+        heartbeat_every: (sub.opts.claim_idle / 3).max(Duration::from_millis(5)),
+        reclaimer,
+        reclaim: None,
+        reclaim_due: now,
+        held: HashSet::new(),
+        heartbeat_at: now,
         in_read: Rc::new(Cell::new(false)),
         client_id: Rc::new(Cell::new(None)),
         sub,
@@ -160,6 +174,18 @@ struct Loop {
     sub: Arc<Subscription>,
     client: redis::Client,
     redis: Addr<RedisActor>,
+    reclaimer: Addr<ReclaimerActor>,
+    /// A reclaim page in flight.
+    reclaim: Option<LocalBoxFuture<'static, ClaimDone>>,
+    /// When to ask the reclaimer next.
+    reclaim_due: tokio::time::Instant,
+    reclaim_interval: Duration,
+    /// Ids of entries whose handler runs; with `queue`, what this consumer
+    /// holds and keeps fresh in the PEL.
+    held: HashSet<EntryId>,
+    /// When to refresh the idle time of held entries next.
+    heartbeat_at: tokio::time::Instant,
+    heartbeat_every: Duration,
     /// The read connection, absent while (re)connecting.
     conn: Option<MultiplexedConnection>,
     /// Its CLIENT ID, for CLIENT UNBLOCK.
@@ -189,8 +215,13 @@ struct Loop {
 impl Loop {
     async fn run(&mut self, mut stop: watch::Receiver<Option<Instant>>) {
         loop {
+            let has_room = self.queue.is_empty() && self.running.len() < self.sub.opts.concurrency;
+            let may_reclaim = self.deadline.is_none() && has_room && self.reclaim.is_none();
             if self.deadline.is_none() {
                 self.start_queued();
+                if may_reclaim && tokio::time::Instant::now() >= self.reclaim_due {
+                    self.start_reclaim();
+                }
                 if self.read.is_none()
                     && self.queue.is_empty()
                     && self.running.len() < self.sub.opts.concurrency
@@ -198,12 +229,15 @@ impl Loop {
                     self.start_read();
                 }
             }
+            let may_reclaim = may_reclaim && self.reclaim.is_none();
+            let holding = !self.held.is_empty() || !self.queue.is_empty();
             if self.ack_inflight.is_none() && !self.acks.is_empty() {
                 self.send_acks(None);
             }
             if self.deadline.is_some()
                 && self.read.is_none()
                 && self.running.is_empty()
+                && self.reclaim.is_none()
                 && self.ack_inflight.is_none()
                 && self.acks.is_empty()
                 && self.side.is_empty()
@@ -228,6 +262,14 @@ impl Loop {
                     self.on_acked(ids, res);
                 }
                 Some(()) = self.side.next(), if !self.side.is_empty() => {}
+                claimed = maybe(&mut self.reclaim) => {
+                    self.reclaim = None;
+                    self.on_claimed(claimed);
+                }
+                () = tokio::time::sleep_until(self.reclaim_due), if may_reclaim => {}
+                () = tokio::time::sleep_until(self.heartbeat_at), if holding && self.deadline.is_none() => {
+                    self.heartbeat();
+                }
                 changed = stop.changed(), if self.deadline.is_none() => {
                     let deadline = match changed {
                         Ok(()) => (*stop.borrow()).unwrap_or_else(Instant::now),
@@ -290,6 +332,7 @@ impl Loop {
         let prepared = std::panic::catch_unwind(AssertUnwindSafe(|| (s.handler)(&msg)));
         match prepared {
             Ok(Prepared::Run(fut)) => {
+                self.held.insert(msg.id.clone());
                 self.running.push(Box::pin(async move {
                     let result = AssertUnwindSafe(fut)
                         .catch_unwind()
@@ -314,6 +357,7 @@ impl Loop {
 
     fn on_finished(&mut self, fin: Finished) {
         let Finished { msg, result } = fin;
+        self.held.remove(&msg.id);
         let error = match result {
             Ok(Ok(())) => {
                 self.acks.push(msg.id);
@@ -597,6 +641,71 @@ impl Loop {
         }
     }
 
+    /// Asks the reclaimer for one page of entries idle for `claim_idle`,
+    /// claimed for this consumer.
+    fn start_reclaim(&mut self) {
+        let req = self.reclaimer.send(Claim {
+            consumer: self.sub.consumer.clone(),
+            min_idle: self.sub.opts.claim_idle,
+            count: self.sub.opts.count,
+        });
+        self.reclaim = Some(Box::pin(async move {
+            req.await.unwrap_or(Err(Error::ShutDown))
+        }));
+    }
+
+    fn on_claimed(&mut self, claimed: ClaimDone) {
+        let now = tokio::time::Instant::now();
+        self.reclaim_due = now + self.reclaim_interval;
+        match claimed {
+            Ok((entries, full)) => {
+                if full {
+                    // More idle entries may be waiting: ask again as soon as
+                    // there is room.
+                    self.reclaim_due = now;
+                }
+                if !entries.is_empty() {
+                    tracing::info!(
+                        stream = %self.sub.names.name, consumer = %self.sub.consumer, entries = entries.len(),
+                        "claimed idle pending entries"
+                    );
+                }
+                self.queue.extend(entries);
+                if self.deadline.is_some() {
+                    self.hand_back();
+                }
+            }
+            Err(Error::ShutDown) => {}
+            Err(e) => {
+                tracing::warn!(stream = %self.sub.names.name, error = %e, "reclaim failed; trying again later");
+            }
+        }
+    }
+
+    /// Keeps the entries this consumer holds (running and queued) fresh in the
+    /// PEL, so no reclaimer takes them over however long a handler runs:
+    /// `XCLAIM … <self> 0 <ids> JUSTID` resets their idle time without
+    /// touching the delivery count.
+    fn heartbeat(&mut self) {
+        self.heartbeat_at = tokio::time::Instant::now() + self.heartbeat_every;
+        let s = &self.sub;
+        let mut cmd = redis::cmd("XCLAIM");
+        cmd.arg(&*s.names.name)
+            .arg(&*s.names.group)
+            .arg(&*s.consumer)
+            .arg(0);
+        for id in self.held.iter().chain(self.queue.iter().map(|d| &d.raw.id)) {
+            cmd.arg(id);
+        }
+        cmd.arg("JUSTID");
+        let req = self.redis.send(Query(cmd));
+        self.side.push(Box::pin(async move {
+            if let Ok(Err(e)) = req.await {
+                tracing::warn!(error = %e, "refreshing held entries failed");
+            }
+        }));
+    }
+
     /// Stop reading; hand back what is fetched but not started.
     fn begin_drain(&mut self, deadline: Instant) {
         if self.deadline.is_some() {
@@ -673,7 +782,9 @@ impl Loop {
             self.report.timed_out = true;
         }
         self.running.clear();
+        self.held.clear();
         self.read = None;
+        self.reclaim = None;
     }
 }
 

@@ -1,1 +1,139 @@
-//! `ReclaimerActor`: one per (stream, group).
+//! `ReclaimerActor`: one per (stream, group) in a process.
+//!
+//! It takes over entries that have been idle in the group's pending entries
+//! list for at least `claim_idle`: entries whose handler failed (the retry
+//! path) and entries of consumers that died, in this process or any other.
+//!
+//! Consumers pull from it: when a consumer has a free handler slot and nothing
+//! queued, and its reclaim check is due, it sends [`Claim`]. The reclaimer
+//! answers with one page:
+//!
+//! 1. `XPENDING <stream> <group> IDLE <claim_idle> <cursor> + <count>` lists idle
+//!    entries with their delivery counts, starting after the cursor;
+//! 2. `XCLAIM <stream> <group> <consumer> <claim_idle> <ids…>` takes them over.
+//!    The min-idle guard makes the claim atomic: when two processes race for
+//!    one entry, the first claim resets its idle time and the second skips it.
+//!    XCLAIM bumps the delivery count, so each claimed entry's count is the one
+//!    XPENDING showed plus one. Entries deleted or trimmed meanwhile are dropped
+//!    from the PEL by XCLAIM (Redis ≥ 7) and never returned.
+//!
+//! The cursor advances page by page through the whole PEL and starts again at
+//! `-` after the last page, so a large PEL of fresh entries never hides idle
+//! ones behind it. Pulling keeps reclaim rate-matched to consumption: a consumer
+//! only ever holds what it is about to start.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use crate::consumer::Delivered;
+use crate::error::Error;
+use crate::redis::reply::{self, RawEntry};
+use crate::redis::{Query, RedisActor};
+use crate::stream::{EntryId, StreamNames};
+
+/// The claim interval for a given `claim_idle`: half of it, between 10 ms and
+/// 1 s. Idle entries are taken over at most this long after they became
+/// claimable.
+pub(crate) fn interval(claim_idle: Duration) -> Duration {
+    (claim_idle / 2).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+pub(crate) struct ReclaimerActor {
+    names: StreamNames,
+    redis: Addr<RedisActor>,
+    /// Exclusive start of the next XPENDING page; `None` = from the start.
+    cursor: Option<EntryId>,
+}
+
+impl ReclaimerActor {
+    pub(crate) fn new(names: StreamNames, redis: Addr<RedisActor>) -> Self {
+        ReclaimerActor {
+            names,
+            redis,
+            cursor: None,
+        }
+    }
+}
+
+impl Actor for ReclaimerActor {
+    type Context = Context<Self>;
+}
+
+/// Claim up to `count` entries idle for at least `min_idle` for `consumer`.
+/// Answers the claimed entries (with bodies and delivery counts) and whether
+/// the page was full (more may be waiting).
+#[derive(Message)]
+#[rtype(result = "Result<(Vec<Delivered>, bool), Error>")]
+pub(crate) struct Claim {
+    pub consumer: std::sync::Arc<str>,
+    pub min_idle: Duration,
+    pub count: usize,
+}
+
+async fn query(redis: &Addr<RedisActor>, cmd: redis::Cmd) -> Result<redis::Value, Error> {
+    redis.send(Query(cmd)).await.map_err(|_| Error::ShutDown)?
+}
+
+impl Handler<Claim> for ReclaimerActor {
+    type Result = AtomicResponse<Self, Result<(Vec<Delivered>, bool), Error>>;
+
+    fn handle(&mut self, msg: Claim, _: &mut Self::Context) -> Self::Result {
+        let redis = self.redis.clone();
+        let names = self.names.clone();
+        let start = match &self.cursor {
+            Some(id) => format!("({id}"),
+            None => "-".to_owned(),
+        };
+        let idle_ms = msg.min_idle.as_millis() as u64;
+        let fut = async move {
+            let mut pending = redis::cmd("XPENDING");
+            pending
+                .arg(&*names.name)
+                .arg(&*names.group)
+                .arg("IDLE")
+                .arg(idle_ms)
+                .arg(&start)
+                .arg("+")
+                .arg(msg.count);
+            let rows: Vec<(String, String, u64, u64)> =
+                redis::from_redis_value(query(&redis, pending).await?)
+                    .map_err(|e| Error::Redis(e.into()))?;
+            let full = rows.len() >= msg.count;
+            let last = rows.last().map(|r| EntryId(r.0.clone()));
+            if rows.is_empty() {
+                return Ok((Vec::new(), false, None));
+            }
+            let counts: HashMap<String, u64> = rows.iter().map(|r| (r.0.clone(), r.3)).collect();
+            let mut claim = redis::cmd("XCLAIM");
+            claim
+                .arg(&*names.name)
+                .arg(&*names.group)
+                .arg(&*msg.consumer)
+                .arg(idle_ms);
+            for r in &rows {
+                claim.arg(&r.0);
+            }
+            let entries = reply::entries(query(&redis, claim).await?)
+                .map_err(|m| Error::Redis((redis::ErrorKind::Parse, "XCLAIM reply", m).into()))?;
+            let delivered = entries
+                .into_iter()
+                .filter_map(|raw: RawEntry| {
+                    let before = counts.get(raw.id.as_str()).copied()?;
+                    Some(Delivered {
+                        delivery_count: before + 1,
+                        raw,
+                    })
+                })
+                .collect();
+            Ok((delivered, full, if full { last } else { None }))
+        };
+        AtomicResponse::new(Box::pin(fut.into_actor(self).map(|res, act, _| {
+            res.map(|(delivered, full, cursor)| {
+                act.cursor = cursor;
+                (delivered, full)
+            })
+        })))
+    }
+}

@@ -29,6 +29,7 @@ use crate::consumer::{ConsumerActor, ConsumerExited, Drain, Subscription};
 use crate::error::{Error, HookFailures};
 use crate::hooks::{Hooks, Stage};
 use crate::outcome::SupervisorOutcome;
+use crate::reclaimer::ReclaimerActor;
 use crate::redis::{self as conn, Close, CreateGroup, RedisActor};
 
 /// How often a failed consumer may be restarted before its subscription is
@@ -60,6 +61,7 @@ impl Default for RestartPolicy {
 
 struct Slot {
     sub: Arc<Subscription>,
+    reclaimer: Addr<ReclaimerActor>,
     addr: Option<Addr<ConsumerActor>>,
     restarts: VecDeque<Instant>,
     failed: bool,
@@ -114,6 +116,7 @@ impl Supervisor {
             slot.sub.clone(),
             self.broker.client().clone(),
             redis,
+            slot.reclaimer.clone(),
             ctx.address().recipient(),
             Some(ready),
         );
@@ -155,12 +158,28 @@ impl Handler<StartConsumers> for Supervisor {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, msg: StartConsumers, ctx: &mut Self::Context) -> Self::Result {
-        self.redis = Some(msg.0);
+        let redis = msg.0;
+        self.redis = Some(redis.clone());
+        // One reclaimer per (stream, group), shared by its consumers.
+        let mut reclaimers: Vec<(Arc<str>, Arc<str>, Addr<ReclaimerActor>)> = Vec::new();
+        let mut reclaimer_for = |sub: &Subscription| {
+            let n = &sub.names;
+            if let Some((_, _, a)) = reclaimers
+                .iter()
+                .find(|(s, g, _)| *s == n.name && *g == n.group)
+            {
+                return a.clone();
+            }
+            let a = ReclaimerActor::new(n.clone(), redis.clone()).start();
+            reclaimers.push((n.name.clone(), n.group.clone(), a.clone()));
+            a
+        };
         self.slots = self
             .subs
             .iter()
             .map(|sub| Slot {
                 sub: sub.clone(),
+                reclaimer: reclaimer_for(sub),
                 addr: None,
                 restarts: VecDeque::new(),
                 failed: false,
