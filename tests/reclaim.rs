@@ -39,15 +39,32 @@ fn counting_broker(url: &str, s: &Stream, opts: ConsumerOptions, seen: &Seen) ->
 /// `n` entries read by a consumer named `dead` that never acks them.
 fn strand(redis: &RedisServer, stream: &str, group: &str, ids: std::ops::Range<u64>) {
     let mut c = redis.conn();
-    let _: redis::RedisResult<()> = redis::cmd("XGROUP").arg("CREATE").arg(stream).arg(group).arg("0").arg("MKSTREAM").query(&mut c);
+    let _: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(group)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut c);
     let n = ids.end - ids.start;
     for id in ids {
-        let _: String = redis::cmd("XADD").arg(stream).arg("*").arg("data").arg(format!(r#"{{"id":{id}}}"#)).query(&mut c).unwrap();
+        let _: String = redis::cmd("XADD")
+            .arg(stream)
+            .arg("*")
+            .arg("data")
+            .arg(format!(r#"{{"id":{id}}}"#))
+            .query(&mut c)
+            .unwrap();
     }
     let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP").arg(group).arg("dead")
-        .arg("COUNT").arg(n)
-        .arg("STREAMS").arg(stream).arg(">")
+        .arg("GROUP")
+        .arg(group)
+        .arg("dead")
+        .arg("COUNT")
+        .arg(n)
+        .arg("STREAMS")
+        .arg(stream)
+        .arg(">")
         .query(&mut c)
         .unwrap();
 }
@@ -62,13 +79,19 @@ async fn entries_of_a_dead_consumer_are_taken_over_after_claim_idle() {
     let broker = counting_broker(
         &redis.url(),
         &s,
-        ConsumerOptions::default().consumer("alive").block(Duration::from_millis(50)).claim_idle(Duration::from_millis(200)),
+        ConsumerOptions::default()
+            .consumer("alive")
+            .block(Duration::from_millis(50))
+            .claim_idle(Duration::from_millis(200)),
         &seen,
     );
     broker.start().await.unwrap();
     eventually("10 handled", WAIT, || seen.lock().unwrap().len() == 10).await;
     let mut c = redis.conn();
-    eventually("PEL empty", WAIT, || pending_count(&mut c, "jobs", "g") == 0).await;
+    eventually("PEL empty", WAIT, || {
+        pending_count(&mut c, "jobs", "g") == 0
+    })
+    .await;
     assert!(broker.stop().await.unwrap().is_clean());
     assert!(seen.lock().unwrap().values().all(|n| *n == 1));
 }
@@ -80,8 +103,14 @@ async fn the_whole_pel_is_reached_past_entries_kept_fresh() {
     // Another live consumer keeps the first 40 entries fresh for a while
     // (as a running handler elsewhere would), then stops doing so.
     let fresh: Vec<String> = {
-        let v: Vec<(String, String, u64, u64)> =
-            redis::cmd("XPENDING").arg("jobs").arg("g").arg("-").arg("+").arg(40).query(&mut redis.conn()).unwrap();
+        let v: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+            .arg("jobs")
+            .arg("g")
+            .arg("-")
+            .arg("+")
+            .arg(40)
+            .query(&mut redis.conn())
+            .unwrap();
         v.into_iter().map(|r| r.0).collect()
     };
     let keep_fresh = Arc::new(AtomicBool::new(true));
@@ -89,7 +118,15 @@ async fn the_whole_pel_is_reached_past_entries_kept_fresh() {
     let mut rc = redis.conn();
     let refresher = std::thread::spawn(move || {
         while kf.load(Ordering::SeqCst) {
-            let _: redis::Value = redis::cmd("XCLAIM").arg("jobs").arg("g").arg("elsewhere").arg(0).arg(&fresh).arg("JUSTID").query(&mut rc).unwrap();
+            let _: redis::Value = redis::cmd("XCLAIM")
+                .arg("jobs")
+                .arg("g")
+                .arg("elsewhere")
+                .arg(0)
+                .arg(&fresh)
+                .arg("JUSTID")
+                .query(&mut rc)
+                .unwrap();
             std::thread::sleep(Duration::from_millis(20));
         }
     });
@@ -97,19 +134,37 @@ async fn the_whole_pel_is_reached_past_entries_kept_fresh() {
     let broker = counting_broker(
         &redis.url(),
         &Stream::new("jobs", "g"),
-        ConsumerOptions::default().count(10).block(Duration::from_millis(50)).claim_idle(Duration::from_millis(150)),
+        ConsumerOptions::default()
+            .count(10)
+            .block(Duration::from_millis(50))
+            .claim_idle(Duration::from_millis(150)),
         &seen,
     );
     broker.start().await.unwrap();
-    eventually("the 160 idle entries handled", WAIT, || seen.lock().unwrap().len() == 160).await;
-    assert!((0..40).all(|id| !seen.lock().unwrap().contains_key(&id)), "fresh entries are not taken");
+    eventually("the 160 idle entries handled", WAIT, || {
+        seen.lock().unwrap().len() == 160
+    })
+    .await;
+    assert!(
+        (0..40).all(|id| !seen.lock().unwrap().contains_key(&id)),
+        "fresh entries are not taken"
+    );
     keep_fresh.store(false, Ordering::SeqCst);
     refresher.join().unwrap();
-    eventually("all 200 handled", WAIT, || seen.lock().unwrap().len() == 200).await;
+    eventually("all 200 handled", WAIT, || {
+        seen.lock().unwrap().len() == 200
+    })
+    .await;
     let mut c = redis.conn();
-    eventually("PEL empty", WAIT, || pending_count(&mut c, "jobs", "g") == 0).await;
+    eventually("PEL empty", WAIT, || {
+        pending_count(&mut c, "jobs", "g") == 0
+    })
+    .await;
     assert!(broker.stop().await.unwrap().is_clean());
-    assert!(seen.lock().unwrap().values().all(|n| *n == 1), "no entry handled twice");
+    assert!(
+        seen.lock().unwrap().values().all(|n| *n == 1),
+        "no entry handled twice"
+    );
 }
 
 #[actix_rt::test]
@@ -145,9 +200,14 @@ async fn a_handler_running_longer_than_claim_idle_is_not_run_twice() {
     // must stay fresh while w2's reclaimer looks for idle entries.
     let w1 = make("w1", 2);
     w1.start().await.unwrap();
-    w1.publish_batch(&s, [Job { id: 1 }, Job { id: 2 }]).await.unwrap();
+    w1.publish_batch(&s, [Job { id: 1 }, Job { id: 2 }])
+        .await
+        .unwrap();
     let mut c = redis.conn();
-    eventually("w1 started the first", WAIT, || runs.load(Ordering::SeqCst) == 1).await;
+    eventually("w1 started the first", WAIT, || {
+        runs.load(Ordering::SeqCst) == 1
+    })
+    .await;
     let w2 = make("w2", 1);
     w2.start().await.unwrap();
     eventually("both handled and acked", WAIT, || {
@@ -164,7 +224,12 @@ async fn consumers_recover_after_flushall() {
     let redis = RedisServer::start();
     let s = Stream::new("jobs", "g");
     let seen: Seen = Arc::default();
-    let broker = counting_broker(&redis.url(), &s, ConsumerOptions::default().block(Duration::from_millis(100)), &seen);
+    let broker = counting_broker(
+        &redis.url(),
+        &s,
+        ConsumerOptions::default().block(Duration::from_millis(100)),
+        &seen,
+    );
     broker.start().await.unwrap();
     broker.publish(&s, &Job { id: 1 }).await.unwrap();
     eventually("first handled", WAIT, || seen.lock().unwrap().len() == 1).await;
@@ -173,7 +238,13 @@ async fn consumers_recover_after_flushall() {
     let mut next = 2;
     eventually("entries after FLUSHALL handled", WAIT, || {
         let mut c = redis.conn();
-        let _: String = redis::cmd("XADD").arg("jobs").arg("*").arg("data").arg(format!(r#"{{"id":{next}}}"#)).query(&mut c).unwrap();
+        let _: String = redis::cmd("XADD")
+            .arg("jobs")
+            .arg("*")
+            .arg("data")
+            .arg(format!(r#"{{"id":{next}}}"#))
+            .query(&mut c)
+            .unwrap();
         next += 1;
         seen.lock().unwrap().len() >= 3
     })
@@ -186,14 +257,24 @@ async fn no_published_entry_is_lost_across_a_server_restart() {
     let mut redis = RedisServer::start();
     let s = Stream::new("jobs", "g");
     let seen: Seen = Arc::default();
-    let broker = counting_broker(&redis.url(), &s, ConsumerOptions::default().block(Duration::from_millis(100)).count(5), &seen);
+    let broker = counting_broker(
+        &redis.url(),
+        &s,
+        ConsumerOptions::default()
+            .block(Duration::from_millis(100))
+            .count(5),
+        &seen,
+    );
     broker.start().await.unwrap();
     let mut published = Vec::new();
     for id in 0..50 {
         published.push(id);
         broker.publish(&s, &Job { id }).await.unwrap();
     }
-    eventually("first 50 handled", WAIT, || seen.lock().unwrap().len() == 50).await;
+    eventually("first 50 handled", WAIT, || {
+        seen.lock().unwrap().len() == 50
+    })
+    .await;
     redis.restart();
     // Keep publishing: some publishes fail while the connection comes back;
     // every one that succeeded must be handled.
@@ -201,7 +282,10 @@ async fn no_published_entry_is_lost_across_a_server_restart() {
     let deadline = std::time::Instant::now() + WAIT;
     let mut ok_after = 0;
     while ok_after < 50 {
-        assert!(std::time::Instant::now() < deadline, "publishing never recovered");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "publishing never recovered"
+        );
         if broker.publish(&s, &Job { id }).await.is_ok() {
             published.push(id);
             ok_after += 1;

@@ -29,12 +29,23 @@ fn opts(max_retries: u64) -> ConsumerOptions {
 
 /// The dead-letter stream's entries as field → value maps (UTF-8 lossy).
 fn dlq_entries(redis: &RedisServer, key: &str) -> Vec<HashMap<String, Vec<u8>>> {
-    let v: redis::Value = redis::cmd("XRANGE").arg(key).arg("-").arg("+").query(&mut redis.conn()).unwrap();
-    let redis::Value::Array(rows) = v else { return Vec::new() };
+    let v: redis::Value = redis::cmd("XRANGE")
+        .arg(key)
+        .arg("-")
+        .arg("+")
+        .query(&mut redis.conn())
+        .unwrap();
+    let redis::Value::Array(rows) = v else {
+        return Vec::new();
+    };
     rows.into_iter()
         .map(|row| {
-            let redis::Value::Array(mut pair) = row else { panic!("row") };
-            let redis::Value::Array(flat) = pair.pop().unwrap() else { panic!("fields") };
+            let redis::Value::Array(mut pair) = row else {
+                panic!("row")
+            };
+            let redis::Value::Array(flat) = pair.pop().unwrap() else {
+                panic!("fields")
+            };
             flat.chunks(2)
                 .map(|kv| {
                     let k: String = redis::from_redis_value_ref(&kv[0]).unwrap();
@@ -47,7 +58,11 @@ fn dlq_entries(redis: &RedisServer, key: &str) -> Vec<HashMap<String, Vec<u8>>> 
 }
 
 fn text(m: &HashMap<String, Vec<u8>>, k: &str) -> String {
-    String::from_utf8_lossy(m.get(k).unwrap_or_else(|| panic!("DLQ entry lacks {k}: {m:?}"))).into_owned()
+    String::from_utf8_lossy(
+        m.get(k)
+            .unwrap_or_else(|| panic!("DLQ entry lacks {k}: {m:?}")),
+    )
+    .into_owned()
 }
 
 #[actix_rt::test]
@@ -74,17 +89,37 @@ async fn a_failing_entry_runs_max_retries_plus_one_times_then_one_dlq_entry() {
         .build()
         .unwrap();
     broker.start().await.unwrap();
-    let ids = broker.publish_batch(&s, [Job { id: 1 }, Job { id: 13 }, Job { id: 2 }]).await.unwrap();
-    eventually("one DLQ entry", WAIT, || stream_len(&mut redis.conn(), "jobs-dlq") == 1).await;
+    let ids = broker
+        .publish_batch(&s, [Job { id: 1 }, Job { id: 13 }, Job { id: 2 }])
+        .await
+        .unwrap();
+    eventually("one DLQ entry", WAIT, || {
+        stream_len(&mut redis.conn(), "jobs-dlq") == 1
+    })
+    .await;
     let mut c = redis.conn();
-    eventually("PEL empty", WAIT, || pending_count(&mut c, "jobs", "g") == 0).await;
-    assert!(broker.stop().await.unwrap().is_clean(), "handler errors never count in the outcome");
-    assert_eq!(*runs.lock().unwrap(), [1, 2, 3], "exactly max_retries + 1 runs, by the server's delivery count");
+    eventually("PEL empty", WAIT, || {
+        pending_count(&mut c, "jobs", "g") == 0
+    })
+    .await;
+    assert!(
+        broker.stop().await.unwrap().is_clean(),
+        "handler errors never count in the outcome"
+    );
+    assert_eq!(
+        *runs.lock().unwrap(),
+        [1, 2, 3],
+        "exactly max_retries + 1 runs, by the server's delivery count"
+    );
     assert_eq!(ok.load(Ordering::SeqCst), 2);
     let dlq = dlq_entries(&redis, "jobs-dlq");
     assert_eq!(dlq.len(), 1);
     let e = &dlq[0];
-    assert_eq!(e.get("data").unwrap(), br#"{"id":13}"#, "original bytes verbatim");
+    assert_eq!(
+        e.get("data").unwrap(),
+        br#"{"id":13}"#,
+        "original bytes verbatim"
+    );
     assert_eq!(text(e, "origin_stream"), "jobs");
     assert_eq!(text(e, "origin_id"), ids[1].as_str());
     assert_eq!(text(e, "origin_group"), "g");
@@ -116,14 +151,27 @@ async fn a_panicking_handler_is_retried_then_dead_lettered_and_the_consumer_goes
         .build()
         .unwrap();
     broker.start().await.unwrap();
-    broker.publish_batch(&s, (0..5).map(|id| Job { id })).await.unwrap();
-    eventually("DLQ entry", WAIT, || stream_len(&mut redis.conn(), "jobs-dlq") == 1).await;
+    broker
+        .publish_batch(&s, (0..5).map(|id| Job { id }))
+        .await
+        .unwrap();
+    eventually("DLQ entry", WAIT, || {
+        stream_len(&mut redis.conn(), "jobs-dlq") == 1
+    })
+    .await;
     eventually("others handled", WAIT, || ok.load(Ordering::SeqCst) == 4).await;
     let outcome = broker.stop().await.unwrap();
-    assert!(outcome.is_clean(), "a handler panic is not a rillkit panic: {outcome:?}");
+    assert!(
+        outcome.is_clean(),
+        "a handler panic is not a rillkit panic: {outcome:?}"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     let e = &dlq_entries(&redis, "jobs-dlq")[0];
-    assert!(text(e, "error").contains("boom in handler"), "{:?}", text(e, "error"));
+    assert!(
+        text(e, "error").contains("boom in handler"),
+        "{:?}",
+        text(e, "error")
+    );
     assert_eq!(pending_count(&mut redis.conn(), "jobs", "g"), 0);
 }
 
@@ -142,7 +190,10 @@ async fn a_rejected_entry_goes_to_the_dlq_at_once() {
         .unwrap();
     broker.start().await.unwrap();
     broker.publish(&s, &Job { id: 1 }).await.unwrap();
-    eventually("DLQ entry", WAIT, || stream_len(&mut redis.conn(), "rejected-jobs") == 1).await;
+    eventually("DLQ entry", WAIT, || {
+        stream_len(&mut redis.conn(), "rejected-jobs") == 1
+    })
+    .await;
     let mut c = redis.conn();
     eventually("acked", WAIT, || pending_count(&mut c, "jobs", "g") == 0).await;
     assert!(broker.stop().await.unwrap().is_clean());
@@ -178,7 +229,13 @@ async fn bad_entries_go_to_the_dlq_without_reaching_the_handler() {
         ("not UTF-8", vec![("data", b"\xff\xfe\x00")]),
     ];
     // Valid neighbours around every bad entry, all in one XREADGROUP reply.
-    let _: () = redis::cmd("XADD").arg("jobs").arg("*").arg("data").arg(r#"{"id":100}"#).query(&mut c).unwrap();
+    let _: () = redis::cmd("XADD")
+        .arg("jobs")
+        .arg("*")
+        .arg("data")
+        .arg(r#"{"id":100}"#)
+        .query(&mut c)
+        .unwrap();
     let mut bad_ids = Vec::new();
     for (i, (_, fields)) in bad.iter().enumerate() {
         let mut cmd = redis::cmd("XADD");
@@ -195,16 +252,30 @@ async fn bad_entries_go_to_the_dlq_without_reaching_the_handler() {
             .query(&mut c)
             .unwrap();
     }
-    eventually("5 DLQ entries", WAIT, || stream_len(&mut redis.conn(), "jobs-dlq") == 5).await;
-    eventually("valid neighbours handled", WAIT, || seen.lock().unwrap().len() == 6).await;
-    eventually("PEL empty", WAIT, || pending_count(&mut c, "jobs", "g") == 0).await;
+    eventually("5 DLQ entries", WAIT, || {
+        stream_len(&mut redis.conn(), "jobs-dlq") == 5
+    })
+    .await;
+    eventually("valid neighbours handled", WAIT, || {
+        seen.lock().unwrap().len() == 6
+    })
+    .await;
+    eventually("PEL empty", WAIT, || {
+        pending_count(&mut c, "jobs", "g") == 0
+    })
+    .await;
     assert!(broker.stop().await.unwrap().is_clean());
     let mut ids = seen.lock().unwrap().clone();
     ids.sort();
     assert_eq!(ids, [100, 101, 102, 103, 104, 105]);
     // Dead-letter moves run concurrently: match them by origin id.
     let mut dlq = dlq_entries(&redis, "jobs-dlq");
-    dlq.sort_by_key(|e| bad_ids.iter().position(|id| *id == text(e, "origin_id")).expect("a bad entry"));
+    dlq.sort_by_key(|e| {
+        bad_ids
+            .iter()
+            .position(|id| *id == text(e, "origin_id"))
+            .expect("a bad entry")
+    });
     let reasons: Vec<String> = dlq.iter().map(|e| text(e, "error")).collect();
     assert!(reasons[0].contains("no data field"), "{reasons:?}");
     assert!(reasons[1].contains("empty data"), "{reasons:?}");
@@ -221,13 +292,47 @@ async fn entries_trimmed_while_pending_are_acked_and_skipped() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
     // A consumer "c1" took 5 entries and died; then the stream was trimmed.
-    let _: () = redis::cmd("XGROUP").arg("CREATE").arg("jobs").arg("g").arg("0").arg("MKSTREAM").query(&mut c).unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("jobs")
+        .arg("g")
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut c)
+        .unwrap();
     for id in 0..5 {
-        let _: String = redis::cmd("XADD").arg("jobs").arg("*").arg("data").arg(format!(r#"{{"id":{id}}}"#)).query(&mut c).unwrap();
+        let _: String = redis::cmd("XADD")
+            .arg("jobs")
+            .arg("*")
+            .arg("data")
+            .arg(format!(r#"{{"id":{id}}}"#))
+            .query(&mut c)
+            .unwrap();
     }
-    let _: redis::Value = redis::cmd("XREADGROUP").arg("GROUP").arg("g").arg("c1").arg("COUNT").arg(5).arg("STREAMS").arg("jobs").arg(">").query(&mut c).unwrap();
-    let _: i64 = redis::cmd("XTRIM").arg("jobs").arg("MAXLEN").arg(0).query(&mut c).unwrap();
-    let _: String = redis::cmd("XADD").arg("jobs").arg("*").arg("data").arg(r#"{"id":99}"#).query(&mut c).unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("g")
+        .arg("c1")
+        .arg("COUNT")
+        .arg(5)
+        .arg("STREAMS")
+        .arg("jobs")
+        .arg(">")
+        .query(&mut c)
+        .unwrap();
+    let _: i64 = redis::cmd("XTRIM")
+        .arg("jobs")
+        .arg("MAXLEN")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg("jobs")
+        .arg("*")
+        .arg("data")
+        .arg(r#"{"id":99}"#)
+        .query(&mut c)
+        .unwrap();
     assert_eq!(pending_count(&mut c, "jobs", "g"), 5);
 
     let seen = Arc::new(Mutex::new(Vec::<u64>::new()));
@@ -244,8 +349,14 @@ async fn entries_trimmed_while_pending_are_acked_and_skipped() {
         .build()
         .unwrap();
     broker.start().await.unwrap();
-    eventually("new entry handled", WAIT, || seen.lock().unwrap().len() == 1).await;
-    eventually("PEL empty", WAIT, || pending_count(&mut c, "jobs", "g") == 0).await;
+    eventually("new entry handled", WAIT, || {
+        seen.lock().unwrap().len() == 1
+    })
+    .await;
+    eventually("PEL empty", WAIT, || {
+        pending_count(&mut c, "jobs", "g") == 0
+    })
+    .await;
     assert!(broker.stop().await.unwrap().is_clean());
     assert_eq!(*seen.lock().unwrap(), [99]);
     assert_eq!(stream_len(&mut c, "jobs-dlq"), 0);
@@ -255,25 +366,58 @@ async fn entries_trimmed_while_pending_are_acked_and_skipped() {
 async fn a_restarted_consumer_resumes_its_own_pending_entries_first() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
-    let _: () = redis::cmd("XGROUP").arg("CREATE").arg("jobs").arg("g").arg("0").arg("MKSTREAM").query(&mut c).unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("jobs")
+        .arg("g")
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut c)
+        .unwrap();
     for id in 0..3 {
-        let _: String = redis::cmd("XADD").arg("jobs").arg("*").arg("data").arg(format!(r#"{{"id":{id}}}"#)).query(&mut c).unwrap();
+        let _: String = redis::cmd("XADD")
+            .arg("jobs")
+            .arg("*")
+            .arg("data")
+            .arg(format!(r#"{{"id":{id}}}"#))
+            .query(&mut c)
+            .unwrap();
     }
-    let _: redis::Value = redis::cmd("XREADGROUP").arg("GROUP").arg("g").arg("c1").arg("COUNT").arg(3).arg("STREAMS").arg("jobs").arg(">").query(&mut c).unwrap();
-    let _: String = redis::cmd("XADD").arg("jobs").arg("*").arg("data").arg(r#"{"id":3}"#).query(&mut c).unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("g")
+        .arg("c1")
+        .arg("COUNT")
+        .arg(3)
+        .arg("STREAMS")
+        .arg("jobs")
+        .arg(">")
+        .query(&mut c)
+        .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg("jobs")
+        .arg("*")
+        .arg("data")
+        .arg(r#"{"id":3}"#)
+        .query(&mut c)
+        .unwrap();
 
     let seen = Arc::new(Mutex::new(Vec::<(u64, u64)>::new()));
     let sn = seen.clone();
     let broker = Broker::builder(redis.url())
         // claim_idle far away: only the PEL re-read can find entries 0..3 now.
-        .subscribe_message(&Stream::new("jobs", "g"), opts(3).claim_idle(Duration::from_secs(3600)), move |m: Message| {
-            let sn = sn.clone();
-            async move {
-                let job: Job = m.decode(&rillkit::Json).map_err(HandlerError::Reject)?;
-                sn.lock().unwrap().push((job.id, m.delivery_count));
-                Ok(())
-            }
-        })
+        .subscribe_message(
+            &Stream::new("jobs", "g"),
+            opts(3).claim_idle(Duration::from_secs(3600)),
+            move |m: Message| {
+                let sn = sn.clone();
+                async move {
+                    let job: Job = m.decode(&rillkit::Json).map_err(HandlerError::Reject)?;
+                    sn.lock().unwrap().push((job.id, m.delivery_count));
+                    Ok(())
+                }
+            },
+        )
         .build()
         .unwrap();
     broker.start().await.unwrap();

@@ -185,3 +185,166 @@ pub fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// The `worker` example's binary, built once per test process with the same
+/// cargo and profile.
+pub fn worker_bin() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let status = Command::new(cargo)
+                .args(["build", "--quiet", "--example", "worker"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo build --example worker");
+            assert!(status.success(), "building the worker example failed");
+            let target = std::env::var("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+            target.join("debug").join("examples").join("worker")
+        })
+        .clone()
+}
+
+/// A running `worker` example process; killed on drop.
+pub struct Worker {
+    child: Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Worker {
+    /// Starts the worker against `url` with extra `RILLKIT_*` variables and
+    /// waits (up to 20 s) until its consumer has started.
+    pub fn spawn(url: &str, env: &[(&str, &str)]) -> Worker {
+        use std::io::BufRead;
+        let mut cmd = Command::new(worker_bin());
+        cmd.env("REDIS_URL", url)
+            .env("RUST_LOG", "rillkit=info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start the worker example");
+        let lines: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+        let stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+        let out = child.stdout.take().unwrap();
+        let err = child.stderr.take().unwrap();
+        let l = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                l.lock().unwrap().push(line);
+            }
+        });
+        let e = stderr.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                e.lock().unwrap().push(line);
+            }
+        });
+        let w = Worker {
+            child,
+            lines,
+            stderr,
+        };
+        eventually_blocking("worker consumer started", Duration::from_secs(60), || {
+            w.stderr
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains("consumer started"))
+        });
+        w
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Lines printed on stdout so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// Log lines printed on stderr so far.
+    pub fn log(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// `handled <id> delivery <n>` lines as `(id, n)`.
+    pub fn handled(&self) -> Vec<(u64, u64)> {
+        self.lines()
+            .iter()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                match (it.next(), it.next(), it.next(), it.next()) {
+                    (Some("handled"), Some(id), Some("delivery"), Some(n)) => {
+                        Some((id.parse().ok()?, n.parse().ok()?))
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    /// Sends a signal by name (`TERM`, `INT`, `KILL`) with `kill(1)`.
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill -{name} failed");
+    }
+
+    /// Waits up to `timeout` for the process to exit; its exit status, or
+    /// `None` if it was killed by a signal.
+    ///
+    /// # Panics
+    /// When it is still running after `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker still running after {timeout:?}; log:\n{}",
+                self.log().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- worker {} stderr ----\n{}",
+                self.pid(),
+                self.log().join("\n")
+            );
+            eprintln!(
+                "---- worker {} stdout ----\n{}",
+                self.pid(),
+                self.lines().join("\n")
+            );
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `XADD <stream> * data <json>`; returns the entry id.
+pub fn xadd(conn: &mut redis::Connection, stream: &str, json: &str) -> String {
+    redis::cmd("XADD")
+        .arg(stream)
+        .arg("*")
+        .arg("data")
+        .arg(json)
+        .query(conn)
+        .expect("XADD")
+}
