@@ -1,0 +1,84 @@
+//! An actix-web service that publishes from an HTTP endpoint while rillkit
+//! consumes in the same actix System. SIGTERM (or Ctrl-C) stops the HTTP server
+//! gracefully, then the broker drains; the process exits with the outcome's code.
+//!
+//! ```sh
+//! cargo run --example actix_web &
+//! curl -s -XPOST localhost:8080/orders -H 'content-type: application/json' -d '{"id":1,"total":9.5}'
+//! kill -TERM %1
+//! ```
+//!
+//! `HTTP_ADDR` sets the listen address (default `127.0.0.1:8080`).
+
+use std::time::Duration;
+
+use actix_web::{App, HttpResponse, HttpServer, web};
+use rillkit::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Order {
+    id: u64,
+    total: f64,
+}
+
+async fn create_order(
+    broker: web::Data<Broker>,
+    stream: web::Data<Stream>,
+    order: web::Json<Order>,
+) -> HttpResponse {
+    match broker.publish(&stream, &order.into_inner()).await {
+        Ok(id) => HttpResponse::Accepted().json(serde_json::json!({ "entry_id": id.as_str() })),
+        Err(e) if e.is_retryable() => HttpResponse::ServiceUnavailable().body(e.to_string()),
+        Err(e) => HttpResponse::InternalServerError().body(e.to_string()),
+    }
+}
+
+#[actix_web::main]
+async fn main() -> std::io::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter("rillkit=info")
+        .init();
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let addr = std::env::var("HTTP_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".into());
+
+    let orders = Stream::new("web-orders", "fulfilment");
+    let broker = Broker::builder(url)
+        // actix-web owns SIGINT/SIGTERM here; the broker stops when the server
+        // has stopped (run_until below).
+        .handle_signals(false)
+        .shutdown_timeout(Duration::from_secs(10))
+        .subscribe(
+            &orders,
+            ConsumerOptions::default(),
+            |order: Order| async move {
+                println!("fulfilling order {} ({:.2})", order.id, order.total);
+                Ok(())
+            },
+        )
+        .build()
+        .expect("valid configuration");
+
+    let (b, s) = (broker.clone(), orders.clone());
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(b.clone()))
+            .app_data(web::Data::new(s.clone()))
+            .route("/orders", web::post().to(create_order))
+    })
+    .bind(&addr)?
+    .shutdown_timeout(10)
+    .run();
+    println!("listening on http://{addr}");
+
+    // Start the broker, serve until the server stops (first SIGTERM: graceful
+    // HTTP stop), then drain the consumers.
+    let code = match broker.run_until(server).await {
+        Ok(outcome) => outcome.exit_code(),
+        Err(e) => {
+            eprintln!("broker failed: {e}");
+            e.exit_code()
+        }
+    };
+    std::process::exit(code);
+}

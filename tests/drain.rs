@@ -1,0 +1,267 @@
+//! SPEC §3, §6, §7: stop without waiting for `block`, the drain deadline and
+//! exit codes, hand-back of unstarted entries, signals, supervision limits.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use rillkit::RestartPolicy;
+use rillkit::prelude::*;
+use support::{RedisServer, Worker, eventually, eventually_blocking, pending_count, xadd};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn env<'a>(consumer: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut v = vec![
+        ("RILLKIT_STREAM", "tasks"),
+        ("RILLKIT_GROUP", "workers"),
+        ("RILLKIT_CONSUMER", consumer),
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+#[test]
+fn sigterm_stops_an_idle_worker_without_waiting_for_block() {
+    let redis = RedisServer::start();
+    let mut w = Worker::spawn(&redis.url(), &env("w1", &[("RILLKIT_BLOCK_MS", "5000")]));
+    let blocked = || -> bool {
+        let info: String = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut redis.conn())
+            .unwrap();
+        info.contains("blocked_clients:1")
+    };
+    eventually_blocking("worker blocked in XREADGROUP", WAIT, blocked);
+    let t0 = Instant::now();
+    w.signal("TERM");
+    assert_eq!(w.wait_exit(WAIT), Some(0));
+    // A generous bound: the latency itself is measured by the benchmark.
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "stop took {:?} with a 5 s block",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn sigterm_during_a_handler_within_the_drain_deadline_acks_and_exits_0() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let mut w = Worker::spawn(
+        &redis.url(),
+        &env(
+            "w1",
+            &[
+                ("RILLKIT_BLOCK_MS", "100"),
+                ("RILLKIT_SHUTDOWN_TIMEOUT_MS", "10000"),
+            ],
+        ),
+    );
+    xadd(&mut c, "tasks", r#"{"id":1,"sleep_ms":2000}"#);
+    eventually_blocking("handler running", WAIT, || {
+        pending_count(&mut c, "tasks", "workers") == 1
+    });
+    w.signal("TERM");
+    assert_eq!(w.wait_exit(WAIT), Some(0));
+    assert_eq!(w.handled(), [(1, 1)]);
+    assert_eq!(
+        pending_count(&mut c, "tasks", "workers"),
+        0,
+        "acked before exit"
+    );
+}
+
+#[test]
+fn a_drain_past_its_deadline_exits_3_and_leaves_the_entry_pending() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let mut w = Worker::spawn(
+        &redis.url(),
+        &env(
+            "w1",
+            &[
+                ("RILLKIT_BLOCK_MS", "100"),
+                ("RILLKIT_SHUTDOWN_TIMEOUT_MS", "200"),
+            ],
+        ),
+    );
+    xadd(&mut c, "tasks", r#"{"id":1,"sleep_ms":2000}"#);
+    eventually_blocking("handler running", WAIT, || {
+        pending_count(&mut c, "tasks", "workers") == 1
+    });
+    w.signal("TERM");
+    assert_eq!(w.wait_exit(WAIT), Some(3));
+    assert!(w.handled().is_empty(), "the handler was abandoned");
+    assert_eq!(
+        pending_count(&mut c, "tasks", "workers"),
+        1,
+        "stays pending for redelivery"
+    );
+}
+
+#[test]
+fn a_second_signal_exits_1_at_once() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let mut w = Worker::spawn(
+        &redis.url(),
+        &env(
+            "w1",
+            &[
+                ("RILLKIT_BLOCK_MS", "100"),
+                ("RILLKIT_SHUTDOWN_TIMEOUT_MS", "60000"),
+            ],
+        ),
+    );
+    xadd(&mut c, "tasks", r#"{"id":1,"sleep_ms":60000}"#);
+    eventually_blocking("handler running", WAIT, || {
+        pending_count(&mut c, "tasks", "workers") == 1
+    });
+    w.signal("TERM");
+    eventually_blocking("draining", WAIT, || {
+        w.log().iter().any(|l| l.contains("draining"))
+    });
+    w.signal("TERM");
+    assert_eq!(w.wait_exit(Duration::from_secs(10)), Some(1));
+}
+
+#[test]
+fn unstarted_entries_are_handed_back_and_taken_long_before_claim_idle() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let claim_idle = [
+        ("RILLKIT_CLAIM_IDLE_MS", "60000"),
+        ("RILLKIT_BLOCK_MS", "100"),
+        ("RILLKIT_COUNT", "10"),
+    ];
+    let mut w1 = Worker::spawn(&redis.url(), &env("w1", &claim_idle));
+    // All five in one MULTI/EXEC, so one XREADGROUP fetches them together.
+    let mut add = redis::pipe();
+    add.atomic();
+    for id in 0..5 {
+        add.cmd("XADD")
+            .arg("tasks")
+            .arg("*")
+            .arg("data")
+            .arg(format!(r#"{{"id":{id},"sleep_ms":300}}"#));
+    }
+    let _: () = add.query(&mut c).unwrap();
+    eventually_blocking("w1 is on the first entry", WAIT, || {
+        pending_count(&mut c, "tasks", "workers") == 5
+    });
+    w1.signal("TERM");
+    assert_eq!(w1.wait_exit(WAIT), Some(0));
+    let done = w1.handled().len();
+    assert!(done < 5, "the stop came mid-batch");
+    let t0 = Instant::now();
+    let w2 = Worker::spawn(&redis.url(), &env("w2", &claim_idle));
+    eventually_blocking("w2 handled the rest", WAIT, || {
+        w2.handled().len() == 5 - done
+    });
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "well before claim_idle (60 s)"
+    );
+    // The hand-back gave the unused delivery back: w2's run is delivery 1.
+    assert!(
+        w2.handled().iter().all(|(_, n)| *n == 1),
+        "{:?}",
+        w2.handled()
+    );
+    eventually_blocking("PEL empty", WAIT, || {
+        pending_count(&mut c, "tasks", "workers") == 0
+    });
+}
+
+#[actix_rt::test]
+async fn a_consumer_that_keeps_failing_is_restarted_then_failed_and_run_returns_1() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("tasks", "g");
+    let broker = Broker::builder(redis.url())
+        .handle_signals(false)
+        .restart_policy(RestartPolicy {
+            max_restarts: 3,
+            window: Duration::from_secs(60),
+            min_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(50),
+        })
+        .subscribe(
+            &s,
+            ConsumerOptions::default().block(Duration::from_millis(50)),
+            |_: u64| async { Ok(()) },
+        )
+        .build()
+        .unwrap();
+    let runner = broker.clone();
+    let run = actix_rt::spawn(async move { runner.run().await });
+    let mut c = redis.conn();
+    eventually("running", WAIT, || {
+        broker.phase() == rillkit::Phase::Running
+    })
+    .await;
+    // Replace the stream with a string: every XREADGROUP now fails with
+    // WRONGTYPE, which no reconnect or group creation can fix.
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg("tasks")
+        .cmd("SET")
+        .arg("tasks")
+        .arg("oops")
+        .query(&mut c)
+        .unwrap();
+    let outcome = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("run() returns")
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.errors, 1);
+    assert_eq!(outcome.panics, 0);
+    assert_eq!(outcome.exit_code(), 1);
+}
+
+#[actix_rt::test]
+async fn run_until_a_trigger_and_outcomes_combine() {
+    let redis = RedisServer::start();
+    let handled = Arc::new(AtomicUsize::new(0));
+    let h = handled.clone();
+    let s = Stream::new("tasks", "g");
+    let broker = Broker::builder(redis.url())
+        .handle_signals(false)
+        .subscribe(
+            &s,
+            ConsumerOptions::default().block(Duration::from_secs(5)),
+            move |_: u64| {
+                h.fetch_add(1, Ordering::SeqCst);
+                async { Ok(()) }
+            },
+        )
+        .build()
+        .unwrap();
+    let token = tokio_util::sync::CancellationToken::new();
+    let trigger = token.clone();
+    let b = broker.clone();
+    let run = actix_rt::spawn(async move { b.run_until(trigger.cancelled_owned()).await });
+    eventually("running", WAIT, || {
+        broker.phase() == rillkit::Phase::Running
+    })
+    .await;
+    broker.publish(&s, &1).await.unwrap();
+    eventually("handled", WAIT, || handled.load(Ordering::SeqCst) == 1).await;
+    token.cancel();
+    let outcome = tokio::time::timeout(WAIT, run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(outcome.is_clean());
+    let failed = SupervisorOutcome {
+        errors: 1,
+        panics: 0,
+        timed_out: false,
+    };
+    assert_eq!(outcome.merge(failed).exit_code(), 1);
+}
