@@ -221,7 +221,8 @@ async fn bad_entries_go_to_the_dlq_without_reaching_the_handler() {
         .unwrap();
     broker.start().await.unwrap();
     let mut c = redis.conn();
-    let bad: Vec<(&str, Vec<(&str, &[u8])>)> = vec![
+    type Fields<'a> = Vec<(&'a str, &'a [u8])>;
+    let bad: Vec<(&str, Fields)> = vec![
         ("no data field", vec![("other", b"x")]),
         ("empty data", vec![("data", b"")]),
         ("not JSON", vec![("data", b"{oops")]),
