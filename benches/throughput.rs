@@ -1,0 +1,314 @@
+//! Throughput and cost of rillkit beside a hand-written redis-rs loop, in one
+//! run, against a redis-server of its own.
+//!
+//! ```sh
+//! cargo bench --bench throughput                 # N = 200 000 entries
+//! RILLKIT_BENCH_N=20000 cargo bench --bench throughput
+//! ```
+//!
+//! Prints a table and, last, `consume_ratio=<rillkit entries/s ÷ raw entries/s>`.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+use rillkit::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    id: u64,
+    value: u64,
+    /// µs since the Unix epoch when published (latency runs only).
+    #[serde(default)]
+    sent_us: u64,
+}
+
+fn now_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as u64
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+async fn connect(url: &str) -> MultiplexedConnection {
+    let cfg = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(&cfg)
+        .await
+        .unwrap()
+}
+
+/// `n` entries into `stream`, pipelined 1 000 at a time.
+async fn prefill(conn: &mut MultiplexedConnection, stream: &str, n: u64) {
+    let mut id = 0;
+    while id < n {
+        let mut pipe = redis::pipe();
+        for _ in 0..1000.min(n - id) {
+            let data = serde_json::to_vec(&Entry { id, value: id % 7, sent_us: 0 }).unwrap();
+            pipe.cmd("XADD").arg(stream).arg("*").arg("data").arg(data).ignore();
+            id += 1;
+        }
+        let () = pipe.query_async(conn).await.unwrap();
+    }
+}
+
+async fn create_group(conn: &mut MultiplexedConnection, stream: &str, group: &str) {
+    let () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(group)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+/// The loop a user would write by hand: XREADGROUP COUNT 100, decode, one
+/// XACK per batch.
+async fn raw_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
+    let mut conn = connect(url).await;
+    create_group(&mut conn, stream, group).await;
+    let t0 = Instant::now();
+    let mut done = 0u64;
+    let mut sum = 0u64;
+    while done < n {
+        let reply: redis::streams::StreamReadReply = conn
+            .xread_options(
+                &[stream],
+                &[">"],
+                &redis::streams::StreamReadOptions::default().group(group, "raw").count(100).block(100),
+            )
+            .await
+            .unwrap();
+        let mut ids = Vec::with_capacity(100);
+        for key in reply.keys {
+            for e in key.ids {
+                if let Some(redis::Value::BulkString(b)) = e.map.get("data") {
+                    let v: Entry = serde_json::from_slice(b).unwrap();
+                    sum += v.value;
+                }
+                ids.push(e.id);
+            }
+        }
+        if !ids.is_empty() {
+            let _: usize = conn.xack(stream, group, &ids).await.unwrap();
+            done += ids.len() as u64;
+        }
+    }
+    std::hint::black_box(sum);
+    n as f64 / t0.elapsed().as_secs_f64()
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "bench: timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+async fn pending(conn: &mut MultiplexedConnection, stream: &str, group: &str) -> u64 {
+    let v: redis::Value = redis::cmd("XPENDING").arg(stream).arg(group).query_async(conn).await.unwrap();
+    match v {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::Int(n)) => *n as u64,
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// rillkit consuming `n` prefilled entries with a handler that decodes and
+/// sums a field; timed from `start()` until every entry is acked.
+async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
+    let s = Stream::new(stream, group);
+    let handled = Arc::new(AtomicUsize::new(0));
+    let sum = Arc::new(AtomicU64::new(0));
+    let (h, sm) = (handled.clone(), sum.clone());
+    let broker = Broker::builder(url)
+        .subscribe(
+            &s,
+            ConsumerOptions::default().count(100).block(Duration::from_millis(100)),
+            move |e: Entry| {
+                sm.fetch_add(e.value, Ordering::Relaxed);
+                h.fetch_add(1, Ordering::Relaxed);
+                std::future::ready(Ok(()))
+            },
+        )
+        .build()
+        .unwrap();
+    let mut conn = connect(url).await;
+    let t0 = Instant::now();
+    broker.start().await.unwrap();
+    wait_for("rillkit handled all", Duration::from_secs(600), || handled.load(Ordering::Relaxed) as u64 >= n).await;
+    while pending(&mut conn, stream, group).await > 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let rate = n as f64 / t0.elapsed().as_secs_f64();
+    assert!(broker.stop().await.unwrap().is_clean());
+    rate
+}
+
+async fn publish_rates(url: &str, n: u64) -> (f64, f64, f64) {
+    let broker = Broker::builder(url).build().unwrap();
+    broker.start().await.unwrap();
+    let s = Stream::new("bench-publish", "unused");
+    let one = (n / 10).max(1000);
+    let t0 = Instant::now();
+    for id in 0..one {
+        broker.publish(&s, &Entry { id, value: 1, sent_us: 0 }).await.unwrap();
+    }
+    let single = one as f64 / t0.elapsed().as_secs_f64();
+
+    let t0 = Instant::now();
+    let mut id = 0;
+    while id < n {
+        let batch: Vec<Entry> = (id..(id + 100).min(n)).map(|id| Entry { id, value: 1, sent_us: 0 }).collect();
+        id += batch.len() as u64;
+        broker.publish_batch(&s, batch).await.unwrap();
+    }
+    let batched = n as f64 / t0.elapsed().as_secs_f64();
+    assert!(broker.stop().await.unwrap().is_clean());
+
+    // The same batches with a raw pipelined XADD loop.
+    let mut conn = connect(url).await;
+    let t0 = Instant::now();
+    let mut id = 0;
+    while id < n {
+        let mut pipe = redis::pipe();
+        for id in id..(id + 100).min(n) {
+            let data = serde_json::to_vec(&Entry { id, value: 1, sent_us: 0 }).unwrap();
+            pipe.cmd("XADD").arg("bench-publish-raw").arg("*").arg("data").arg(data);
+        }
+        id = (id + 100).min(n);
+        let _: Vec<String> = pipe.query_async(&mut conn).await.unwrap();
+    }
+    let raw = n as f64 / t0.elapsed().as_secs_f64();
+    (single, batched, raw)
+}
+
+async fn slow_handler_rate(url: &str, concurrency: usize, n: u64) -> f64 {
+    let stream = format!("bench-slow-{concurrency}");
+    let mut conn = connect(url).await;
+    prefill(&mut conn, &stream, n).await;
+    let s = Stream::new(stream.as_str(), "g");
+    let handled = Arc::new(AtomicUsize::new(0));
+    let h = handled.clone();
+    let broker = Broker::builder(url)
+        .subscribe(
+            &s,
+            ConsumerOptions::default()
+                .count(concurrency.max(10))
+                .concurrency(concurrency)
+                .block(Duration::from_millis(100)),
+            move |_: Entry| {
+                let h = h.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    h.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    broker.start().await.unwrap();
+    wait_for("slow handlers", Duration::from_secs(600), || handled.load(Ordering::Relaxed) as u64 >= n).await;
+    let rate = n as f64 / t0.elapsed().as_secs_f64();
+    assert!(broker.stop().await.unwrap().is_clean());
+    rate
+}
+
+/// Publish at a steady `rate` entries/s for `secs`; latency from publish to
+/// handler, in µs.
+async fn latency(url: &str, rate: u64, secs: u64) -> (u64, u64, usize) {
+    let s = Stream::new("bench-latency", "g");
+    let samples: Arc<Mutex<Vec<u64>>> = Arc::new(Mutex::new(Vec::with_capacity((rate * secs) as usize)));
+    let sm = samples.clone();
+    let broker = Broker::builder(url)
+        .subscribe(
+            &s,
+            ConsumerOptions::default().count(100).start_id("$").block(Duration::from_secs(5)),
+            move |e: Entry| {
+                sm.lock().unwrap().push(now_us().saturating_sub(e.sent_us));
+                std::future::ready(Ok(()))
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let total = rate * secs;
+    let per_tick = rate / 1000; // one batch per ms
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut sent = 0;
+    while sent < total {
+        tick.tick().await;
+        let ts = now_us();
+        let batch: Vec<Entry> = (0..per_tick).map(|i| Entry { id: sent + i, value: 0, sent_us: ts }).collect();
+        sent += per_tick;
+        broker.publish_batch(&s, batch).await.unwrap();
+    }
+    wait_for("latency samples", Duration::from_secs(60), || samples.lock().unwrap().len() as u64 >= total).await;
+    assert!(broker.stop().await.unwrap().is_clean());
+    let mut v = samples.lock().unwrap().clone();
+    v.sort_unstable();
+    let pct = |p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)];
+    (pct(0.50), pct(0.99), v.len())
+}
+
+fn main() {
+    let n: u64 = std::env::var("RILLKIT_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000);
+    let redis = support::RedisServer::start();
+    let url = redis.url();
+    actix::System::new().block_on(async move {
+        println!("rillkit throughput bench: N = {n} entries, redis-server on port {}", redis.port);
+        println!("{:<58} {:>14}", "measure", "result");
+        let row = |what: &str, v: String| println!("{what:<58} {v:>14}");
+
+        let mut conn = connect(&url).await;
+        prefill(&mut conn, "bench-consume", n).await;
+        let raw = raw_consume(&url, "bench-consume", "raw", n).await;
+        row("1. raw redis-rs loop (COUNT 100, decode, XACK/batch)", format!("{raw:.0} e/s"));
+        let rk = rillkit_consume(&url, "bench-consume", "rillkit", n).await;
+        row("2. rillkit consume (decode + sum)", format!("{rk:.0} e/s"));
+        row("   ratio to raw", format!("{:.2}x", rk / raw));
+
+        let (single, batched, raw_pub) = publish_rates(&url, n).await;
+        row("3. rillkit publish, one at a time", format!("{single:.0} e/s"));
+        row("   rillkit publish_batch (100 per batch)", format!("{batched:.0} e/s"));
+        row("   raw pipelined XADD (100 per pipeline)", format!("{raw_pub:.0} e/s"));
+        row("   batch publish ratio to raw", format!("{:.2}x", batched / raw_pub));
+
+        let scale = |k: u64| (n * k / 200_000).max(200);
+        for (c, k) in [(1usize, 2_000u64), (16, 20_000), (64, 60_000)] {
+            let r = slow_handler_rate(&url, c, scale(k)).await;
+            row(&format!("4. 1 ms handler, concurrency {c}"), format!("{r:.0} e/s"));
+        }
+
+        let secs = if n >= 100_000 { 5 } else { 1 };
+        let (p50, p99, count) = latency(&url, 5_000, secs).await;
+        row(&format!("5. publish→handler latency at 5000 e/s ({count} entries) p50"), format!("{:.2} ms", p50 as f64 / 1000.0));
+        row("   p99", format!("{:.2} ms", p99 as f64 / 1000.0));
+
+        row("6. peak RSS of this process", format!("{:.1} MiB", peak_rss_kib() as f64 / 1024.0));
+        println!("consume_ratio={:.2}", rk / raw);
+    });
+}
