@@ -30,7 +30,10 @@ struct Entry {
 }
 
 fn now_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
 }
 
 fn peak_rss_kib() -> u64 {
@@ -45,7 +48,8 @@ fn peak_rss_kib() -> u64 {
 }
 
 async fn connect(url: &str) -> MultiplexedConnection {
-    let cfg = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
+    let cfg =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
     redis::Client::open(url)
         .unwrap()
         .get_multiplexed_async_connection_with_config(&cfg)
@@ -59,8 +63,18 @@ async fn prefill(conn: &mut MultiplexedConnection, stream: &str, n: u64) {
     while id < n {
         let mut pipe = redis::pipe();
         for _ in 0..1000.min(n - id) {
-            let data = serde_json::to_vec(&Entry { id, value: id % 7, sent_us: 0 }).unwrap();
-            pipe.cmd("XADD").arg(stream).arg("*").arg("data").arg(data).ignore();
+            let data = serde_json::to_vec(&Entry {
+                id,
+                value: id % 7,
+                sent_us: 0,
+            })
+            .unwrap();
+            pipe.cmd("XADD")
+                .arg(stream)
+                .arg("*")
+                .arg("data")
+                .arg(data)
+                .ignore();
             id += 1;
         }
         let () = pipe.query_async(conn).await.unwrap();
@@ -92,7 +106,10 @@ async fn raw_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
             .xread_options(
                 &[stream],
                 &[">"],
-                &redis::streams::StreamReadOptions::default().group(group, "raw").count(100).block(100),
+                &redis::streams::StreamReadOptions::default()
+                    .group(group, "raw")
+                    .count(100)
+                    .block(100),
             )
             .await
             .unwrap();
@@ -118,13 +135,21 @@ async fn raw_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
 async fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !cond() {
-        assert!(Instant::now() < deadline, "bench: timed out waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "bench: timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
 async fn pending(conn: &mut MultiplexedConnection, stream: &str, group: &str) -> u64 {
-    let v: redis::Value = redis::cmd("XPENDING").arg(stream).arg(group).query_async(conn).await.unwrap();
+    let v: redis::Value = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg(group)
+        .query_async(conn)
+        .await
+        .unwrap();
     match v {
         redis::Value::Array(items) => match items.first() {
             Some(redis::Value::Int(n)) => *n as u64,
@@ -144,7 +169,9 @@ async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
     let broker = Broker::builder(url)
         .subscribe(
             &s,
-            ConsumerOptions::default().count(100).block(Duration::from_millis(100)),
+            ConsumerOptions::default()
+                .count(100)
+                .block(Duration::from_millis(100)),
             move |e: Entry| {
                 sm.fetch_add(e.value, Ordering::Relaxed);
                 h.fetch_add(1, Ordering::Relaxed);
@@ -156,7 +183,10 @@ async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
     let mut conn = connect(url).await;
     let t0 = Instant::now();
     broker.start().await.unwrap();
-    wait_for("rillkit handled all", Duration::from_secs(600), || handled.load(Ordering::Relaxed) as u64 >= n).await;
+    wait_for("rillkit handled all", Duration::from_secs(600), || {
+        handled.load(Ordering::Relaxed) as u64 >= n
+    })
+    .await;
     while pending(&mut conn, stream, group).await > 0 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -165,21 +195,44 @@ async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
     rate
 }
 
-async fn publish_rates(url: &str, n: u64) -> (f64, f64, f64) {
+struct PublishRates {
+    single: f64,
+    raw_single: f64,
+    batched: f64,
+    raw_batched: f64,
+}
+
+async fn publish_rates(url: &str, n: u64) -> PublishRates {
     let broker = Broker::builder(url).build().unwrap();
     broker.start().await.unwrap();
     let s = Stream::new("bench-publish", "unused");
     let one = (n / 10).max(1000);
     let t0 = Instant::now();
     for id in 0..one {
-        broker.publish(&s, &Entry { id, value: 1, sent_us: 0 }).await.unwrap();
+        broker
+            .publish(
+                &s,
+                &Entry {
+                    id,
+                    value: 1,
+                    sent_us: 0,
+                },
+            )
+            .await
+            .unwrap();
     }
     let single = one as f64 / t0.elapsed().as_secs_f64();
 
     let t0 = Instant::now();
     let mut id = 0;
     while id < n {
-        let batch: Vec<Entry> = (id..(id + 100).min(n)).map(|id| Entry { id, value: 1, sent_us: 0 }).collect();
+        let batch: Vec<Entry> = (id..(id + 100).min(n))
+            .map(|id| Entry {
+                id,
+                value: 1,
+                sent_us: 0,
+            })
+            .collect();
         id += batch.len() as u64;
         broker.publish_batch(&s, batch).await.unwrap();
     }
@@ -193,14 +246,48 @@ async fn publish_rates(url: &str, n: u64) -> (f64, f64, f64) {
     while id < n {
         let mut pipe = redis::pipe();
         for id in id..(id + 100).min(n) {
-            let data = serde_json::to_vec(&Entry { id, value: 1, sent_us: 0 }).unwrap();
-            pipe.cmd("XADD").arg("bench-publish-raw").arg("*").arg("data").arg(data);
+            let data = serde_json::to_vec(&Entry {
+                id,
+                value: 1,
+                sent_us: 0,
+            })
+            .unwrap();
+            pipe.cmd("XADD")
+                .arg("bench-publish-raw")
+                .arg("*")
+                .arg("data")
+                .arg(data);
         }
         id = (id + 100).min(n);
         let _: Vec<String> = pipe.query_async(&mut conn).await.unwrap();
     }
-    let raw = n as f64 / t0.elapsed().as_secs_f64();
-    (single, batched, raw)
+    let raw_batched = n as f64 / t0.elapsed().as_secs_f64();
+
+    // One XADD per round trip, by hand.
+    let t0 = Instant::now();
+    for id in 0..one {
+        let data = serde_json::to_vec(&Entry {
+            id,
+            value: 1,
+            sent_us: 0,
+        })
+        .unwrap();
+        let _: String = redis::cmd("XADD")
+            .arg("bench-publish-raw")
+            .arg("*")
+            .arg("data")
+            .arg(data)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let raw_single = one as f64 / t0.elapsed().as_secs_f64();
+    PublishRates {
+        single,
+        raw_single,
+        batched,
+        raw_batched,
+    }
 }
 
 async fn slow_handler_rate(url: &str, concurrency: usize, n: u64) -> f64 {
@@ -230,7 +317,10 @@ async fn slow_handler_rate(url: &str, concurrency: usize, n: u64) -> f64 {
         .unwrap();
     let t0 = Instant::now();
     broker.start().await.unwrap();
-    wait_for("slow handlers", Duration::from_secs(600), || handled.load(Ordering::Relaxed) as u64 >= n).await;
+    wait_for("slow handlers", Duration::from_secs(600), || {
+        handled.load(Ordering::Relaxed) as u64 >= n
+    })
+    .await;
     let rate = n as f64 / t0.elapsed().as_secs_f64();
     assert!(broker.stop().await.unwrap().is_clean());
     rate
@@ -240,12 +330,16 @@ async fn slow_handler_rate(url: &str, concurrency: usize, n: u64) -> f64 {
 /// handler, in µs.
 async fn latency(url: &str, rate: u64, secs: u64) -> (u64, u64, usize) {
     let s = Stream::new("bench-latency", "g");
-    let samples: Arc<Mutex<Vec<u64>>> = Arc::new(Mutex::new(Vec::with_capacity((rate * secs) as usize)));
+    let samples: Arc<Mutex<Vec<u64>>> =
+        Arc::new(Mutex::new(Vec::with_capacity((rate * secs) as usize)));
     let sm = samples.clone();
     let broker = Broker::builder(url)
         .subscribe(
             &s,
-            ConsumerOptions::default().count(100).start_id("$").block(Duration::from_secs(5)),
+            ConsumerOptions::default()
+                .count(100)
+                .start_id("$")
+                .block(Duration::from_secs(5)),
             move |e: Entry| {
                 sm.lock().unwrap().push(now_us().saturating_sub(e.sent_us));
                 std::future::ready(Ok(()))
@@ -262,11 +356,20 @@ async fn latency(url: &str, rate: u64, secs: u64) -> (u64, u64, usize) {
     while sent < total {
         tick.tick().await;
         let ts = now_us();
-        let batch: Vec<Entry> = (0..per_tick).map(|i| Entry { id: sent + i, value: 0, sent_us: ts }).collect();
+        let batch: Vec<Entry> = (0..per_tick)
+            .map(|i| Entry {
+                id: sent + i,
+                value: 0,
+                sent_us: ts,
+            })
+            .collect();
         sent += per_tick;
         broker.publish_batch(&s, batch).await.unwrap();
     }
-    wait_for("latency samples", Duration::from_secs(60), || samples.lock().unwrap().len() as u64 >= total).await;
+    wait_for("latency samples", Duration::from_secs(60), || {
+        samples.lock().unwrap().len() as u64 >= total
+    })
+    .await;
     assert!(broker.stop().await.unwrap().is_clean());
     let mut v = samples.lock().unwrap().clone();
     v.sort_unstable();
@@ -275,40 +378,79 @@ async fn latency(url: &str, rate: u64, secs: u64) -> (u64, u64, usize) {
 }
 
 fn main() {
-    let n: u64 = std::env::var("RILLKIT_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000);
+    let n: u64 = std::env::var("RILLKIT_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
     let redis = support::RedisServer::start();
     let url = redis.url();
     actix::System::new().block_on(async move {
-        println!("rillkit throughput bench: N = {n} entries, redis-server on port {}", redis.port);
+        println!(
+            "rillkit throughput bench: N = {n} entries, redis-server on port {}",
+            redis.port
+        );
         println!("{:<58} {:>14}", "measure", "result");
         let row = |what: &str, v: String| println!("{what:<58} {v:>14}");
 
         let mut conn = connect(&url).await;
         prefill(&mut conn, "bench-consume", n).await;
         let raw = raw_consume(&url, "bench-consume", "raw", n).await;
-        row("1. raw redis-rs loop (COUNT 100, decode, XACK/batch)", format!("{raw:.0} e/s"));
+        row(
+            "1. raw redis-rs loop (COUNT 100, decode, XACK/batch)",
+            format!("{raw:.0} e/s"),
+        );
         let rk = rillkit_consume(&url, "bench-consume", "rillkit", n).await;
         row("2. rillkit consume (decode + sum)", format!("{rk:.0} e/s"));
         row("   ratio to raw", format!("{:.2}x", rk / raw));
+        let rss_after_drain = peak_rss_kib();
 
-        let (single, batched, raw_pub) = publish_rates(&url, n).await;
-        row("3. rillkit publish, one at a time", format!("{single:.0} e/s"));
-        row("   rillkit publish_batch (100 per batch)", format!("{batched:.0} e/s"));
-        row("   raw pipelined XADD (100 per pipeline)", format!("{raw_pub:.0} e/s"));
-        row("   batch publish ratio to raw", format!("{:.2}x", batched / raw_pub));
+        let p = publish_rates(&url, n).await;
+        row(
+            "3. rillkit publish, one at a time",
+            format!("{:.0} e/s", p.single),
+        );
+        row(
+            "   raw XADD, one at a time",
+            format!("{:.0} e/s", p.raw_single),
+        );
+        row(
+            "   rillkit publish_batch (100 per batch)",
+            format!("{:.0} e/s", p.batched),
+        );
+        row(
+            "   raw pipelined XADD (100 per pipeline)",
+            format!("{:.0} e/s", p.raw_batched),
+        );
+        row(
+            "   batch publish ratio to raw",
+            format!("{:.2}x", p.batched / p.raw_batched),
+        );
 
         let scale = |k: u64| (n * k / 200_000).max(200);
         for (c, k) in [(1usize, 2_000u64), (16, 20_000), (64, 60_000)] {
             let r = slow_handler_rate(&url, c, scale(k)).await;
-            row(&format!("4. 1 ms handler, concurrency {c}"), format!("{r:.0} e/s"));
+            row(
+                &format!("4. 1 ms handler, concurrency {c}"),
+                format!("{r:.0} e/s"),
+            );
         }
 
         let secs = if n >= 100_000 { 5 } else { 1 };
         let (p50, p99, count) = latency(&url, 5_000, secs).await;
-        row(&format!("5. publish→handler latency at 5000 e/s ({count} entries) p50"), format!("{:.2} ms", p50 as f64 / 1000.0));
+        row(
+            &format!("5. publish→handler latency at 5000 e/s ({count} entries) p50"),
+            format!("{:.2} ms", p50 as f64 / 1000.0),
+        );
         row("   p99", format!("{:.2} ms", p99 as f64 / 1000.0));
 
-        row("6. peak RSS of this process", format!("{:.1} MiB", peak_rss_kib() as f64 / 1024.0));
+        row(
+            &format!("6. peak RSS after draining {n} entries"),
+            format!("{:.1} MiB", rss_after_drain as f64 / 1024.0),
+        );
+        row(
+            "   peak RSS at the end of the run",
+            format!("{:.1} MiB", peak_rss_kib() as f64 / 1024.0),
+        );
         println!("consume_ratio={:.2}", rk / raw);
     });
 }
