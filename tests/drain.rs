@@ -265,3 +265,41 @@ async fn run_until_a_trigger_and_outcomes_combine() {
     };
     assert_eq!(outcome.merge(failed).exit_code(), 1);
 }
+
+#[test]
+fn a_handler_still_running_in_a_long_drain_is_not_taken_over() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let opts = [
+        ("RILLKIT_BLOCK_MS", "100"),
+        ("RILLKIT_CLAIM_IDLE_MS", "300"),
+        ("RILLKIT_SHUTDOWN_TIMEOUT_MS", "10000"),
+    ];
+    let mut w1 = Worker::spawn(&redis.url(), &env("w1", &opts));
+    xadd(&mut c, "tasks", r#"{"id":1,"sleep_ms":1500}"#);
+    eventually_blocking("w1 holds the entry", WAIT, || {
+        pending_count(&mut c, "tasks", "workers") == 1
+    });
+    let w2 = Worker::spawn(&redis.url(), &env("w2", &opts));
+    // The drain lasts 5× claim_idle: w1 must keep the entry fresh meanwhile.
+    w1.signal("TERM");
+    assert_eq!(w1.wait_exit(WAIT), Some(0));
+    assert_eq!(w1.handled(), [(1, 1)]);
+    eventually_blocking("PEL empty", WAIT, || {
+        pending_count(&mut c, "tasks", "workers") == 0
+    });
+    // A claim by w2 would have happened (and been logged) a second before w1
+    // finished; XACK by w1 would then hide it from the PEL.
+    assert!(
+        !w2.log()
+            .iter()
+            .any(|l| l.contains("claimed idle pending entries")),
+        "w2 took over an entry w1 was still handling:\n{}",
+        w2.log().join("\n")
+    );
+    assert!(
+        w2.handled().is_empty(),
+        "w2 ran the entry too: {:?}",
+        w2.handled()
+    );
+}

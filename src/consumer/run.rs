@@ -267,7 +267,7 @@ impl Loop {
                     self.on_claimed(claimed);
                 }
                 () = tokio::time::sleep_until(self.reclaim_due), if may_reclaim => {}
-                () = tokio::time::sleep_until(self.heartbeat_at), if holding && self.deadline.is_none() => {
+                () = tokio::time::sleep_until(self.heartbeat_at), if holding => {
                     self.heartbeat();
                 }
                 changed = stop.changed(), if self.deadline.is_none() => {
