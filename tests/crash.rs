@@ -10,13 +10,13 @@ use support::{RedisServer, Worker, eventually_blocking, pending_count, stream_le
 const WAIT: Duration = Duration::from_secs(30);
 
 fn env<'a>(consumer: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
-    let mut v = vec![
-        ("RILLKIT_STREAM", "tasks"),
-        ("RILLKIT_GROUP", "workers"),
-        ("RILLKIT_CONSUMER", consumer),
-        ("RILLKIT_BLOCK_MS", "100"),
-        ("RILLKIT_CLAIM_IDLE_MS", "500"),
-    ];
+    let mut v = support::worker_env(
+        consumer,
+        &[
+            ("RILLKIT_BLOCK_MS", "100"),
+            ("RILLKIT_CLAIM_IDLE_MS", "500"),
+        ],
+    );
     v.extend_from_slice(extra);
     v
 }

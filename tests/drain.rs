@@ -13,15 +13,7 @@ use support::{RedisServer, Worker, eventually, eventually_blocking, pending_coun
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn env<'a>(consumer: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
-    let mut v = vec![
-        ("RILLKIT_STREAM", "tasks"),
-        ("RILLKIT_GROUP", "workers"),
-        ("RILLKIT_CONSUMER", consumer),
-    ];
-    v.extend_from_slice(extra);
-    v
-}
+use support::worker_env as env;
 
 #[test]
 fn sigterm_stops_an_idle_worker_without_waiting_for_block() {

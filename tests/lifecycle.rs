@@ -21,8 +21,17 @@ fn fast() -> ConsumerOptions {
     ConsumerOptions::default().block(Duration::from_millis(100))
 }
 
-fn failing(msg: &'static str) -> BoxError {
-    msg.into()
+/// A hook that records `what` in `log`, then fails with `fail` if given.
+fn record(
+    log: &Log,
+    what: &'static str,
+    fail: Option<&'static str>,
+) -> impl Fn(Broker) -> std::future::Ready<Result<(), BoxError>> + Send + Sync + 'static {
+    let log = log.clone();
+    move |_| {
+        push(&log, what);
+        std::future::ready(fail.map_or(Ok(()), |m| Err(m.into())))
+    }
 }
 
 /// Connected clients as the server counts them (includes the asking one).
@@ -154,49 +163,12 @@ async fn hooks_run_in_order_around_redis_work() {
 async fn on_startup_failure_stops_everything_and_opens_no_connection() {
     let redis = RedisServer::start();
     let log: Log = Arc::default();
-    let (l1, l2, l3, l4, l5) = (
-        log.clone(),
-        log.clone(),
-        log.clone(),
-        log.clone(),
-        log.clone(),
-    );
     let broker = Broker::builder(redis.url())
-        .on_startup(move |_| {
-            let l = l1.clone();
-            async move {
-                push(&l, "on_startup 1");
-                Err(failing("no database"))
-            }
-        })
-        .on_startup(move |_| {
-            let l = l2.clone();
-            async move {
-                push(&l, "on_startup 2");
-                Ok(())
-            }
-        })
-        .after_startup(move |_| {
-            let l = l3.clone();
-            async move {
-                push(&l, "after_startup");
-                Ok(())
-            }
-        })
-        .on_shutdown(move |_| {
-            let l = l4.clone();
-            async move {
-                push(&l, "on_shutdown");
-                Ok(())
-            }
-        })
-        .after_shutdown(move |_| {
-            let l = l5.clone();
-            async move {
-                push(&l, "after_shutdown");
-                Ok(())
-            }
-        })
+        .on_startup(record(&log, "on_startup 1", Some("no database")))
+        .on_startup(record(&log, "on_startup 2", None))
+        .after_startup(record(&log, "after_startup", None))
+        .on_shutdown(record(&log, "on_shutdown", None))
+        .after_shutdown(record(&log, "after_shutdown", None))
         .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async {
             Ok(())
         })
@@ -215,8 +187,8 @@ async fn on_startup_failure_stops_everything_and_opens_no_connection() {
     assert_eq!(err.exit_code(), 1);
     assert_eq!(*log.lock().unwrap(), ["on_startup 1"]);
     assert_eq!(broker.phase(), Phase::Stopped);
-    // No Redis I/O happened: the stream was never created and only the test's
-    // own connection is there.
+    // No Redis I/O happened: the stream was never created and only the
+    // asking connection is there.
     let exists: bool = redis::cmd("EXISTS")
         .arg("tasks")
         .query(&mut redis.conn())
@@ -232,36 +204,11 @@ async fn on_startup_failure_stops_everything_and_opens_no_connection() {
 async fn after_startup_failure_runs_shutdown_path_without_on_shutdown() {
     let redis = RedisServer::start();
     let log: Log = Arc::default();
-    let (l1, l2, l3, l4) = (log.clone(), log.clone(), log.clone(), log.clone());
     let broker = Broker::builder(redis.url())
-        .after_startup(move |_| {
-            let l = l1.clone();
-            async move {
-                push(&l, "after_startup 1");
-                Err(failing("warm-up failed"))
-            }
-        })
-        .after_startup(move |_| {
-            let l = l2.clone();
-            async move {
-                push(&l, "after_startup 2");
-                Ok(())
-            }
-        })
-        .on_shutdown(move |_| {
-            let l = l3.clone();
-            async move {
-                push(&l, "on_shutdown");
-                Ok(())
-            }
-        })
-        .after_shutdown(move |_| {
-            let l = l4.clone();
-            async move {
-                push(&l, "after_shutdown");
-                Ok(())
-            }
-        })
+        .after_startup(record(&log, "after_startup 1", Some("warm-up failed")))
+        .after_startup(record(&log, "after_startup 2", None))
+        .on_shutdown(record(&log, "on_shutdown", None))
+        .after_shutdown(record(&log, "after_shutdown", None))
         .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async {
             Ok(())
         })
@@ -273,6 +220,7 @@ async fn after_startup_failure_runs_shutdown_path_without_on_shutdown() {
     };
     assert_eq!(f.failures.len(), 1);
     assert_eq!(f.failures[0].stage, Stage::AfterStartup);
+    assert!(err.to_string().contains("warm-up failed"));
     assert_eq!(*log.lock().unwrap(), ["after_startup 1", "after_shutdown"]);
     assert_eq!(broker.phase(), Phase::Stopped);
     let s = Stream::new("tasks", "g");
@@ -282,33 +230,23 @@ async fn after_startup_failure_runs_shutdown_path_without_on_shutdown() {
 #[actix_rt::test]
 async fn every_after_shutdown_hook_runs_and_failures_are_reported_together() {
     let redis = RedisServer::start();
-    let ran = Arc::new(AtomicUsize::new(0));
-    let (r1, r2, r3) = (ran.clone(), ran.clone(), ran.clone());
+    let log: Log = Arc::default();
     let broker = Broker::builder(redis.url())
-        .after_shutdown(move |_| {
-            r1.fetch_add(1, Ordering::SeqCst);
-            async { Err(failing("first")) }
-        })
-        .after_shutdown(move |_| {
-            r2.fetch_add(1, Ordering::SeqCst);
-            async { Ok(()) }
-        })
-        .after_shutdown(move |_| {
-            r3.fetch_add(1, Ordering::SeqCst);
-            async { Err(failing("third")) }
-        })
+        .after_shutdown(record(&log, "first", Some("first failed")))
+        .after_shutdown(record(&log, "second", None))
+        .after_shutdown(record(&log, "third", Some("third failed")))
         .build()
         .unwrap();
     broker.start().await.unwrap();
     let err = broker.stop().await.unwrap_err();
-    assert_eq!(ran.load(Ordering::SeqCst), 3);
+    assert_eq!(*log.lock().unwrap(), ["first", "second", "third"]);
     let Error::Hook(f) = &err else {
         panic!("expected a hook error, got {err:?}")
     };
     let idx: Vec<usize> = f.failures.iter().map(|e| e.index).collect();
     assert_eq!(idx, [0, 2]);
     assert!(f.outcome.unwrap().is_clean());
-    assert!(err.to_string().contains("first") && err.to_string().contains("third"));
+    assert!(err.to_string().contains("first failed") && err.to_string().contains("third failed"));
     // Later callers get the outcome.
     assert!(broker.stop().await.unwrap().is_clean());
 }
@@ -317,29 +255,10 @@ async fn every_after_shutdown_hook_runs_and_failures_are_reported_together() {
 async fn on_shutdown_failure_still_closes_and_runs_after_shutdown() {
     let redis = RedisServer::start();
     let log: Log = Arc::default();
-    let (l1, l2, l3) = (log.clone(), log.clone(), log.clone());
     let broker = Broker::builder(redis.url())
-        .on_shutdown(move |_| {
-            let l = l1.clone();
-            async move {
-                push(&l, "on_shutdown 1");
-                Err(failing("flush failed"))
-            }
-        })
-        .on_shutdown(move |_| {
-            let l = l2.clone();
-            async move {
-                push(&l, "on_shutdown 2");
-                Ok(())
-            }
-        })
-        .after_shutdown(move |_| {
-            let l = l3.clone();
-            async move {
-                push(&l, "after_shutdown");
-                Ok(())
-            }
-        })
+        .on_shutdown(record(&log, "on_shutdown 1", Some("flush failed")))
+        .on_shutdown(record(&log, "on_shutdown 2", None))
+        .after_shutdown(record(&log, "after_shutdown", None))
         .build()
         .unwrap();
     broker.start().await.unwrap();

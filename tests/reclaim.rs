@@ -36,37 +36,9 @@ fn counting_broker(url: &str, s: &Stream, opts: ConsumerOptions, seen: &Seen) ->
         .unwrap()
 }
 
-/// `n` entries read by a consumer named `dead` that never acks them.
+/// Entries read by a consumer named `dead` that never acks them.
 fn strand(redis: &RedisServer, stream: &str, group: &str, ids: std::ops::Range<u64>) {
-    let mut c = redis.conn();
-    let _: redis::RedisResult<()> = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(stream)
-        .arg(group)
-        .arg("0")
-        .arg("MKSTREAM")
-        .query(&mut c);
-    let n = ids.end - ids.start;
-    for id in ids {
-        let _: String = redis::cmd("XADD")
-            .arg(stream)
-            .arg("*")
-            .arg("data")
-            .arg(format!(r#"{{"id":{id}}}"#))
-            .query(&mut c)
-            .unwrap();
-    }
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(group)
-        .arg("dead")
-        .arg("COUNT")
-        .arg(n)
-        .arg("STREAMS")
-        .arg(stream)
-        .arg(">")
-        .query(&mut c)
-        .unwrap();
+    support::strand(redis, stream, group, "dead", ids);
 }
 
 #[actix_rt::test]

@@ -293,34 +293,7 @@ async fn entries_trimmed_while_pending_are_acked_and_skipped() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
     // A consumer "c1" took 5 entries and died; then the stream was trimmed.
-    let _: () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg("jobs")
-        .arg("g")
-        .arg("0")
-        .arg("MKSTREAM")
-        .query(&mut c)
-        .unwrap();
-    for id in 0..5 {
-        let _: String = redis::cmd("XADD")
-            .arg("jobs")
-            .arg("*")
-            .arg("data")
-            .arg(format!(r#"{{"id":{id}}}"#))
-            .query(&mut c)
-            .unwrap();
-    }
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg("g")
-        .arg("c1")
-        .arg("COUNT")
-        .arg(5)
-        .arg("STREAMS")
-        .arg("jobs")
-        .arg(">")
-        .query(&mut c)
-        .unwrap();
+    support::strand(&redis, "jobs", "g", "c1", 0..5);
     let _: i64 = redis::cmd("XTRIM")
         .arg("jobs")
         .arg("MAXLEN")
@@ -367,34 +340,7 @@ async fn entries_trimmed_while_pending_are_acked_and_skipped() {
 async fn a_restarted_consumer_resumes_its_own_pending_entries_first() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
-    let _: () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg("jobs")
-        .arg("g")
-        .arg("0")
-        .arg("MKSTREAM")
-        .query(&mut c)
-        .unwrap();
-    for id in 0..3 {
-        let _: String = redis::cmd("XADD")
-            .arg("jobs")
-            .arg("*")
-            .arg("data")
-            .arg(format!(r#"{{"id":{id}}}"#))
-            .query(&mut c)
-            .unwrap();
-    }
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg("g")
-        .arg("c1")
-        .arg("COUNT")
-        .arg(3)
-        .arg("STREAMS")
-        .arg("jobs")
-        .arg(">")
-        .query(&mut c)
-        .unwrap();
+    support::strand(&redis, "jobs", "g", "c1", 0..3);
     let _: String = redis::cmd("XADD")
         .arg("jobs")
         .arg("*")

@@ -348,3 +348,50 @@ pub fn xadd(conn: &mut redis::Connection, stream: &str, json: &str) -> String {
         .query(conn)
         .expect("XADD")
 }
+
+/// Adds `{"id": <id>}` entries for each id to `stream` and has a consumer
+/// named `consumer` of `group` (created from `0` if missing) read them without
+/// acking, as a consumer that dies mid-batch leaves them.
+pub fn strand(
+    redis: &RedisServer,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    ids: std::ops::Range<u64>,
+) {
+    let mut c = redis.conn();
+    let _: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(group)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut c);
+    let n = ids.end - ids.start;
+    for id in ids {
+        xadd(&mut c, stream, &format!(r#"{{"id":{id}}}"#));
+    }
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(group)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(n)
+        .arg("STREAMS")
+        .arg(stream)
+        .arg(">")
+        .query(&mut c)
+        .expect("XREADGROUP");
+}
+
+/// Environment for a `worker` on stream `tasks`, group `workers`, named
+/// `consumer`, plus `extra` variables.
+pub fn worker_env<'a>(consumer: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut v = vec![
+        ("RILLKIT_STREAM", "tasks"),
+        ("RILLKIT_GROUP", "workers"),
+        ("RILLKIT_CONSUMER", consumer),
+    ];
+    v.extend_from_slice(extra);
+    v
+}
