@@ -38,80 +38,57 @@ fn sigterm_stops_an_idle_worker_without_waiting_for_block() {
     );
 }
 
-#[test]
-fn sigterm_during_a_handler_within_the_drain_deadline_acks_and_exits_0() {
-    let redis = RedisServer::start();
-    let mut c = redis.conn();
-    let mut w = Worker::spawn(
+/// A worker with a drain deadline of `shutdown_ms`, busy in a handler that
+/// sleeps `sleep_ms`.
+fn busy_worker(redis: &RedisServer, shutdown_ms: &str, sleep_ms: u64) -> Worker {
+    let w = Worker::spawn(
         &redis.url(),
         &env(
             "w1",
             &[
                 ("RILLKIT_BLOCK_MS", "100"),
-                ("RILLKIT_SHUTDOWN_TIMEOUT_MS", "10000"),
+                ("RILLKIT_SHUTDOWN_TIMEOUT_MS", shutdown_ms),
             ],
         ),
     );
-    xadd(&mut c, "tasks", r#"{"id":1,"sleep_ms":2000}"#);
+    let mut c = redis.conn();
+    xadd(
+        &mut c,
+        "tasks",
+        &format!(r#"{{"id":1,"sleep_ms":{sleep_ms}}}"#),
+    );
     eventually_blocking("handler running", WAIT, || {
         pending_count(&mut c, "tasks", "workers") == 1
     });
+    w
+}
+
+#[test]
+fn sigterm_during_a_handler_within_the_drain_deadline_acks_and_exits_0() {
+    let redis = RedisServer::start();
+    let mut w = busy_worker(&redis, "10000", 2000);
     w.signal("TERM");
     assert_eq!(w.wait_exit(WAIT), Some(0));
     assert_eq!(w.handled(), [(1, 1)]);
-    assert_eq!(
-        pending_count(&mut c, "tasks", "workers"),
-        0,
-        "acked before exit"
-    );
+    let pending = pending_count(&mut redis.conn(), "tasks", "workers");
+    assert_eq!(pending, 0, "acked before exit");
 }
 
 #[test]
 fn a_drain_past_its_deadline_exits_3_and_leaves_the_entry_pending() {
     let redis = RedisServer::start();
-    let mut c = redis.conn();
-    let mut w = Worker::spawn(
-        &redis.url(),
-        &env(
-            "w1",
-            &[
-                ("RILLKIT_BLOCK_MS", "100"),
-                ("RILLKIT_SHUTDOWN_TIMEOUT_MS", "200"),
-            ],
-        ),
-    );
-    xadd(&mut c, "tasks", r#"{"id":1,"sleep_ms":2000}"#);
-    eventually_blocking("handler running", WAIT, || {
-        pending_count(&mut c, "tasks", "workers") == 1
-    });
+    let mut w = busy_worker(&redis, "200", 2000);
     w.signal("TERM");
     assert_eq!(w.wait_exit(WAIT), Some(3));
     assert!(w.handled().is_empty(), "the handler was abandoned");
-    assert_eq!(
-        pending_count(&mut c, "tasks", "workers"),
-        1,
-        "stays pending for redelivery"
-    );
+    let pending = pending_count(&mut redis.conn(), "tasks", "workers");
+    assert_eq!(pending, 1, "stays pending for redelivery");
 }
 
 #[test]
 fn a_second_signal_exits_1_at_once() {
     let redis = RedisServer::start();
-    let mut c = redis.conn();
-    let mut w = Worker::spawn(
-        &redis.url(),
-        &env(
-            "w1",
-            &[
-                ("RILLKIT_BLOCK_MS", "100"),
-                ("RILLKIT_SHUTDOWN_TIMEOUT_MS", "60000"),
-            ],
-        ),
-    );
-    xadd(&mut c, "tasks", r#"{"id":1,"sleep_ms":60000}"#);
-    eventually_blocking("handler running", WAIT, || {
-        pending_count(&mut c, "tasks", "workers") == 1
-    });
+    let mut w = busy_worker(&redis, "60000", 60_000);
     w.signal("TERM");
     eventually_blocking("draining", WAIT, || {
         w.log().iter().any(|l| l.contains("draining"))
