@@ -247,6 +247,7 @@ impl BrokerBuilder {
                 consumer,
                 opts,
                 handler,
+                drain_timeout: self.shutdown_timeout,
             }));
         }
         Ok(Broker {
@@ -278,7 +279,7 @@ struct Inner {
     /// Set once, by the first stop request: the drain timeout to use.
     stop_req: watch::Sender<Option<Duration>>,
     redis: OnceLock<Addr<RedisActor>>,
-    result: Mutex<Option<(SupervisorOutcome, Vec<HookError>)>>,
+    result: Mutex<Option<(SupervisorOutcome, Arc<[HookError]>)>>,
     done: watch::Sender<bool>,
 }
 
@@ -420,8 +421,11 @@ impl Broker {
     /// once, and every caller gets its outcome.
     ///
     /// # Errors
-    /// [`Error::Hook`] when `on_shutdown` or `after_shutdown` hooks failed (to
-    /// the first caller only; it carries the outcome too).
+    /// * [`Error::Hook`] when `on_shutdown` or `after_shutdown` hooks failed
+    ///   (to every caller; it carries the outcome too).
+    /// * [`Error::StopFromWithin`] when called from this broker's own hook or
+    ///   handler, which the stop would wait for: the stop is requested and the
+    ///   call returns at once.
     ///
     /// # Cancellation safety
     /// Dropping the future does not cancel the stop; it goes on in the actors.
@@ -436,16 +440,21 @@ impl Broker {
     /// As [`stop`](Self::stop).
     pub async fn stop_with_timeout(&self, timeout: Duration) -> Result<SupervisorOutcome, Error> {
         self.request_stop_with_timeout(timeout);
+        if self.is_within() {
+            return Err(Error::StopFromWithin);
+        }
         let mut done = self.inner.done.subscribe();
         let _ = done.wait_for(|d| *d).await;
-        let mut result = self.inner.result.lock().expect("result lock");
-        let (outcome, failures) = result.get_or_insert_default();
+        let result = self.inner.result.lock().expect("result lock");
+        let (outcome, failures) = result
+            .clone()
+            .unwrap_or_else(|| (SupervisorOutcome::default(), Arc::from([])));
         if failures.is_empty() {
-            Ok(*outcome)
+            Ok(outcome)
         } else {
             Err(Error::Hook(HookFailures {
-                failures: std::mem::take(failures),
-                outcome: Some(*outcome),
+                failures,
+                outcome: Some(outcome),
             }))
         }
     }
@@ -599,9 +608,32 @@ impl Broker {
 
     /// Records the final outcome and wakes every `stop()` caller.
     pub(crate) fn finish(&self, outcome: SupervisorOutcome, failures: Vec<HookError>) {
-        *self.inner.result.lock().expect("result lock") = Some((outcome, failures));
+        *self.inner.result.lock().expect("result lock") = Some((outcome, failures.into()));
         self.inner.done.send_replace(true);
     }
+
+    pub(crate) fn is_finished(&self) -> bool {
+        *self.inner.done.borrow()
+    }
+
+    /// Runs `fut` marked as this broker's own code (hooks, the consumer loop
+    /// with its handlers), so `stop()` can tell it is called from within.
+    pub(crate) fn within<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> + use<F> {
+        WITHIN.scope(self.id(), fut)
+    }
+
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
+    fn is_within(&self) -> bool {
+        WITHIN.try_with(|id| *id == self.id()).unwrap_or(false)
+    }
+}
+
+tokio::task_local! {
+    /// The broker whose own code (hook, consumer loop) is running.
+    static WITHIN: usize;
 }
 
 fn encode<T: Serialize + ?Sized, C: Codec>(

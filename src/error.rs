@@ -55,6 +55,14 @@ pub enum Error {
     /// `start()` was called on a broker that was already started.
     #[error("the broker was already started")]
     AlreadyStarted,
+    /// `stop()` was called from one of the broker's own hooks or handlers. It
+    /// cannot wait there (the stop waits for that very hook or handler), so
+    /// the stop was requested and this returned at once. Use
+    /// [`Broker::request_stop`](crate::Broker::request_stop) there instead.
+    #[error(
+        "stop() called from the broker's own hook or handler; the stop is requested, use request_stop() there"
+    )]
+    StopFromWithin,
 }
 
 impl Error {
@@ -102,11 +110,12 @@ pub(crate) fn is_connection_error(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
 }
 
-/// The failures of one or more lifecycle hooks.
-#[derive(Debug)]
+/// The failures of one or more lifecycle hooks. Cloning shares them: every
+/// `stop()` caller gets the same failures.
+#[derive(Debug, Clone)]
 pub struct HookFailures {
     /// Each failure, in the order the hooks ran.
-    pub failures: Vec<HookError>,
+    pub failures: std::sync::Arc<[HookError]>,
     /// The shutdown outcome, when the failures happened during `stop()`.
     pub outcome: Option<SupervisorOutcome>,
 }
@@ -114,7 +123,7 @@ pub struct HookFailures {
 impl fmt::Display for HookFailures {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} lifecycle hook(s) failed", self.failures.len())?;
-        for e in &self.failures {
+        for e in self.failures.iter() {
             write!(f, "; {e}")?;
         }
         Ok(())

@@ -76,8 +76,9 @@ pub struct Message {
     /// counting this delivery (1 on the first run). This is the server's count
     /// (XPENDING), so it also counts deliveries to other processes.
     pub delivery_count: u64,
-    /// Every field/value pair of the entry, in stream order, as raw bytes.
-    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Every field/value pair of the entry, in stream order, as raw bytes
+    /// (shared: cloning a `Message` does not copy them).
+    pub fields: Arc<[(Vec<u8>, Vec<u8>)]>,
     pub(crate) data_field: Arc<str>,
 }
 

@@ -5,6 +5,9 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 
 use crate::broker::Broker;
@@ -74,10 +77,18 @@ impl Hooks {
     /// Runs the hooks of `stage` in order. With `keep_going` every hook runs and
     /// all failures are returned; otherwise the first failure stops the list.
     /// Each failure is logged at ERROR.
+    /// A panicking hook counts as a failed one.
     pub async fn run(&self, stage: Stage, broker: &Broker, keep_going: bool) -> Vec<HookError> {
         let mut failures = Vec::new();
         for (index, h) in self.list(stage).iter().enumerate() {
-            if let Err(source) = h(broker.clone()).await {
+            let result = match std::panic::catch_unwind(AssertUnwindSafe(|| h(broker.clone()))) {
+                Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await,
+                Err(panic) => Err(panic),
+            };
+            let result = result.unwrap_or_else(|panic| {
+                Err(format!("hook panicked: {}", crate::panic_message(&*panic)).into())
+            });
+            if let Err(source) = result {
                 tracing::error!(stage = %stage, index, error = %source, "lifecycle hook failed");
                 failures.push(HookError {
                     stage,

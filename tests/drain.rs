@@ -192,6 +192,84 @@ async fn a_consumer_that_keeps_failing_is_restarted_then_failed_and_run_returns_
     assert_eq!(outcome.exit_code(), 1);
 }
 
+fn command_calls(redis: &RedisServer, cmd: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[actix_rt::test]
+async fn an_unrecoverable_read_error_stops_reading_while_handlers_finish() {
+    let redis = RedisServer::start();
+    let s = Stream::new("tasks", "g");
+    let started = Arc::new(AtomicUsize::new(0));
+    let st = started.clone();
+    let broker = Broker::builder(redis.url())
+        .handle_signals(false)
+        .shutdown_timeout(Duration::from_secs(5))
+        .restart_policy(RestartPolicy {
+            max_restarts: 1,
+            window: Duration::from_secs(60),
+            min_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(10),
+        })
+        .subscribe(
+            &s,
+            ConsumerOptions::default()
+                .concurrency(2)
+                .block(Duration::from_millis(50)),
+            move |_: u64| {
+                st.fetch_add(1, Ordering::SeqCst);
+                async {
+                    tokio::time::sleep(Duration::from_millis(700)).await;
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    let runner = broker.clone();
+    let run = actix_rt::spawn(async move { runner.run().await });
+    eventually("running", WAIT, || {
+        broker.phase() == rillkit::Phase::Running
+    })
+    .await;
+    broker.publish(&s, &1).await.unwrap();
+    eventually("handler running", WAIT, || {
+        started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let before = command_calls(&redis, "xreadgroup");
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg("tasks")
+        .cmd("SET")
+        .arg("tasks")
+        .arg("oops")
+        .query(&mut redis.conn())
+        .unwrap();
+    let outcome = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("run() returns")
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.exit_code(), 1);
+    assert!(
+        !outcome.timed_out,
+        "the handler finished within the drain; a failed XACK is not retried forever"
+    );
+    let reads = command_calls(&redis, "xreadgroup") - before;
+    assert!(
+        reads < 50,
+        "{reads} XREADGROUP calls while failing: reading must stop at the first unrecoverable error"
+    );
+}
+
 #[actix_rt::test]
 async fn run_until_a_trigger_and_outcomes_combine() {
     let redis = RedisServer::start();

@@ -247,8 +247,64 @@ async fn every_after_shutdown_hook_runs_and_failures_are_reported_together() {
     assert_eq!(idx, [0, 2]);
     assert!(f.outcome.unwrap().is_clean());
     assert!(err.to_string().contains("first failed") && err.to_string().contains("third failed"));
-    // Later callers get the outcome.
-    assert!(broker.stop().await.unwrap().is_clean());
+    assert_eq!(err.exit_code(), 1);
+    // Every caller learns of the failures, not just the first.
+    let again = broker.stop().await.unwrap_err();
+    assert!(matches!(&again, Error::Hook(f) if f.failures.len() == 2));
+}
+
+#[actix_rt::test]
+async fn a_panicking_hook_is_a_failed_hook_and_stop_still_finishes() {
+    let redis = RedisServer::start();
+    let log: Log = Arc::default();
+    let broker = Broker::builder(redis.url())
+        .on_shutdown(|_| async { panic!("hook bug") })
+        .after_shutdown(record(&log, "after_shutdown", None))
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), broker.stop())
+        .await
+        .expect("stop() must not hang on a panicking hook")
+        .unwrap_err();
+    assert!(err.to_string().contains("hook panicked: hook bug"), "{err}");
+    assert_eq!(*log.lock().unwrap(), ["after_shutdown"]);
+    assert_eq!(broker.phase(), Phase::Stopped);
+}
+
+#[actix_rt::test]
+async fn stop_from_within_a_hook_requests_the_stop_instead_of_deadlocking() {
+    let redis = RedisServer::start();
+    let answer: Arc<Mutex<Option<String>>> = Arc::default();
+    let a = answer.clone();
+    let broker = Broker::builder(redis.url())
+        .after_startup(move |b: Broker| {
+            let a = a.clone();
+            async move {
+                let r = b.stop().await;
+                *a.lock().unwrap() = Some(format!("{r:?}"));
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), broker.start())
+        .await
+        .expect("start() must not deadlock")
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), broker.stop())
+        .await
+        .expect("the requested stop completes")
+        .unwrap();
+    assert!(outcome.is_clean());
+    assert!(
+        answer
+            .lock()
+            .unwrap()
+            .as_deref()
+            .unwrap()
+            .contains("StopFromWithin")
+    );
 }
 
 #[actix_rt::test]

@@ -372,3 +372,60 @@ async fn a_restarted_consumer_resumes_its_own_pending_entries_first() {
     assert!(broker.stop().await.unwrap().is_clean());
     assert_eq!(*seen.lock().unwrap(), [(0, 2), (1, 2), (2, 2), (3, 1)]);
 }
+
+fn error_count(redis: &RedisServer, code: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query(&mut redis.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("errorstat_{code}:count=")))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[actix_rt::test]
+async fn a_failed_dead_letter_move_loses_nothing_and_is_retried() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    // The dead-letter key holds a string: XADD to it fails with WRONGTYPE.
+    let _: () = redis::cmd("SET")
+        .arg("jobs-dlq")
+        .arg("not a stream")
+        .query(&mut c)
+        .unwrap();
+    let s = Stream::new("jobs", "g");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe(&s, opts(3), move |_: Job| {
+            r.fetch_add(1, Ordering::SeqCst);
+            async { Err(HandlerError::reject("bad job")) }
+        })
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker.publish(&s, &Job { id: 1 }).await.unwrap();
+    eventually("the move failed once", WAIT, || {
+        error_count(&redis, "WRONGTYPE") >= 1
+    })
+    .await;
+    assert_eq!(
+        pending_count(&mut c, "jobs", "g"),
+        1,
+        "not acked without its copy"
+    );
+    // The operator repairs the key; the retried move goes through.
+    let _: () = redis::cmd("DEL").arg("jobs-dlq").query(&mut c).unwrap();
+    eventually("dead-lettered", WAIT, || {
+        stream_len(&mut redis.conn(), "jobs-dlq") == 1
+    })
+    .await;
+    eventually("acked", WAIT, || pending_count(&mut c, "jobs", "g") == 0).await;
+    assert!(broker.stop().await.unwrap().is_clean());
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "a rejected entry never runs again"
+    );
+}

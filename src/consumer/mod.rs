@@ -45,6 +45,9 @@ pub(crate) struct Subscription {
     pub consumer: Arc<str>,
     pub opts: ConsumerOptions,
     pub handler: ErasedHandler,
+    /// How long handlers may finish when the consumer drains on its own (an
+    /// unrecoverable error): the broker's `shutdown_timeout`.
+    pub drain_timeout: std::time::Duration,
 }
 
 /// Sent by a consumer when its loop has ended, for whatever reason.
@@ -62,6 +65,7 @@ pub(crate) struct ConsumerExited {
 pub(crate) struct Drain(pub Instant);
 
 pub(crate) struct ConsumerActor {
+    broker: crate::Broker,
     index: usize,
     sub: Arc<Subscription>,
     client: redis::Client,
@@ -74,6 +78,7 @@ pub(crate) struct ConsumerActor {
 
 impl ConsumerActor {
     pub(crate) fn new(
+        broker: crate::Broker,
         index: usize,
         sub: Arc<Subscription>,
         client: redis::Client,
@@ -83,6 +88,7 @@ impl ConsumerActor {
         ready: Option<oneshot::Sender<()>>,
     ) -> Self {
         ConsumerActor {
+            broker,
             index,
             sub,
             client,
@@ -110,14 +116,16 @@ impl Actor for ConsumerActor {
         );
         // The actor boundary: a panic in rillkit's own loop code is caught here
         // and reported, never lost with the task.
-        let guarded = AssertUnwindSafe(run).catch_unwind().map(|r| match r {
-            Ok(report) => report,
-            Err(payload) => {
-                let what = crate::panic_message(&*payload);
-                tracing::error!(panic = %what, "consumer loop panicked");
-                ConsumerReport::panicked(what)
-            }
-        });
+        let guarded = AssertUnwindSafe(self.broker.within(run))
+            .catch_unwind()
+            .map(|r| match r {
+                Ok(report) => report,
+                Err(payload) => {
+                    let what = crate::panic_message(&*payload);
+                    tracing::error!(panic = %what, "consumer loop panicked");
+                    ConsumerReport::panicked(what)
+                }
+            });
         ctx.spawn(actix::fut::wrap_future(guarded).map(
             |report, act: &mut Self, ctx: &mut Context<Self>| {
                 act.exited.do_send(ConsumerExited {

@@ -22,7 +22,10 @@ use crate::error::{Error, is_connection_error};
 use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
 use crate::reclaimer::{self, Claim, ReclaimerActor};
 use crate::redis::reply::{self, RawEntry};
-use crate::redis::{Ack, CreateGroup, DeadLetter, Query, RedisActor, Unblock, connect_reader};
+use crate::redis::{
+    Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Query, RedisActor, Unblock,
+    connect_reader,
+};
 use crate::stream::EntryId;
 
 /// How a consumer loop ended.
@@ -62,7 +65,10 @@ struct Finished {
 type ClaimDone = Result<(Vec<Delivered>, bool), Error>;
 
 /// An XACK batch that came back: its ids and what Redis said.
-type AckDone = (Vec<EntryId>, Result<usize, Error>);
+type AckDone = Result<usize, AckError>;
+
+/// A dead-letter move that came back: the entry and what Redis said.
+type DeadLetterDone = (Arc<DeadLetterEntry>, Result<Option<EntryId>, Error>);
 
 /// What one read produced.
 struct ReadDone {
@@ -148,7 +154,9 @@ pub(crate) async fn consume(
         read: None,
         acks: Vec::new(),
         ack_inflight: None,
+        dead_letters: FuturesUnordered::new(),
         side: FuturesUnordered::new(),
+        was_holding: false,
         deadline: None,
         unblock_at: None,
         report: ConsumerReport::default(),
@@ -186,6 +194,8 @@ struct Loop {
     /// When to refresh the idle time of held entries next.
     heartbeat_at: tokio::time::Instant,
     heartbeat_every: Duration,
+    /// Whether it held anything at the last turn of the loop.
+    was_holding: bool,
     /// The read connection, absent while (re)connecting.
     conn: Option<MultiplexedConnection>,
     /// Its CLIENT ID, for CLIENT UNBLOCK.
@@ -203,7 +213,9 @@ struct Loop {
     /// Ids to XACK with the next batch.
     acks: Vec<EntryId>,
     ack_inflight: Option<LocalBoxFuture<'static, AckDone>>,
-    /// Dead-letter moves and hand-backs in flight.
+    /// Dead-letter moves in flight; their entries stay held until done.
+    dead_letters: FuturesUnordered<LocalBoxFuture<'static, DeadLetterDone>>,
+    /// Hand-backs and refreshes in flight (fire and forget, awaited on exit).
     side: FuturesUnordered<LocalBoxFuture<'static, ()>>,
     /// Set once draining.
     deadline: Option<Instant>,
@@ -231,6 +243,11 @@ impl Loop {
             }
             let may_reclaim = may_reclaim && self.reclaim.is_none();
             let holding = !self.held.is_empty() || !self.queue.is_empty();
+            if holding && !self.was_holding {
+                // Fresh entries need no refresh before `claim_idle / 3` from now.
+                self.heartbeat_at = tokio::time::Instant::now() + self.heartbeat_every;
+            }
+            self.was_holding = holding;
             if self.ack_inflight.is_none() && !self.acks.is_empty() {
                 self.send_acks(None);
             }
@@ -240,13 +257,10 @@ impl Loop {
                 && self.reclaim.is_none()
                 && self.ack_inflight.is_none()
                 && self.acks.is_empty()
+                && self.dead_letters.is_empty()
                 && self.side.is_empty()
             {
                 return;
-            }
-            if self.report.error.is_some() && self.running.is_empty() && self.side.is_empty() {
-                // Unrecoverable: hand back what we hold and end.
-                self.begin_drain(Instant::now() + Duration::from_secs(5));
             }
 
             let deadline = self.deadline.map(tokio::time::Instant::from_std);
@@ -257,10 +271,11 @@ impl Loop {
                     self.on_read(done);
                 }
                 Some(fin) = self.running.next(), if !self.running.is_empty() => self.on_finished(fin),
-                (ids, res) = maybe(&mut self.ack_inflight) => {
+                res = maybe(&mut self.ack_inflight) => {
                     self.ack_inflight = None;
-                    self.on_acked(ids, res);
+                    self.on_acked(res);
                 }
+                Some(done) = self.dead_letters.next(), if !self.dead_letters.is_empty() => self.on_dead_lettered(done),
                 Some(()) = self.side.next(), if !self.side.is_empty() => {}
                 claimed = maybe(&mut self.reclaim) => {
                     self.reclaim = None;
@@ -316,7 +331,7 @@ impl Loop {
             group: s.names.group.clone(),
             consumer: s.consumer.clone(),
             delivery_count,
-            fields,
+            fields: fields.into(),
             data_field: s.names.field.clone(),
         };
         let max_runs = s.opts.max_retries.saturating_add(1);
@@ -389,9 +404,13 @@ impl Loop {
         }
     }
 
+    /// Moves an entry to the dead-letter stream (see `DeadLetter`). The entry
+    /// stays held, so it is kept fresh and never reclaimed meanwhile, and the
+    /// move is retried with backoff until it is done or the broker shuts down.
     fn dead_letter(&mut self, msg: Message, error: String) {
         let names = &self.sub.names;
-        let req = self.redis.send(DeadLetter {
+        self.held.insert(msg.id.clone());
+        let entry = Arc::new(DeadLetterEntry {
             stream: names.name.clone(),
             group: names.group.clone(),
             dlq: names.dlq.clone(),
@@ -401,16 +420,45 @@ impl Loop {
             fields: msg.fields,
             error,
         });
-        let dlq = names.dlq.clone();
-        self.side.push(Box::pin(async move {
-            match req.await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::error!(dlq = %dlq, error = %e, "dead-letter move failed; the entry stays pending")
-                }
-                Err(_) => tracing::error!(dlq = %dlq, "dead-letter move failed: broker shut down; the entry stays pending"),
+        self.send_dead_letter(entry, None);
+    }
+
+    fn send_dead_letter(&mut self, entry: Arc<DeadLetterEntry>, delay: Option<Duration>) {
+        let redis = self.redis.clone();
+        self.dead_letters.push(Box::pin(async move {
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
             }
+            let res = redis
+                .send(DeadLetter(entry.clone()))
+                .await
+                .unwrap_or(Err(Error::ShutDown));
+            (entry, res)
         }));
+    }
+
+    fn on_dead_lettered(&mut self, (entry, res): DeadLetterDone) {
+        match res {
+            Ok(Some(_)) => {}
+            Ok(None) => tracing::warn!(
+                stream = %entry.stream, id = %entry.id,
+                "entry was no longer pending for this consumer; not dead-lettered here"
+            ),
+            Err(Error::ShutDown) => tracing::error!(
+                stream = %entry.stream, id = %entry.id,
+                "dead-letter move abandoned: broker shut down; the entry stays pending"
+            ),
+            Err(e) => {
+                let delay = self.backoff.next().unwrap_or(Duration::from_secs(10));
+                tracing::error!(
+                    stream = %entry.stream, id = %entry.id, dlq = %entry.dlq, error = %e,
+                    retry_in_ms = delay.as_millis() as u64,
+                    "dead-letter move failed; retrying, the entry stays pending"
+                );
+                return self.send_dead_letter(entry, Some(delay));
+            }
+        }
+        self.held.remove(&entry.id);
     }
 
     fn start_read(&mut self) {
@@ -464,9 +512,10 @@ impl Loop {
                     }
                 },
             };
+            // On the wire from here until the reply is complete (including the
+            // XPENDING below): a stop now must wait for it and hand back.
             in_read.set(true);
             let r: redis::RedisResult<Value> = cmd.query_async(&mut conn).await;
-            in_read.set(false);
             let result = match r {
                 Ok(v) => reply::read_reply(v).map_err(|m| {
                     Error::Redis(redis::RedisError::from((
@@ -519,6 +568,7 @@ impl Loop {
                     .collect()),
                 Err(e) => Err(e),
             };
+            in_read.set(false);
             let keep = match &result {
                 Err(e) if is_transient(e) && !is_nogroup(e) => None,
                 _ => Some(conn),
@@ -572,6 +622,8 @@ impl Loop {
         if !is_transient(&e) {
             tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, "read failed; consumer ends");
             self.report.error = Some(e);
+            // Stop reading now; what runs gets the usual drain deadline.
+            self.begin_drain(Instant::now() + self.sub.drain_timeout);
             return;
         }
         if self.deadline.is_some() {
@@ -609,35 +661,29 @@ impl Loop {
             if let Some(d) = delay {
                 tokio::time::sleep(d).await;
             }
-            let res = match redis
-                .send(Ack {
-                    stream,
-                    group,
-                    ids: ids.clone(),
-                })
-                .await
-            {
+            match redis.send(Ack { stream, group, ids }).await {
                 Ok(r) => r,
-                Err(_) => Err(Error::ShutDown),
-            };
-            (ids, res)
+                // The actor is gone: the ids went with the message.
+                Err(_) => Err(AckError {
+                    error: Error::ShutDown,
+                    ids: Vec::new(),
+                }),
+            }
         }));
     }
 
-    fn on_acked(&mut self, ids: Vec<EntryId>, res: Result<usize, Error>) {
-        match res {
-            Ok(_) => {}
-            Err(Error::ShutDown) => {
-                tracing::warn!(
-                    entries = ids.len(),
-                    "acks dropped: broker shut down; the entries stay pending"
-                );
-            }
-            Err(e) => {
-                tracing::warn!(entries = ids.len(), error = %e, "XACK failed; retrying");
-                self.acks.extend(ids);
-                self.send_acks(Some(Duration::from_millis(100)));
-            }
+    fn on_acked(&mut self, res: AckDone) {
+        let Err(AckError { error, ids }) = res else {
+            return;
+        };
+        if error.is_retryable() {
+            tracing::warn!(entries = ids.len(), error = %error, "XACK failed; retrying");
+            self.acks.extend(ids);
+            self.send_acks(Some(Duration::from_millis(100)));
+        } else {
+            // Shut down, or the group is gone: nothing left to ack. The entries
+            // stay pending (or are gone with their group) and are redelivered.
+            tracing::warn!(entries = ids.len(), error = %error, "XACK failed; the entries stay pending");
         }
     }
 

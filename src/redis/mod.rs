@@ -1,7 +1,7 @@
 //! `RedisActor`: the one owner of the shared connections.
 //!
 //! Every Redis command except a consumer's blocking XREADGROUP goes through
-//! here: XADD for publishes, XACK, the MULTI/EXEC dead-letter move, XGROUP
+//! here: XADD for publishes, XACK, the dead-letter move (a Lua script), XGROUP
 //! CREATE, CLIENT UNBLOCK, PING. The actor holds a small pool of
 //! [`ConnectionManager`]s (multiplexed connections that reconnect with backoff
 //! from 100 ms up to 10 s) and answers each message with a future spawned on its
@@ -13,6 +13,7 @@
 
 pub(crate) mod reply;
 
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::prelude::*;
@@ -128,8 +129,8 @@ impl Actor for RedisActor {
 #[derive(Message)]
 #[rtype(result = "Result<Vec<EntryId>, Error>")]
 pub(crate) struct Publish {
-    pub stream: std::sync::Arc<str>,
-    pub field: std::sync::Arc<str>,
+    pub stream: Arc<str>,
+    pub field: Arc<str>,
     pub max_len: Option<usize>,
     pub payloads: Vec<Vec<u8>>,
 }
@@ -172,91 +173,123 @@ impl Handler<Publish> for RedisActor {
 }
 
 /// XACK a batch of entry ids of one stream and group. Answers how many were
-/// acknowledged.
+/// acknowledged; on failure the ids come back with the error, to retry.
 #[derive(Message)]
-#[rtype(result = "Result<usize, Error>")]
+#[rtype(result = "Result<usize, AckError>")]
 pub(crate) struct Ack {
-    pub stream: std::sync::Arc<str>,
-    pub group: std::sync::Arc<str>,
+    pub stream: Arc<str>,
+    pub group: Arc<str>,
+    pub ids: Vec<EntryId>,
+}
+
+/// A failed [`Ack`], with the ids it did not acknowledge.
+pub(crate) struct AckError {
+    pub error: Error,
     pub ids: Vec<EntryId>,
 }
 
 impl Handler<Ack> for RedisActor {
-    type Result = ResponseFuture<Result<usize, Error>>;
+    type Result = ResponseFuture<Result<usize, AckError>>;
 
     fn handle(&mut self, msg: Ack, _: &mut Self::Context) -> Self::Result {
         let conn = self.conn();
         Box::pin(async move {
-            let mut conn = conn?;
-            let n: usize = redis::cmd("XACK")
-                .arg(&*msg.stream)
-                .arg(&*msg.group)
-                .arg(&msg.ids)
-                .query_async(&mut conn)
-                .await
-                .map_err(Error::from_redis)?;
-            Ok(n)
+            let result = match conn {
+                Ok(mut conn) => redis::cmd("XACK")
+                    .arg(&*msg.stream)
+                    .arg(&*msg.group)
+                    .arg(&msg.ids)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(Error::from_redis),
+                Err(e) => Err(e),
+            };
+            result.map_err(|error| AckError {
+                error,
+                ids: msg.ids,
+            })
         })
     }
 }
 
-/// Copy an entry to the dead-letter stream and XACK it, in one MULTI/EXEC.
+/// One entry on its way to the dead-letter stream.
+#[derive(Debug)]
+pub(crate) struct DeadLetterEntry {
+    pub stream: Arc<str>,
+    pub group: Arc<str>,
+    pub dlq: Arc<str>,
+    pub consumer: Arc<str>,
+    pub id: EntryId,
+    pub delivery_count: u64,
+    pub fields: Arc<[(Vec<u8>, Vec<u8>)]>,
+    pub error: String,
+}
+
+/// Copy an entry to the dead-letter stream and XACK it, atomically, but only
+/// while it is still pending for this consumer (so an entry acked or taken
+/// over meanwhile is never copied twice). Answers the dead-letter entry's id,
+/// or `None` when the entry was no longer this consumer's.
 ///
 /// The copy keeps every original field verbatim and adds `origin_stream`,
 /// `origin_id`, `origin_group`, `origin_consumer`, `delivery_count`, `error`
 /// and `failed_at_ms` (ms since the Unix epoch).
+///
+/// A Lua script rather than MULTI/EXEC: in a transaction a failing XADD (say
+/// the dead-letter key holds a string) would not stop the XACK, and the entry
+/// would be lost; in the script the failure aborts before anything is acked.
 #[derive(Message)]
-#[rtype(result = "Result<EntryId, Error>")]
-pub(crate) struct DeadLetter {
-    pub stream: std::sync::Arc<str>,
-    pub group: std::sync::Arc<str>,
-    pub dlq: std::sync::Arc<str>,
-    pub consumer: std::sync::Arc<str>,
-    pub id: EntryId,
-    pub delivery_count: u64,
-    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
-    pub error: String,
-}
+#[rtype(result = "Result<Option<EntryId>, Error>")]
+pub(crate) struct DeadLetter(pub Arc<DeadLetterEntry>);
+
+/// KEYS: stream, dlq. ARGV: group, id, consumer, then XADD's field/value pairs.
+const DEAD_LETTER_LUA: &str = r#"
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if #p == 0 or p[1][2] ~= ARGV[3] then return false end
+local dlq_id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+return dlq_id
+"#;
+
+static DEAD_LETTER: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DEAD_LETTER_LUA));
 
 impl Handler<DeadLetter> for RedisActor {
-    type Result = ResponseFuture<Result<EntryId, Error>>;
+    type Result = ResponseFuture<Result<Option<EntryId>, Error>>;
 
     fn handle(&mut self, msg: DeadLetter, _: &mut Self::Context) -> Self::Result {
         let conn = self.conn();
         Box::pin(async move {
             let mut conn = conn?;
+            let e = &*msg.0;
             let now_ms = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
-            let mut add = redis::cmd("XADD");
-            add.arg(&*msg.dlq).arg("*");
-            for (k, v) in &msg.fields {
-                add.arg(k).arg(v);
+            let mut call = DEAD_LETTER.key(&*e.stream);
+            call.key(&*e.dlq)
+                .arg(&*e.group)
+                .arg(&e.id)
+                .arg(&*e.consumer);
+            for (k, v) in e.fields.iter() {
+                call.arg(k).arg(v);
             }
-            add.arg("origin_stream")
-                .arg(&*msg.stream)
+            call.arg("origin_stream")
+                .arg(&*e.stream)
                 .arg("origin_id")
-                .arg(&msg.id)
+                .arg(&e.id)
                 .arg("origin_group")
-                .arg(&*msg.group)
+                .arg(&*e.group)
                 .arg("origin_consumer")
-                .arg(&*msg.consumer)
+                .arg(&*e.consumer)
                 .arg("delivery_count")
-                .arg(msg.delivery_count)
+                .arg(e.delivery_count)
                 .arg("error")
-                .arg(&msg.error)
+                .arg(&e.error)
                 .arg("failed_at_ms")
                 .arg(now_ms);
-            let mut ack = redis::cmd("XACK");
-            ack.arg(&*msg.stream).arg(&*msg.group).arg(&msg.id);
-            let (dlq_id, _acked): (String, i64) = redis::pipe()
-                .atomic()
-                .add_command(add)
-                .add_command(ack)
-                .query_async(&mut conn)
+            let id: Option<String> = call
+                .invoke_async(&mut conn)
                 .await
                 .map_err(Error::from_redis)?;
-            Ok(EntryId(dlq_id))
+            Ok(id.map(EntryId))
         })
     }
 }
@@ -266,9 +299,9 @@ impl Handler<DeadLetter> for RedisActor {
 #[derive(Message)]
 #[rtype(result = "Result<(), Error>")]
 pub(crate) struct CreateGroup {
-    pub stream: std::sync::Arc<str>,
-    pub group: std::sync::Arc<str>,
-    pub start_id: std::sync::Arc<str>,
+    pub stream: Arc<str>,
+    pub group: Arc<str>,
+    pub start_id: Arc<str>,
 }
 
 impl Handler<CreateGroup> for RedisActor {

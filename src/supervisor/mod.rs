@@ -112,6 +112,7 @@ impl Supervisor {
             return rx;
         };
         let actor = ConsumerActor::new(
+            self.broker.clone(),
             index,
             slot.sub.clone(),
             self.broker.client().clone(),
@@ -138,13 +139,13 @@ impl Actor for Supervisor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         let started = self.started.take();
-        let fut = lifecycle(
+        let fut = self.broker.within(lifecycle(
             self.broker.clone(),
             self.hooks.clone(),
             self.subs.clone(),
             ctx.address(),
             started,
-        );
+        ));
         ctx.spawn(actix::fut::wrap_future(fut).map(|(), _, ctx: &mut Context<Self>| ctx.stop()));
     }
 }
@@ -249,6 +250,8 @@ impl Handler<ConsumerExited> for Supervisor {
             // Ended cleanly without being asked (its stop channel closed).
             return;
         }
+        // Every escaped panic counts, restarted or not.
+        self.outcome.panics += usize::from(report.panic.is_some());
         let stream = slot.sub.names.name.clone();
         let now = Instant::now();
         while slot
@@ -261,7 +264,6 @@ impl Handler<ConsumerExited> for Supervisor {
         if slot.restarts.len() >= self.restart.max_restarts {
             slot.failed = true;
             self.outcome.errors += 1;
-            self.outcome.panics += usize::from(report.panic.is_some());
             tracing::error!(stream = %stream, restarts = slot.restarts.len(), "consumer failed past its restart limit; subscription is failed");
             if self.slots.iter().all(|s| s.failed) {
                 tracing::error!("every subscription has failed; stopping the broker");
@@ -302,6 +304,9 @@ async fn lifecycle(
     me: Addr<Supervisor>,
     started: Option<oneshot::Sender<Result<(), Error>>>,
 ) {
+    // Should this future die half-way (a panic in rillkit's own code), every
+    // stop() caller still wakes, with the panic counted.
+    let _guard = Unfinished(broker.clone());
     let mut started = started;
     let mut report_start = |r: Result<(), Error>| {
         if let Some(tx) = started.take() {
@@ -318,7 +323,7 @@ async fn lifecycle(
     let failures = hooks.run(Stage::OnStartup, &broker, false).await;
     if !failures.is_empty() {
         let e = Error::Hook(HookFailures {
-            failures,
+            failures: failures.into(),
             outcome: None,
         });
         return report_start(Err(fail_start(&broker, e)));
@@ -397,10 +402,30 @@ async fn lifecycle(
             startup_failures.extend(failures);
             broker.finish(outcome, Vec::new());
             report_start(Err(Error::Hook(HookFailures {
-                failures: startup_failures,
+                failures: startup_failures.into(),
                 outcome: Some(outcome),
             })));
         }
         None => broker.finish(outcome, failures),
+    }
+}
+
+/// Finishes the broker with one panic counted if the lifecycle driver is
+/// dropped before it finished (it panicked).
+struct Unfinished(Broker);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if !self.0.is_finished() {
+            tracing::error!("the lifecycle driver ended before finishing; counting a panic");
+            self.0.set_phase(Phase::Stopped);
+            self.0.finish(
+                SupervisorOutcome {
+                    panics: 1,
+                    ..Default::default()
+                },
+                Vec::new(),
+            );
+        }
     }
 }
