@@ -77,8 +77,12 @@ fn a_poison_entry_that_crashes_every_run_ends_in_the_dlq_while_others_flow() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
     let max_retries = 2; // 3 runs, then the DLQ
-    let extra = [("RILLKIT_MAX_RETRIES", "2")];
+    let extra = [("RILLKIT_MAX_RETRIES", "2"), ("RILLKIT_COUNT", "10")];
+    // The poison entry, with healthy neighbours right behind it.
     xadd(&mut c, "tasks", r#"{"id":666,"exit":true}"#);
+    for id in 100..103 {
+        xadd(&mut c, "tasks", &format!(r#"{{"id":{id}}}"#));
+    }
     let mut crashes = 0;
     let mut next_id = 1;
     let mut handled = Vec::new();
@@ -105,7 +109,9 @@ fn a_poison_entry_that_crashes_every_run_ends_in_the_dlq_while_others_flow() {
     eventually_blocking("ordinary entries handled", WAIT, || {
         let mut all = handled.clone();
         all.extend(survivor.handled());
-        (1..next_id).all(|id| all.iter().any(|(h, _)| *h == id))
+        (1..next_id)
+            .chain(100..103)
+            .all(|id| all.iter().any(|(h, _)| *h == id))
     });
     eventually_blocking("PEL empty", WAIT, || {
         pending_count(&mut c, "tasks", "workers") == 0

@@ -98,16 +98,16 @@ fn a_second_signal_exits_1_at_once() {
 }
 
 #[test]
-fn unstarted_entries_are_handed_back_and_taken_long_before_claim_idle() {
+fn entries_not_started_at_stop_go_to_another_worker_long_before_claim_idle() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
-    let claim_idle = [
+    let opts = [
         ("RILLKIT_CLAIM_IDLE_MS", "60000"),
         ("RILLKIT_BLOCK_MS", "100"),
         ("RILLKIT_COUNT", "10"),
     ];
-    let mut w1 = Worker::spawn(&redis.url(), &env("w1", &claim_idle));
-    // All five in one MULTI/EXEC, so one XREADGROUP fetches them together.
+    let mut w1 = Worker::spawn(&redis.url(), &env("w1", &opts));
+    // All five in one MULTI/EXEC, so all are there when w1 reads.
     let mut add = redis::pipe();
     add.atomic();
     for id in 0..5 {
@@ -119,14 +119,16 @@ fn unstarted_entries_are_handed_back_and_taken_long_before_claim_idle() {
     }
     let _: () = add.query(&mut c).unwrap();
     eventually_blocking("w1 is on the first entry", WAIT, || {
-        pending_count(&mut c, "tasks", "workers") == 5
+        pending_count(&mut c, "tasks", "workers") == 1
     });
+    // Concurrency 1: w1 fetched only what it could start, despite count 10.
+    assert_eq!(pending_count(&mut c, "tasks", "workers"), 1, "no hoarding");
     w1.signal("TERM");
     assert_eq!(w1.wait_exit(WAIT), Some(0));
     let done = w1.handled().len();
-    assert!(done < 5, "the stop came mid-batch");
+    assert!(done < 5, "the stop came mid-stream");
     let t0 = Instant::now();
-    let w2 = Worker::spawn(&redis.url(), &env("w2", &claim_idle));
+    let w2 = Worker::spawn(&redis.url(), &env("w2", &opts));
     eventually_blocking("w2 handled the rest", WAIT, || {
         w2.handled().len() == 5 - done
     });
@@ -134,7 +136,6 @@ fn unstarted_entries_are_handed_back_and_taken_long_before_claim_idle() {
         t0.elapsed() < Duration::from_secs(30),
         "well before claim_idle (60 s)"
     );
-    // The hand-back gave the unused delivery back: w2's run is delivery 1.
     assert!(
         w2.handled().iter().all(|(_, n)| *n == 1),
         "{:?}",

@@ -141,6 +141,7 @@ async fn the_whole_pel_is_reached_past_entries_kept_fresh() {
 
 #[actix_rt::test]
 async fn a_handler_running_longer_than_claim_idle_is_not_run_twice() {
+    support::init_tracing();
     let redis = RedisServer::start();
     let s = Stream::new("jobs", "g");
     let runs = Arc::new(AtomicUsize::new(0));
@@ -153,6 +154,7 @@ async fn a_handler_running_longer_than_claim_idle_is_not_run_twice() {
                 ConsumerOptions::default()
                     .consumer(name)
                     .count(count)
+                    .concurrency(count)
                     .block(Duration::from_millis(50))
                     .claim_idle(claim_idle),
                 move |_: Job| {
@@ -168,18 +170,15 @@ async fn a_handler_running_longer_than_claim_idle_is_not_run_twice() {
             .build()
             .unwrap()
     };
-    // w1 fetches both entries at once: one runs, one waits unstarted; both
-    // must stay fresh while w2's reclaimer looks for idle entries.
+    // w1 runs both entries at once; both must stay fresh while w2's
+    // reclaimer looks for idle entries.
     let w1 = make("w1", 2);
     w1.start().await.unwrap();
     w1.publish_batch(&s, [Job { id: 1 }, Job { id: 2 }])
         .await
         .unwrap();
     let mut c = redis.conn();
-    eventually("w1 started the first", WAIT, || {
-        runs.load(Ordering::SeqCst) == 1
-    })
-    .await;
+    eventually("w1 started", WAIT, || runs.load(Ordering::SeqCst) >= 1).await;
     let w2 = make("w2", 1);
     w2.start().await.unwrap();
     eventually("both handled and acked", WAIT, || {
@@ -272,4 +271,103 @@ async fn no_published_entry_is_lost_across_a_server_restart() {
     })
     .await;
     assert!(broker.stop().await.unwrap().is_clean());
+}
+
+#[actix_rt::test]
+async fn a_consumer_restarted_under_its_name_runs_its_idle_pending_entries_once() {
+    let redis = RedisServer::start();
+    support::strand(&redis, "jobs", "g", "c1", 0..5);
+    let claim_idle = Duration::from_millis(100);
+    let mut c = redis.conn();
+    // Long enough idle that the reclaimer would take them too.
+    eventually("entries idle past claim_idle", WAIT, || {
+        let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+            .arg("jobs")
+            .arg("g")
+            .arg("IDLE")
+            .arg(claim_idle.as_millis() as u64 * 2)
+            .arg("-")
+            .arg("+")
+            .arg(10)
+            .query(&mut c)
+            .unwrap();
+        rows.len() == 5
+    })
+    .await;
+    let seen: Seen = Arc::default();
+    let broker = counting_broker(
+        &redis.url(),
+        &Stream::new("jobs", "g"),
+        ConsumerOptions::default()
+            .consumer("c1")
+            .concurrency(4)
+            .block(Duration::from_millis(50))
+            .claim_idle(claim_idle),
+        &seen,
+    );
+    broker.start().await.unwrap();
+    eventually("5 handled", WAIT, || seen.lock().unwrap().len() == 5).await;
+    eventually("PEL empty", WAIT, || {
+        pending_count(&mut c, "jobs", "g") == 0
+    })
+    .await;
+    assert!(broker.stop().await.unwrap().is_clean());
+    assert!(
+        seen.lock().unwrap().values().all(|n| *n == 1),
+        "ran twice: {:?}",
+        seen.lock().unwrap()
+    );
+}
+
+#[actix_rt::test]
+async fn deleting_the_stream_under_a_blocked_read_is_healed_without_a_restart() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("jobs", "g");
+    let seen: Seen = Arc::default();
+    let sn = seen.clone();
+    let broker = Broker::builder(redis.url())
+        // Any consumer restart would fail the subscription at once.
+        .restart_policy(rillkit::RestartPolicy {
+            max_restarts: 0,
+            ..Default::default()
+        })
+        .subscribe(
+            &s,
+            ConsumerOptions::default().block(Duration::from_secs(5)),
+            move |job: Job| {
+                let sn = sn.clone();
+                async move {
+                    *sn.lock().unwrap().entry(job.id).or_default() += 1;
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let blocked = || -> bool {
+        let info: String = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut redis.conn())
+            .unwrap();
+        info.contains("blocked_clients:1")
+    };
+    eventually("consumer blocked", WAIT, blocked).await;
+    let _: () = redis::cmd("DEL")
+        .arg("jobs")
+        .query(&mut redis.conn())
+        .unwrap();
+    let mut next = 0;
+    eventually("entries after the DEL handled", WAIT, || {
+        support::xadd(&mut redis.conn(), "jobs", &format!(r#"{{"id":{next}}}"#));
+        next += 1;
+        !seen.lock().unwrap().is_empty()
+    })
+    .await;
+    let outcome = broker.stop().await.unwrap();
+    assert!(
+        outcome.is_clean(),
+        "healed in place, no restart: {outcome:?}"
+    );
 }

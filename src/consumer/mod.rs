@@ -81,12 +81,12 @@ impl ConsumerActor {
         broker: crate::Broker,
         index: usize,
         sub: Arc<Subscription>,
-        client: redis::Client,
         redis: Addr<RedisActor>,
         reclaimer: Addr<ReclaimerActor>,
         exited: Recipient<ConsumerExited>,
         ready: Option<oneshot::Sender<()>>,
     ) -> Self {
+        let client = broker.client().clone();
         ConsumerActor {
             broker,
             index,

@@ -85,13 +85,17 @@ enum Cursor {
     New,
 }
 
+/// 100 ms doubling up to 10 s, with jitter, never above 10 s (backon adds
+/// its jitter on top of the capped delay).
 fn backoff() -> impl Iterator<Item = Duration> {
+    const MAX: Duration = Duration::from_secs(10);
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(10))
+        .with_max_delay(MAX)
         .with_jitter()
         .without_max_times()
         .build()
+        .map(|d| d.min(MAX))
 }
 
 /// Resolves with the output of `f`, or never when there is no future.
@@ -111,15 +115,17 @@ fn is_transient(e: &Error) -> bool {
             is_connection_error(r)
                 || matches!(
                     r.code(),
-                    Some("NOGROUP" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN")
+                    Some("NOGROUP" | "UNBLOCKED" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN")
                 )
         }
         _ => false,
     }
 }
 
+/// The group is gone: NOGROUP, or UNBLOCKED (the stream was deleted while the
+/// read was blocked on it).
 fn is_nogroup(e: &Error) -> bool {
-    matches!(e, Error::Redis(r) if r.code() == Some("NOGROUP"))
+    matches!(e, Error::Redis(r) if matches!(r.code(), Some("NOGROUP" | "UNBLOCKED")))
 }
 
 pub(crate) async fn consume(
@@ -157,6 +163,7 @@ pub(crate) async fn consume(
         dead_letters: FuturesUnordered::new(),
         side: FuturesUnordered::new(),
         was_holding: false,
+        isolated: false,
         deadline: None,
         unblock_at: None,
         report: ConsumerReport::default(),
@@ -188,14 +195,16 @@ struct Loop {
     /// When to ask the reclaimer next.
     reclaim_due: tokio::time::Instant,
     reclaim_interval: Duration,
-    /// Ids of entries whose handler runs; with `queue`, what this consumer
-    /// holds and keeps fresh in the PEL.
+    /// Ids of every entry this consumer holds: queued, running, or on its way
+    /// to the dead-letter stream. Kept fresh in the PEL by the heartbeat.
     held: HashSet<EntryId>,
     /// When to refresh the idle time of held entries next.
     heartbeat_at: tokio::time::Instant,
     heartbeat_every: Duration,
     /// Whether it held anything at the last turn of the loop.
     was_holding: bool,
+    /// A redelivered entry is running alone.
+    isolated: bool,
     /// The read connection, absent while (re)connecting.
     conn: Option<MultiplexedConnection>,
     /// Its CLIENT ID, for CLIENT UNBLOCK.
@@ -227,22 +236,17 @@ struct Loop {
 impl Loop {
     async fn run(&mut self, mut stop: watch::Receiver<Option<Instant>>) {
         loop {
-            let has_room = self.queue.is_empty() && self.running.len() < self.sub.opts.concurrency;
-            let may_reclaim = self.deadline.is_none() && has_room && self.reclaim.is_none();
             if self.deadline.is_none() {
                 self.start_queued();
-                if may_reclaim && tokio::time::Instant::now() >= self.reclaim_due {
+                if self.may_reclaim() && tokio::time::Instant::now() >= self.reclaim_due {
                     self.start_reclaim();
                 }
-                if self.read.is_none()
-                    && self.queue.is_empty()
-                    && self.running.len() < self.sub.opts.concurrency
-                {
-                    self.start_read();
+                if let Some(count) = self.read_count() {
+                    self.start_read(count);
                 }
             }
-            let may_reclaim = may_reclaim && self.reclaim.is_none();
-            let holding = !self.held.is_empty() || !self.queue.is_empty();
+            let may_reclaim = self.may_reclaim();
+            let holding = !self.held.is_empty();
             if holding && !self.was_holding {
                 // Fresh entries need no refresh before `claim_idle / 3` from now.
                 self.heartbeat_at = tokio::time::Instant::now() + self.heartbeat_every;
@@ -304,12 +308,73 @@ impl Loop {
         }
     }
 
+    /// Starts queued entries while handler slots are free.
+    ///
+    /// A redelivered entry (delivery count > 1) runs alone: it waits until the
+    /// running handlers finished, and nothing else starts while it runs. If it
+    /// is the kind that kills the process, the crash then costs only its own
+    /// delivery count, never its neighbours'.
     fn start_queued(&mut self) {
-        while self.running.len() < self.sub.opts.concurrency {
-            let Some(d) = self.queue.pop_front() else {
+        while self.running.len() < self.sub.opts.concurrency && !self.isolated {
+            let Some(front) = self.queue.front() else {
                 break;
             };
+            let alone = front.delivery_count > 1;
+            if alone && !self.running.is_empty() {
+                break;
+            }
+            let d = self.queue.pop_front().expect("front exists");
+            let before = self.running.len();
             self.start(d);
+            self.isolated = alone && self.running.len() > before;
+        }
+    }
+
+    /// How many entries the next read may fetch, if a read may start now.
+    ///
+    /// Entries are fetched no faster than they can start, so a consumer never
+    /// holds entries another idle consumer could be running: a read starts when
+    /// nothing fetched waits and at least half the slots (of `count`, at most
+    /// `concurrency`) are free, and asks for at most the free slots. While
+    /// re-reading its own pending entries (redeliveries, which run alone) it
+    /// reads one at a time.
+    fn read_count(&self) -> Option<usize> {
+        let o = &self.sub.opts;
+        if self.deadline.is_some() || self.read.is_some() || !self.queue.is_empty() || self.isolated
+        {
+            return None;
+        }
+        let free = o.concurrency - self.running.len();
+        match self.cursor {
+            Cursor::Pending(_) => self.running.is_empty().then_some(1),
+            Cursor::New => {
+                let low_water = o.count.min(o.concurrency).div_ceil(2);
+                (free >= low_water.max(1)).then_some(o.count.min(free))
+            }
+        }
+    }
+
+    /// Whether a reclaim check may start (when due): after the own pending
+    /// entries were re-read (else a claimed entry could be read twice), with a
+    /// free slot, and no redelivery already waiting or running alone.
+    fn may_reclaim(&self) -> bool {
+        self.deadline.is_none()
+            && self.reclaim.is_none()
+            && matches!(self.cursor, Cursor::New)
+            && !self.isolated
+            && self.running.len() < self.sub.opts.concurrency
+            && !self.queue.iter().any(|d| d.delivery_count > 1)
+    }
+
+    /// Queues fetched or claimed entries, skipping any this consumer already
+    /// holds (a defence: one entry must never run twice at once here).
+    fn enqueue(&mut self, entries: Vec<Delivered>) {
+        for d in entries {
+            if self.held.insert(d.raw.id.clone()) {
+                self.queue.push_back(d);
+            } else {
+                tracing::debug!(id = %d.raw.id, "entry already held; not queued twice");
+            }
         }
     }
 
@@ -321,6 +386,7 @@ impl Loop {
         } = d;
         let Some(fields) = raw.fields else {
             // Filtered out in on_read; kept total for safety.
+            self.held.remove(&raw.id);
             self.acks.push(raw.id);
             return;
         };
@@ -347,7 +413,6 @@ impl Loop {
         let prepared = std::panic::catch_unwind(AssertUnwindSafe(|| (s.handler)(&msg)));
         match prepared {
             Ok(Prepared::Run(fut)) => {
-                self.held.insert(msg.id.clone());
                 self.running.push(Box::pin(async move {
                     let result = AssertUnwindSafe(fut)
                         .catch_unwind()
@@ -373,6 +438,10 @@ impl Loop {
     fn on_finished(&mut self, fin: Finished) {
         let Finished { msg, result } = fin;
         self.held.remove(&msg.id);
+        if msg.delivery_count > 1 {
+            // The redelivery that ran alone is done.
+            self.isolated = false;
+        }
         let error = match result {
             Ok(Ok(())) => {
                 self.acks.push(msg.id);
@@ -461,11 +530,8 @@ impl Loop {
         self.held.remove(&entry.id);
     }
 
-    fn start_read(&mut self) {
+    fn start_read(&mut self, count: usize) {
         let s = &self.sub;
-        // A read starts only when nothing fetched is waiting and a handler slot
-        // is free, so at most `count` entries sit unstarted in this process.
-        let count = s.opts.count;
         let cursor = self.cursor.clone();
         let from_pel = matches!(cursor, Cursor::Pending(_));
         let mut cmd = redis::cmd("XREADGROUP");
@@ -600,15 +666,17 @@ impl Loop {
             }
         }
         let mut gone = 0usize;
+        let mut live = Vec::with_capacity(entries.len());
         for d in entries {
             if d.raw.fields.is_none() {
                 // Deleted or trimmed while pending: nothing to handle.
                 gone += 1;
                 self.acks.push(d.raw.id);
             } else {
-                self.queue.push_back(d);
+                live.push(d);
             }
         }
+        self.enqueue(live);
         if gone > 0 {
             tracing::warn!(stream = %self.sub.names.name, entries = gone, "pending entries were deleted or trimmed; acking and skipping them");
         }
@@ -690,10 +758,12 @@ impl Loop {
     /// Asks the reclaimer for one page of entries idle for `claim_idle`,
     /// claimed for this consumer.
     fn start_reclaim(&mut self) {
+        // Claimed entries are redeliveries, which run alone: claim one at a
+        // time, so none waits claimed-but-unstarted.
         let req = self.reclaimer.send(Claim {
             consumer: self.sub.consumer.clone(),
             min_idle: self.sub.opts.claim_idle,
-            count: self.sub.opts.count,
+            count: 1,
         });
         self.reclaim = Some(Box::pin(async move {
             req.await.unwrap_or(Err(Error::ShutDown))
@@ -716,7 +786,7 @@ impl Loop {
                         "claimed idle pending entries"
                     );
                 }
-                self.queue.extend(entries);
+                self.enqueue(entries);
                 if self.deadline.is_some() {
                     self.hand_back();
                 }
@@ -740,7 +810,7 @@ impl Loop {
             .arg(&*s.names.group)
             .arg(&*s.consumer)
             .arg(0);
-        for id in self.held.iter().chain(self.queue.iter().map(|d| &d.raw.id)) {
+        for id in &self.held {
             cmd.arg(id);
         }
         cmd.arg("JUSTID");
@@ -790,6 +860,7 @@ impl Loop {
         let s = &self.sub;
         let mut by_count: std::collections::BTreeMap<u64, Vec<EntryId>> = Default::default();
         for d in self.queue.drain(..) {
+            self.held.remove(&d.raw.id);
             by_count.entry(d.delivery_count).or_default().push(d.raw.id);
         }
         for (count, ids) in by_count {
@@ -829,6 +900,7 @@ impl Loop {
         }
         self.running.clear();
         self.held.clear();
+        self.isolated = false;
         self.read = None;
         self.reclaim = None;
     }
@@ -836,4 +908,24 @@ impl Loop {
 
 fn far_future() -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_stays_within_100ms_and_10s_with_jitter() {
+        let delays: Vec<Duration> = backoff().take(200).collect();
+        assert!(
+            delays
+                .iter()
+                .all(|d| *d >= Duration::from_millis(100) && *d <= Duration::from_secs(10))
+        );
+        assert_eq!(
+            *delays.last().unwrap(),
+            Duration::from_secs(10).min(delays[199])
+        );
+        assert!(delays[199] > Duration::from_secs(5), "it does grow");
+    }
 }

@@ -115,7 +115,6 @@ impl Supervisor {
             self.broker.clone(),
             index,
             slot.sub.clone(),
-            self.broker.client().clone(),
             redis,
             slot.reclaimer.clone(),
             ctx.address().recipient(),
