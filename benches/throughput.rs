@@ -160,7 +160,8 @@ async fn pending(conn: &mut MultiplexedConnection, stream: &str, group: &str) ->
 }
 
 /// rillkit consuming `n` prefilled entries with a handler that decodes and
-/// sums a field; timed from `start()` until every entry is acked.
+/// sums a field (`count` 100 like the raw loop, default `concurrency` 1);
+/// timed from `start()` until every entry is acked.
 async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
     let s = Stream::new(stream, group);
     let handled = Arc::new(AtomicUsize::new(0));

@@ -58,6 +58,8 @@ pub(crate) struct Delivered {
 struct Finished {
     msg: Message,
     result: Result<HandlerResult, String>,
+    /// How long it ran.
+    took: Duration,
 }
 
 /// A reclaim page that came back: the claimed entries and whether the page
@@ -65,7 +67,7 @@ struct Finished {
 type ClaimDone = Result<(Vec<Delivered>, bool), Error>;
 
 /// An XACK batch that came back: its ids and what Redis said.
-type AckDone = Result<usize, AckError>;
+type AckDone = (Result<usize, AckError>, Duration);
 
 /// A dead-letter move that came back: the entry and what Redis said.
 type DeadLetterDone = (Arc<DeadLetterEntry>, Result<Option<EntryId>, Error>);
@@ -164,6 +166,8 @@ pub(crate) async fn consume(
         side: FuturesUnordered::new(),
         was_holding: false,
         isolated: false,
+        handler_time: Ewma::default(),
+        round_trip: Ewma::default(),
         deadline: None,
         unblock_at: None,
         report: ConsumerReport::default(),
@@ -205,6 +209,10 @@ struct Loop {
     was_holding: bool,
     /// A redelivered entry is running alone.
     isolated: bool,
+    /// How long a handler runs, on average.
+    handler_time: Ewma,
+    /// How long a round trip to Redis takes (measured on XACK), on average.
+    round_trip: Ewma,
     /// The read connection, absent while (re)connecting.
     conn: Option<MultiplexedConnection>,
     /// Its CLIENT ID, for CLIENT UNBLOCK.
@@ -348,10 +356,26 @@ impl Loop {
         match self.cursor {
             Cursor::Pending(_) => self.running.is_empty().then_some(1),
             Cursor::New => {
-                let low_water = o.count.min(o.concurrency).div_ceil(2);
-                (free >= low_water.max(1)).then_some(o.count.min(free))
+                let ahead = self.prefetch();
+                let low_water = o.count.min(o.concurrency).div_ceil(2).max(1);
+                (free >= low_water || (ahead > 0 && free + ahead >= low_water))
+                    .then_some(o.count.min(free + ahead))
             }
         }
+    }
+
+    /// How many entries may be fetched beyond the free handler slots: as many
+    /// as the handlers get through in one Redis round trip (at most `count`),
+    /// so a fetched entry waits about one round trip before it starts. Slow
+    /// handlers get none; fast ones get whole batches. 0 until both times are
+    /// measured.
+    fn prefetch(&self) -> usize {
+        let (Some(handler), Some(rtt)) = (self.handler_time.get(), self.round_trip.get()) else {
+            return 0;
+        };
+        let per_trip =
+            rtt.as_nanos() * self.sub.opts.concurrency as u128 / handler.as_nanos().max(1);
+        per_trip.min(self.sub.opts.count as u128) as usize
     }
 
     /// Whether a reclaim check may start (when due): after the own pending
@@ -414,11 +438,13 @@ impl Loop {
         match prepared {
             Ok(Prepared::Run(fut)) => {
                 self.running.push(Box::pin(async move {
+                    let t0 = Instant::now();
                     let result = AssertUnwindSafe(fut)
                         .catch_unwind()
                         .await
                         .map_err(|p| crate::panic_message(&*p));
-                    Finished { msg, result }
+                    let took = t0.elapsed();
+                    Finished { msg, result, took }
                 }));
             }
             Ok(Prepared::Undeliverable(why)) => {
@@ -430,13 +456,15 @@ impl Loop {
                 self.on_finished(Finished {
                     msg,
                     result: Err(what),
+                    took: Duration::ZERO,
                 });
             }
         }
     }
 
     fn on_finished(&mut self, fin: Finished) {
-        let Finished { msg, result } = fin;
+        let Finished { msg, result, took } = fin;
+        self.handler_time.add(took);
         self.held.remove(&msg.id);
         if msg.delivery_count > 1 {
             // The redelivery that ran alone is done.
@@ -729,19 +757,23 @@ impl Loop {
             if let Some(d) = delay {
                 tokio::time::sleep(d).await;
             }
-            match redis.send(Ack { stream, group, ids }).await {
+            let t0 = Instant::now();
+            let res = match redis.send(Ack { stream, group, ids }).await {
                 Ok(r) => r,
                 // The actor is gone: the ids went with the message.
                 Err(_) => Err(AckError {
                     error: Error::ShutDown,
                     ids: Vec::new(),
                 }),
-            }
+            };
+            (res, t0.elapsed())
         }));
     }
 
-    fn on_acked(&mut self, res: AckDone) {
+    fn on_acked(&mut self, (res, took): AckDone) {
         let Err(AckError { error, ids }) = res else {
+            // An XACK never blocks: its time is a Redis round trip.
+            self.round_trip.add(took);
             return;
         };
         if error.is_retryable() {
@@ -903,6 +935,24 @@ impl Loop {
         self.isolated = false;
         self.read = None;
         self.reclaim = None;
+    }
+}
+
+/// An exponentially weighted moving average of durations (weight 1/8).
+#[derive(Default)]
+struct Ewma(Option<f64>);
+
+impl Ewma {
+    fn add(&mut self, d: Duration) {
+        let x = d.as_nanos() as f64;
+        self.0 = Some(match self.0 {
+            None => x,
+            Some(avg) => avg + (x - avg) / 8.0,
+        });
+    }
+
+    fn get(&self) -> Option<Duration> {
+        self.0.map(|n| Duration::from_nanos(n as u64))
     }
 }
 
