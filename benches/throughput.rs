@@ -203,91 +203,86 @@ struct PublishRates {
     raw_batched: f64,
 }
 
+fn entry(id: u64) -> Entry {
+    Entry {
+        id,
+        value: 1,
+        sent_us: 0,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Publish rates, rillkit and raw alternating over 5 rounds (medians), so a
+/// noisy neighbour on the machine hits both sides alike.
 async fn publish_rates(url: &str, n: u64) -> PublishRates {
+    const ROUNDS: u64 = 5;
     let broker = Broker::builder(url).build().unwrap();
     broker.start().await.unwrap();
     let s = Stream::new("bench-publish", "unused");
-    let one = (n / 10).max(1000);
-    let t0 = Instant::now();
-    for id in 0..one {
-        broker
-            .publish(
-                &s,
-                &Entry {
-                    id,
-                    value: 1,
-                    sent_us: 0,
-                },
-            )
-            .await
-            .unwrap();
-    }
-    let single = one as f64 / t0.elapsed().as_secs_f64();
-
-    let t0 = Instant::now();
-    let mut id = 0;
-    while id < n {
-        let batch: Vec<Entry> = (id..(id + 100).min(n))
-            .map(|id| Entry {
-                id,
-                value: 1,
-                sent_us: 0,
-            })
-            .collect();
-        id += batch.len() as u64;
-        broker.publish_batch(&s, batch).await.unwrap();
-    }
-    let batched = n as f64 / t0.elapsed().as_secs_f64();
-    assert!(broker.stop().await.unwrap().is_clean());
-
-    // The same batches with a raw pipelined XADD loop.
     let mut conn = connect(url).await;
-    let t0 = Instant::now();
-    let mut id = 0;
-    while id < n {
-        let mut pipe = redis::pipe();
-        for id in id..(id + 100).min(n) {
-            let data = serde_json::to_vec(&Entry {
-                id,
-                value: 1,
-                sent_us: 0,
-            })
-            .unwrap();
-            pipe.cmd("XADD")
+    let one = (n / 10).max(1000) / ROUNDS;
+    let batched_n = n / ROUNDS;
+    let (mut single, mut raw_single, mut batched, mut raw_batched) =
+        (vec![], vec![], vec![], vec![]);
+    for _ in 0..ROUNDS {
+        let t0 = Instant::now();
+        for id in 0..one {
+            broker.publish(&s, &entry(id)).await.unwrap();
+        }
+        single.push(one as f64 / t0.elapsed().as_secs_f64());
+
+        // One XADD per round trip, by hand.
+        let t0 = Instant::now();
+        for id in 0..one {
+            let data = serde_json::to_vec(&entry(id)).unwrap();
+            let _: String = redis::cmd("XADD")
                 .arg("bench-publish-raw")
                 .arg("*")
                 .arg("data")
-                .arg(data);
+                .arg(data)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
         }
-        id = (id + 100).min(n);
-        let _: Vec<String> = pipe.query_async(&mut conn).await.unwrap();
-    }
-    let raw_batched = n as f64 / t0.elapsed().as_secs_f64();
+        raw_single.push(one as f64 / t0.elapsed().as_secs_f64());
 
-    // One XADD per round trip, by hand.
-    let t0 = Instant::now();
-    for id in 0..one {
-        let data = serde_json::to_vec(&Entry {
-            id,
-            value: 1,
-            sent_us: 0,
-        })
-        .unwrap();
-        let _: String = redis::cmd("XADD")
-            .arg("bench-publish-raw")
-            .arg("*")
-            .arg("data")
-            .arg(data)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let t0 = Instant::now();
+        let mut id = 0;
+        while id < batched_n {
+            let batch: Vec<Entry> = (id..(id + 100).min(batched_n)).map(entry).collect();
+            id += batch.len() as u64;
+            broker.publish_batch(&s, batch).await.unwrap();
+        }
+        batched.push(batched_n as f64 / t0.elapsed().as_secs_f64());
+
+        // The same batches with a raw pipelined XADD loop.
+        let t0 = Instant::now();
+        let mut id = 0;
+        while id < batched_n {
+            let mut pipe = redis::pipe();
+            for id in id..(id + 100).min(batched_n) {
+                let data = serde_json::to_vec(&entry(id)).unwrap();
+                pipe.cmd("XADD")
+                    .arg("bench-publish-raw")
+                    .arg("*")
+                    .arg("data")
+                    .arg(data);
+            }
+            id = (id + 100).min(batched_n);
+            let _: Vec<String> = pipe.query_async(&mut conn).await.unwrap();
+        }
+        raw_batched.push(batched_n as f64 / t0.elapsed().as_secs_f64());
     }
-    let raw_single = one as f64 / t0.elapsed().as_secs_f64();
+    assert!(broker.stop().await.unwrap().is_clean());
     PublishRates {
-        single,
-        raw_single,
-        batched,
-        raw_batched,
+        single: median(single),
+        raw_single: median(raw_single),
+        batched: median(batched),
+        raw_batched: median(raw_batched),
     }
 }
 
