@@ -1,6 +1,12 @@
-//! Five entries, `count` 10, a slow handler, a stop in the middle of the batch:
-//! the entries fetched but not started stay pending, handed back to the group
-//! so another consumer can take them at once.
+//! Five entries, `count` 10, a slow handler, a stop in the middle: what is left,
+//! and where.
+//!
+//! rillkit fetches no faster than its handlers start entries (beyond what they
+//! get through in one Redis round trip), so a slow consumer holds nothing
+//! unstarted: the entries it did not reach are still undelivered in the stream
+//! (the group's lag) and go to the next consumer at once, not after
+//! `claim_idle`. Anything that was fetched but not started when the stop came
+//! would be handed back to the group the same way.
 //!
 //! ```sh
 //! cargo run --example leftover
@@ -47,7 +53,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .arg("g")
         .query_async(&mut c)
         .await?;
-    println!("pending after stop: {}", summary.0);
+    let groups: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(&stream_key)
+        .query_async(&mut c)
+        .await?;
+    let lag = match groups.first().and_then(|g| g.get("lag")) {
+        Some(redis::Value::Int(n)) => n.to_string(),
+        _ => "unknown".into(),
+    };
+    println!("pending after stop (fetched, not acked): {}", summary.0);
+    println!("not yet delivered (group lag): {lag}");
     let _: () = redis::cmd("DEL")
         .arg(&stream_key)
         .query_async(&mut c)

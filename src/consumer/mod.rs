@@ -2,13 +2,20 @@
 //! blocking XREADGROUP and runs the consumer loop, a single state machine that
 //! at once
 //!
-//! * reads (first its own pending entries from id `0`, so a restarted worker
-//!   resumes its work, then new ones with `>`),
-//! * runs up to `concurrency` handlers, catching their panics,
-//! * batches acks: finished entries are acked with one XACK per batch, sent on
-//!   a shared connection while the next read is already blocked,
+//! * reads: first its own pending entries from id `0`, one at a time, so a
+//!   restarted worker resumes its work; then new ones with `>`, fetching no
+//!   faster than handlers start them (free slots plus what handlers get
+//!   through in one round trip, at most `count`);
+//! * asks its `ReclaimerActor` for idle entries of the group (retries, crashed
+//!   consumers' entries), one at a time, once the own pending entries are done;
+//! * runs up to `concurrency` handlers, catching their panics; a redelivered
+//!   entry runs alone;
+//! * keeps every entry it holds fresh in the PEL (`XCLAIM … JUSTID` every
+//!   `claim_idle / 3`), so nobody takes over an entry it is still handling;
+//! * batches acks: entries that finish while an XACK is in flight go together
+//!   in the next, sent on a shared connection beside the next read;
 //! * moves undecodable, rejected and exhausted entries to the dead-letter
-//!   stream, and
+//!   stream (retrying the move until it is done), and
 //! * drains on stop: a blocked read is interrupted with CLIENT UNBLOCK, fetched
 //!   but unstarted entries are handed back to the group (XCLAIM … IDLE
 //!   `claim_idle` so any consumer can take them at once), running handlers get
@@ -17,7 +24,8 @@
 //! The loop never ends on a connection error or a lost group: it reconnects
 //! and recreates the group (`XGROUP CREATE … 0 MKSTREAM`) with backoff from
 //! 100 ms up to 10 s. It ends with an error only on a reply it cannot act on
-//! (for example WRONGTYPE: the key is not a stream).
+//! (for example WRONGTYPE: the key is not a stream); then it stops reading at
+//! once and drains.
 
 mod options;
 mod run;

@@ -9,7 +9,7 @@ use crate::error::ConfigError;
 /// |--------|---------|-----------------|
 /// | [`consumer`](Self::consumer) | `<group>-<hostname>-<pid>` | consumer name in `XREADGROUP GROUP <group> <consumer>` |
 /// | [`block`](Self::block) | 5 s | `XREADGROUP … BLOCK <ms>` |
-/// | [`count`](Self::count) | 10 entries | `XREADGROUP … COUNT <n>` |
+/// | [`count`](Self::count) | 10 entries | `XREADGROUP … COUNT <n>`, the most one read fetches |
 /// | [`concurrency`](Self::concurrency) | 1 handler | handlers running at once |
 /// | [`max_retries`](Self::max_retries) | 3 | runs after the first; then the dead-letter stream |
 /// | [`claim_idle`](Self::claim_idle) | 30 s | min idle time before XCLAIM takes an entry over |
@@ -69,16 +69,23 @@ impl ConsumerOptions {
         self
     }
 
-    /// Sets how many entries one XREADGROUP fetches at most (`COUNT`). Entries
-    /// fetched but not started when the consumer stops are handed back to the
-    /// group, so a large count costs little at shutdown.
+    /// Sets how many entries one XREADGROUP fetches at most (`COUNT`).
+    ///
+    /// rillkit fetches no faster than its handlers start entries: a read asks
+    /// for the free handler slots plus what the handlers get through in one
+    /// Redis round trip (measured), never more than `count`. So with fast
+    /// handlers reads come in batches of `count`, and with slow ones a worker
+    /// never holds entries another idle worker could be running.
     pub fn count(mut self, entries: usize) -> Self {
         self.count = entries;
         self
     }
 
-    /// Sets how many handlers of this subscription run at once (default 1: one
-    /// entry at a time, in stream order).
+    /// Sets how many handlers of this subscription run at once (default 1:
+    /// one entry at a time, in stream order). A redelivered entry (delivery
+    /// count above 1: a retry, or an entry of a crashed worker) always runs
+    /// alone, so an entry that kills its process costs only its own delivery
+    /// count, never its neighbours'.
     pub fn concurrency(mut self, handlers: usize) -> Self {
         self.concurrency = handlers;
         self
