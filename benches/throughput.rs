@@ -402,7 +402,7 @@ fn main() {
 
         let p = publish_rates(&url, n).await;
         row(
-            "3. rillkit publish, one at a time",
+            "3. rillkit publish, one at a time (medians of 5 rounds)",
             format!("{:.0} e/s", p.single),
         );
         row(
