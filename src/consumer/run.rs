@@ -194,8 +194,8 @@ struct Loop {
     client: redis::Client,
     redis: Addr<RedisActor>,
     reclaimer: Addr<ReclaimerActor>,
-    /// A reclaim page in flight.
-    reclaim: Option<LocalBoxFuture<'static, ClaimDone>>,
+    /// A reclaim page in flight (`None` when the reclaimer is gone).
+    reclaim: Option<LocalBoxFuture<'static, Option<ClaimDone>>>,
     /// When to ask the reclaimer next.
     reclaim_due: tokio::time::Instant,
     reclaim_interval: Duration,
@@ -797,14 +797,21 @@ impl Loop {
             min_idle: self.sub.opts.claim_idle,
             count: 1,
         });
-        self.reclaim = Some(Box::pin(async move {
-            req.await.unwrap_or(Err(Error::ShutDown))
-        }));
+        self.reclaim = Some(Box::pin(async move { req.await.ok() }));
     }
 
-    fn on_claimed(&mut self, claimed: ClaimDone) {
+    fn on_claimed(&mut self, claimed: Option<ClaimDone>) {
         let now = tokio::time::Instant::now();
         self.reclaim_due = now + self.reclaim_interval;
+        let Some(claimed) = claimed else {
+            // The reclaimer lives as long as its consumers hold its address:
+            // gone means it panicked. Without it retries would silently stop,
+            // so this consumer fails too and its restart brings a new one.
+            tracing::error!(stream = %self.sub.names.name, "the reclaimer actor died; consumer ends");
+            self.report.panic = Some("the reclaimer actor died".into());
+            self.begin_drain(Instant::now() + self.sub.drain_timeout);
+            return;
+        };
         match claimed {
             Ok((entries, full)) => {
                 if full {

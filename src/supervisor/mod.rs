@@ -108,7 +108,28 @@ impl Supervisor {
 
     fn spawn_consumer(&mut self, index: usize, ctx: &mut Context<Self>) -> oneshot::Receiver<()> {
         let (ready, rx) = oneshot::channel();
-        let (Some(redis), Some(slot)) = (self.redis.clone(), self.slots.get_mut(index)) else {
+        let Some(redis) = self.redis.clone() else {
+            return rx;
+        };
+        if self
+            .slots
+            .get(index)
+            .is_some_and(|s| !s.reclaimer.connected())
+        {
+            // It died (a panic): one new reclaimer for its (stream, group),
+            // shared by every slot that had the dead one.
+            let names = self.slots[index].sub.names.clone();
+            let fresh = ReclaimerActor::new(names.clone(), redis.clone()).start();
+            for s in &mut self.slots {
+                if s.sub.names.name == names.name
+                    && s.sub.names.group == names.group
+                    && !s.reclaimer.connected()
+                {
+                    s.reclaimer = fresh.clone();
+                }
+            }
+        }
+        let Some(slot) = self.slots.get_mut(index) else {
             return rx;
         };
         let actor = ConsumerActor::new(
