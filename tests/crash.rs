@@ -167,3 +167,39 @@ fn fail_and_panic_entries_run_max_retries_plus_one_times_then_one_dlq_entry_each
         "3 runs of the panicking entry:\n{log}"
     );
 }
+
+#[test]
+fn a_waiting_redelivery_is_not_charged_for_a_neighbours_crash() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    // Entry 1 was delivered to a consumer that died before running it.
+    support::strand(&redis, "tasks", "workers", "dead", 1..2);
+    let extra = [
+        ("RILLKIT_MAX_RETRIES", "1"),
+        ("RILLKIT_CONCURRENCY", "2"),
+        ("RILLKIT_CLAIM_IDLE_MS", "1500"),
+    ];
+    let mut w1 = Worker::spawn(&redis.url(), &env("w1", &extra));
+    // w1 is busy for 3 s with an entry that then crashes it. Meanwhile entry 1
+    // becomes claimable; w1 must not claim it while it cannot run it alone.
+    xadd(&mut c, "tasks", r#"{"id":2,"sleep_ms":3000,"exit":true}"#);
+    assert_eq!(w1.wait_exit(WAIT), Some(9));
+    let w2 = Worker::spawn(&redis.url(), &env("w2", &extra));
+    // Entry 1 has had one delivery and no run: it runs as delivery 2 (in w2,
+    // or in w1 if w1 took it before the crashing entry arrived).
+    eventually_blocking("entry 1 handled", WAIT, || {
+        w1.handled().contains(&(1, 2)) || w2.handled().contains(&(1, 2))
+    });
+    let dlq: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("tasks-dlq")
+        .arg("-")
+        .arg("+")
+        .query(&mut c)
+        .unwrap();
+    assert!(
+        dlq.iter().all(|(_, f)| !f
+            .iter()
+            .any(|(k, v)| k == "data" && v.contains(r#""id":1"#))),
+        "entry 1 was dead-lettered without running: {dlq:?}"
+    );
+}

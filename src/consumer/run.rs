@@ -166,6 +166,8 @@ pub(crate) async fn consume(
         side: FuturesUnordered::new(),
         was_holding: false,
         isolated: false,
+        reclaim_peek: false,
+        make_room: false,
         handler_time: Ewma::default(),
         round_trip: Ewma::default(),
         deadline: None,
@@ -209,6 +211,11 @@ struct Loop {
     was_holding: bool,
     /// A redelivered entry is running alone.
     isolated: bool,
+    /// The reclaim in flight only peeks.
+    reclaim_peek: bool,
+    /// An idle entry waits to be claimed: fetch nothing until the handlers
+    /// finished and the claim is done.
+    make_room: bool,
     /// How long a handler runs, on average.
     handler_time: Ewma,
     /// How long a round trip to Redis takes (measured on XACK), on average.
@@ -348,7 +355,11 @@ impl Loop {
     /// reads one at a time.
     fn read_count(&self) -> Option<usize> {
         let o = &self.sub.opts;
-        if self.deadline.is_some() || self.read.is_some() || !self.queue.is_empty() || self.isolated
+        if self.deadline.is_some()
+            || self.read.is_some()
+            || !self.queue.is_empty()
+            || self.isolated
+            || self.make_room
         {
             return None;
         }
@@ -379,15 +390,16 @@ impl Loop {
     }
 
     /// Whether a reclaim check may start (when due): after the own pending
-    /// entries were re-read (else a claimed entry could be read twice), with a
-    /// free slot, and no redelivery already waiting or running alone.
+    /// entries were re-read (else a claimed entry could be read twice), not
+    /// while a redelivery runs alone, and, once an idle entry is known to wait,
+    /// only when this consumer is idle (the claim itself).
     fn may_reclaim(&self) -> bool {
+        let idle = self.running.is_empty() && self.queue.is_empty() && self.read.is_none();
         self.deadline.is_none()
             && self.reclaim.is_none()
             && matches!(self.cursor, Cursor::New)
             && !self.isolated
-            && self.running.len() < self.sub.opts.concurrency
-            && !self.queue.iter().any(|d| d.delivery_count > 1)
+            && (idle || !self.make_room)
     }
 
     /// Queues fetched or claimed entries, skipping any this consumer already
@@ -430,6 +442,10 @@ impl Loop {
             // finished (the process died each time).
             let err = format!(
                 "delivered {delivery_count} times, more than max_retries + 1 = {max_runs} runs; earlier runs never finished"
+            );
+            tracing::warn!(
+                stream = %msg.stream, id = %msg.id, delivery_count, error = %err,
+                "entry had all its runs without finishing; moving it to the dead-letter stream"
             );
             self.dead_letter(msg, err);
             return;
@@ -789,13 +805,20 @@ impl Loop {
 
     /// Asks the reclaimer for one page of entries idle for `claim_idle`,
     /// claimed for this consumer.
+    ///
+    /// A claimed entry is a redelivery and runs alone, so it is claimed only
+    /// when this consumer is idle (nothing running, queued or being read).
+    /// While busy, the check only peeks; when an idle entry waits, the consumer
+    /// stops fetching, lets its handlers finish, then claims it.
     fn start_reclaim(&mut self) {
-        // Claimed entries are redeliveries, which run alone: claim one at a
-        // time, so none waits claimed-but-unstarted.
+        let idle = self.running.is_empty() && self.queue.is_empty() && self.read.is_none();
+        let peek = !idle;
+        self.reclaim_peek = peek;
         let req = self.reclaimer.send(Claim {
             consumer: self.sub.consumer.clone(),
             min_idle: self.sub.opts.claim_idle,
             count: 1,
+            peek,
         });
         self.reclaim = Some(Box::pin(async move { req.await.ok() }));
     }
@@ -812,6 +835,19 @@ impl Loop {
             self.begin_drain(Instant::now() + self.sub.drain_timeout);
             return;
         };
+        if self.reclaim_peek {
+            if let Ok((_, true)) = claimed {
+                // An idle entry waits: make room, then claim it.
+                self.make_room = true;
+                self.reclaim_due = now;
+                if self.read.is_some() && self.in_read.get() {
+                    // Cut a blocked read short rather than wait `block`.
+                    self.unblock();
+                }
+            }
+            return;
+        }
+        self.make_room = false;
         match claimed {
             Ok((entries, full)) => {
                 if full {

@@ -64,12 +64,16 @@ impl Actor for ReclaimerActor {
 /// Claim up to `count` entries idle for at least `min_idle` for `consumer`.
 /// Answers the claimed entries (with bodies and delivery counts) and whether
 /// the page was full (more may be waiting).
+///
+/// With `peek`, nothing is claimed: the answer says whether at least one idle
+/// entry is waiting (so the consumer can make room to run it alone).
 #[derive(Message)]
 #[rtype(result = "Result<(Vec<Delivered>, bool), Error>")]
 pub(crate) struct Claim {
     pub consumer: std::sync::Arc<str>,
     pub min_idle: Duration,
     pub count: usize,
+    pub peek: bool,
 }
 
 async fn query(redis: &Addr<RedisActor>, cmd: redis::Cmd) -> Result<redis::Value, Error> {
@@ -87,6 +91,7 @@ impl Handler<Claim> for ReclaimerActor {
             None => "-".to_owned(),
         };
         let idle_ms = msg.min_idle.as_millis() as u64;
+        let start_cursor = self.cursor.clone();
         let fut = async move {
             let mut pending = redis::cmd("XPENDING");
             pending
@@ -103,7 +108,12 @@ impl Handler<Claim> for ReclaimerActor {
             let full = rows.len() >= msg.count;
             let last = rows.last().map(|r| EntryId(r.0.clone()));
             if rows.is_empty() {
+                // Past the last idle entry: start again from the beginning.
                 return Ok((Vec::new(), false, None));
+            }
+            if msg.peek {
+                // Found one; keep the cursor where it was so the claim finds it.
+                return Ok((Vec::new(), true, start_cursor));
             }
             let counts: HashMap<String, u64> = rows.iter().map(|r| (r.0.clone(), r.3)).collect();
             let mut claim = redis::cmd("XCLAIM");
