@@ -19,14 +19,9 @@ use support::worker_env as env;
 fn sigterm_stops_an_idle_worker_without_waiting_for_block() {
     let redis = RedisServer::start();
     let mut w = Worker::spawn(&redis.url(), &env("w1", &[("RILLKIT_BLOCK_MS", "5000")]));
-    let blocked = || -> bool {
-        let info: String = redis::cmd("INFO")
-            .arg("clients")
-            .query(&mut redis.conn())
-            .unwrap();
-        info.contains("blocked_clients:1")
-    };
-    eventually_blocking("worker blocked in XREADGROUP", WAIT, blocked);
+    eventually_blocking("worker blocked in XREADGROUP", WAIT, || {
+        redis.blocked_clients() == 1
+    });
     let t0 = Instant::now();
     w.signal("TERM");
     assert_eq!(w.wait_exit(WAIT), Some(0));
@@ -193,17 +188,6 @@ async fn a_consumer_that_keeps_failing_is_restarted_then_failed_and_run_returns_
     assert_eq!(outcome.exit_code(), 1);
 }
 
-fn command_calls(redis: &RedisServer, cmd: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.conn())
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 #[actix_rt::test]
 async fn an_unrecoverable_read_error_stops_reading_while_handlers_finish() {
     let redis = RedisServer::start();
@@ -245,7 +229,7 @@ async fn an_unrecoverable_read_error_stops_reading_while_handlers_finish() {
         started.load(Ordering::SeqCst) == 1
     })
     .await;
-    let before = command_calls(&redis, "xreadgroup");
+    let before = redis.command_calls("xreadgroup");
     let _: () = redis::pipe()
         .cmd("DEL")
         .arg("tasks")
@@ -264,7 +248,7 @@ async fn an_unrecoverable_read_error_stops_reading_while_handlers_finish() {
         !outcome.timed_out,
         "the handler finished within the drain; a failed XACK is not retried forever"
     );
-    let reads = command_calls(&redis, "xreadgroup") - before;
+    let reads = redis.command_calls("xreadgroup") - before;
     assert!(
         reads < 50,
         "{reads} XREADGROUP calls while failing: reading must stop at the first unrecoverable error"

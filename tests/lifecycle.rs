@@ -34,18 +34,6 @@ fn record(
     }
 }
 
-/// Connected clients as the server counts them (includes the asking one).
-fn connected_clients(redis: &RedisServer) -> usize {
-    let info: String = redis::cmd("INFO")
-        .arg("clients")
-        .query(&mut redis.conn())
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap()
-}
-
 #[actix_rt::test]
 async fn hooks_run_in_order_around_redis_work() {
     support::init_tracing();
@@ -194,7 +182,7 @@ async fn on_startup_failure_stops_everything_and_opens_no_connection() {
         .query(&mut redis.conn())
         .unwrap();
     assert!(!exists);
-    assert_eq!(connected_clients(&redis), 1);
+    assert_eq!(redis.connected_clients(), 1);
     // stop() after a failed start is fine and runs nothing.
     assert!(broker.stop().await.unwrap().is_clean());
     assert_eq!(log.lock().unwrap().len(), 1);
@@ -478,25 +466,13 @@ async fn stop_interrupts_a_blocked_read_and_closes_connections() {
     broker.start().await.unwrap();
     // 2 shared + 1 read connection + the asking one.
     eventually("read connection open", Duration::from_secs(10), || {
-        connected_clients(&redis) == 4
+        redis.connected_clients() == 4
     })
     .await;
-    let blocked = || -> usize {
-        let info: String = redis::cmd("INFO")
-            .arg("clients")
-            .query(&mut redis.conn())
-            .unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("blocked_clients:"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
     eventually(
         "consumer blocked in XREADGROUP",
         Duration::from_secs(10),
-        || blocked() == 1,
+        || redis.blocked_clients() == 1,
     )
     .await;
     let outcome = tokio::time::timeout(Duration::from_secs(10), broker.stop())
@@ -505,7 +481,7 @@ async fn stop_interrupts_a_blocked_read_and_closes_connections() {
         .unwrap();
     assert!(outcome.is_clean());
     eventually("connections closed", Duration::from_secs(10), || {
-        connected_clients(&redis) == 1
+        redis.connected_clients() == 1
     })
     .await;
 }

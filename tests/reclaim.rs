@@ -346,14 +346,7 @@ async fn deleting_the_stream_under_a_blocked_read_is_healed_without_a_restart() 
         .build()
         .unwrap();
     broker.start().await.unwrap();
-    let blocked = || -> bool {
-        let info: String = redis::cmd("INFO")
-            .arg("clients")
-            .query(&mut redis.conn())
-            .unwrap();
-        info.contains("blocked_clients:1")
-    };
-    eventually("consumer blocked", WAIT, blocked).await;
+    eventually("consumer blocked", WAIT, || redis.blocked_clients() == 1).await;
     let _: () = redis::cmd("DEL")
         .arg("jobs")
         .query(&mut redis.conn())

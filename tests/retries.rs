@@ -373,17 +373,6 @@ async fn a_restarted_consumer_resumes_its_own_pending_entries_first() {
     assert_eq!(*seen.lock().unwrap(), [(0, 2), (1, 2), (2, 2), (3, 1)]);
 }
 
-fn error_count(redis: &RedisServer, code: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("errorstats")
-        .query(&mut redis.conn())
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("errorstat_{code}:count=")))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 #[actix_rt::test]
 async fn a_failed_dead_letter_move_loses_nothing_and_is_retried() {
     let redis = RedisServer::start();
@@ -407,7 +396,7 @@ async fn a_failed_dead_letter_move_loses_nothing_and_is_retried() {
     broker.start().await.unwrap();
     broker.publish(&s, &Job { id: 1 }).await.unwrap();
     eventually("the move failed once", WAIT, || {
-        error_count(&redis, "WRONGTYPE") >= 1
+        redis.error_count("WRONGTYPE") >= 1
     })
     .await;
     assert_eq!(

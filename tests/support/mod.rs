@@ -95,6 +95,47 @@ impl RedisServer {
             .expect("connect to test redis")
     }
 
+    /// The value of `field` in `INFO <section>` (e.g. `blocked_clients`).
+    pub fn info(&self, section: &str, field: &str) -> Option<String> {
+        let info: String = redis::cmd("INFO")
+            .arg(section)
+            .query(&mut self.conn())
+            .expect("INFO");
+        info.lines().find_map(|l| {
+            l.strip_prefix(field)?
+                .strip_prefix(':')
+                .map(|v| v.trim().to_owned())
+        })
+    }
+
+    /// Clients blocked in a command (a consumer's XREADGROUP BLOCK).
+    pub fn blocked_clients(&self) -> usize {
+        self.info("clients", "blocked_clients")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Connected clients, the asking one included.
+    pub fn connected_clients(&self) -> usize {
+        self.info("clients", "connected_clients")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// How many times `cmd` (lower case) ran, from `INFO commandstats`.
+    pub fn command_calls(&self, cmd: &str) -> u64 {
+        self.info("commandstats", &format!("cmdstat_{cmd}"))
+            .and_then(|v| v.strip_prefix("calls=")?.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// How many replies had error `code`, from `INFO errorstats`.
+    pub fn error_count(&self, code: &str) -> u64 {
+        self.info("errorstats", &format!("errorstat_{code}"))
+            .and_then(|v| v.strip_prefix("count=")?.parse().ok())
+            .unwrap_or(0)
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
