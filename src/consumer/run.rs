@@ -349,10 +349,11 @@ impl Loop {
     ///
     /// Entries are fetched no faster than they can start, so a consumer never
     /// holds entries another idle consumer could be running: a read starts when
-    /// nothing fetched waits and at least half the slots (of `count`, at most
-    /// `concurrency`) are free, and asks for at most the free slots. While
+    /// nothing fetched waits and the free slots plus the prefetch (see
+    /// [`Loop::prefetch`]) reach half a batch (of `count`, at most
+    /// `concurrency`), and asks for that many, at most `count`. While
     /// re-reading its own pending entries (redeliveries, which run alone) it
-    /// reads one at a time.
+    /// reads one at a time, only when nothing runs.
     fn read_count(&self) -> Option<usize> {
         let o = &self.sub.opts;
         if self.deadline.is_some()
@@ -367,10 +368,9 @@ impl Loop {
         match self.cursor {
             Cursor::Pending(_) => self.running.is_empty().then_some(1),
             Cursor::New => {
-                let ahead = self.prefetch();
+                let room = free + self.prefetch();
                 let low_water = o.count.min(o.concurrency).div_ceil(2).max(1);
-                (free >= low_water || (ahead > 0 && free + ahead >= low_water))
-                    .then_some(o.count.min(free + ahead))
+                (room >= low_water).then_some(o.count.min(room))
             }
         }
     }
