@@ -67,7 +67,7 @@ struct Finished {
 type ClaimDone = Result<(Vec<Delivered>, bool), Error>;
 
 /// An XACK batch that came back: its ids and what Redis said.
-type AckDone = (Result<usize, AckError>, Duration);
+type AckDone = (Result<Vec<EntryId>, AckError>, Duration);
 
 /// A dead-letter move that came back: the entry and what Redis said.
 type DeadLetterDone = (Arc<DeadLetterEntry>, Result<Option<EntryId>, Error>);
@@ -481,13 +481,13 @@ impl Loop {
     fn on_finished(&mut self, fin: Finished) {
         let Finished { msg, result, took } = fin;
         self.handler_time.add(took);
-        self.held.remove(&msg.id);
         if msg.delivery_count > 1 {
             // The redelivery that ran alone is done.
             self.isolated = false;
         }
         let error = match result {
             Ok(Ok(())) => {
+                // Stays held until the XACK is done (see `on_acked`).
                 self.acks.push(msg.id);
                 return;
             }
@@ -514,6 +514,8 @@ impl Loop {
                 stream = %msg.stream, id = %msg.id, delivery_count = msg.delivery_count, error = %error,
                 "handler failed; the entry stays pending for a retry"
             );
+            // Let it go idle, so a reclaimer takes it after `claim_idle`.
+            self.held.remove(&msg.id);
         }
     }
 
@@ -786,20 +788,31 @@ impl Loop {
         }));
     }
 
+    /// Entries stay held (kept fresh) until their XACK is done, so nobody
+    /// claims an entry that ran successfully while its ack is on its way.
     fn on_acked(&mut self, (res, took): AckDone) {
-        let Err(AckError { error, ids }) = res else {
-            // An XACK never blocks: its time is a Redis round trip.
-            self.round_trip.add(took);
-            return;
+        let ids = match res {
+            Ok(ids) => {
+                // An XACK never blocks: its time is a Redis round trip.
+                self.round_trip.add(took);
+                ids
+            }
+            Err(AckError { error, ids }) if error.is_retryable() => {
+                tracing::warn!(entries = ids.len(), error = %error, "XACK failed; retrying");
+                self.acks.extend(ids);
+                self.send_acks(Some(Duration::from_millis(100)));
+                return;
+            }
+            Err(AckError { error, ids }) => {
+                // Shut down, or the group is gone: nothing left to ack. The
+                // entries stay pending (or are gone with their group) and are
+                // redelivered.
+                tracing::warn!(entries = ids.len(), error = %error, "XACK failed; the entries stay pending");
+                ids
+            }
         };
-        if error.is_retryable() {
-            tracing::warn!(entries = ids.len(), error = %error, "XACK failed; retrying");
-            self.acks.extend(ids);
-            self.send_acks(Some(Duration::from_millis(100)));
-        } else {
-            // Shut down, or the group is gone: nothing left to ack. The entries
-            // stay pending (or are gone with their group) and are redelivered.
-            tracing::warn!(entries = ids.len(), error = %error, "XACK failed; the entries stay pending");
+        for id in &ids {
+            self.held.remove(id);
         }
     }
 

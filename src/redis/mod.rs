@@ -172,10 +172,10 @@ impl Handler<Publish> for RedisActor {
     }
 }
 
-/// XACK a batch of entry ids of one stream and group. Answers how many were
-/// acknowledged; on failure the ids come back with the error, to retry.
+/// XACK a batch of entry ids of one stream and group. The ids come back
+/// either way: acked, or with the error, to retry.
 #[derive(Message)]
-#[rtype(result = "Result<usize, AckError>")]
+#[rtype(result = "Result<Vec<EntryId>, AckError>")]
 pub(crate) struct Ack {
     pub stream: Arc<str>,
     pub group: Arc<str>,
@@ -189,12 +189,12 @@ pub(crate) struct AckError {
 }
 
 impl Handler<Ack> for RedisActor {
-    type Result = ResponseFuture<Result<usize, AckError>>;
+    type Result = ResponseFuture<Result<Vec<EntryId>, AckError>>;
 
     fn handle(&mut self, msg: Ack, _: &mut Self::Context) -> Self::Result {
         let conn = self.conn();
         Box::pin(async move {
-            let result = match conn {
+            let result: Result<usize, Error> = match conn {
                 Ok(mut conn) => redis::cmd("XACK")
                     .arg(&*msg.stream)
                     .arg(&*msg.group)
@@ -204,10 +204,13 @@ impl Handler<Ack> for RedisActor {
                     .map_err(Error::from_redis),
                 Err(e) => Err(e),
             };
-            result.map_err(|error| AckError {
-                error,
-                ids: msg.ids,
-            })
+            match result {
+                Ok(_) => Ok(msg.ids),
+                Err(error) => Err(AckError {
+                    error,
+                    ids: msg.ids,
+                }),
+            }
         })
     }
 }
