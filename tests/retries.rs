@@ -65,6 +65,25 @@ fn text(m: &HashMap<String, Vec<u8>>, k: &str) -> String {
     .into_owned()
 }
 
+/// A broker whose handler rejects every entry with `reason`, counting runs.
+fn rejecting(
+    redis: &RedisServer,
+    s: &Stream,
+    max_retries: u64,
+    reason: &'static str,
+) -> (Broker, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe(s, opts(max_retries), move |_: Job| {
+            r.fetch_add(1, Ordering::SeqCst);
+            async move { Err(HandlerError::reject(reason)) }
+        })
+        .build()
+        .unwrap();
+    (broker, runs)
+}
+
 #[actix_rt::test]
 async fn a_failing_entry_runs_max_retries_plus_one_times_then_one_dlq_entry() {
     support::init_tracing();
@@ -179,15 +198,7 @@ async fn a_panicking_handler_is_retried_then_dead_lettered_and_the_consumer_goes
 async fn a_rejected_entry_goes_to_the_dlq_at_once() {
     let redis = RedisServer::start();
     let s = Stream::new("jobs", "g").dlq_name("rejected-jobs");
-    let runs = Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
-    let broker = Broker::builder(redis.url())
-        .subscribe(&s, opts(5), move |_: Job| {
-            r.fetch_add(1, Ordering::SeqCst);
-            async { Err(HandlerError::reject("never valid")) }
-        })
-        .build()
-        .unwrap();
+    let (broker, runs) = rejecting(&redis, &s, 5, "never valid");
     broker.start().await.unwrap();
     broker.publish(&s, &Job { id: 1 }).await.unwrap();
     eventually("DLQ entry", WAIT, || {
@@ -384,15 +395,7 @@ async fn a_failed_dead_letter_move_loses_nothing_and_is_retried() {
         .query(&mut c)
         .unwrap();
     let s = Stream::new("jobs", "g");
-    let runs = Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
-    let broker = Broker::builder(redis.url())
-        .subscribe(&s, opts(3), move |_: Job| {
-            r.fetch_add(1, Ordering::SeqCst);
-            async { Err(HandlerError::reject("bad job")) }
-        })
-        .build()
-        .unwrap();
+    let (broker, runs) = rejecting(&redis, &s, 3, "bad job");
     broker.start().await.unwrap();
     broker.publish(&s, &Job { id: 1 }).await.unwrap();
     eventually("the move failed once", WAIT, || {

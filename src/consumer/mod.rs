@@ -76,7 +76,6 @@ pub(crate) struct ConsumerActor {
     broker: crate::Broker,
     index: usize,
     sub: Arc<Subscription>,
-    client: redis::Client,
     redis: Addr<RedisActor>,
     reclaimer: Addr<ReclaimerActor>,
     exited: Recipient<ConsumerExited>,
@@ -94,12 +93,10 @@ impl ConsumerActor {
         exited: Recipient<ConsumerExited>,
         ready: Option<oneshot::Sender<()>>,
     ) -> Self {
-        let client = broker.client().clone();
         ConsumerActor {
             broker,
             index,
             sub,
-            client,
             redis,
             reclaimer,
             exited,
@@ -116,7 +113,7 @@ impl Actor for ConsumerActor {
         let stop = self.stop.subscribe();
         let run = run::consume(
             self.sub.clone(),
-            self.client.clone(),
+            self.broker.client().clone(),
             self.redis.clone(),
             self.reclaimer.clone(),
             stop,

@@ -54,6 +54,14 @@ pub(crate) struct Delivered {
     pub delivery_count: u64,
 }
 
+/// A fetched or claimed entry waiting for a handler slot. Only entries with
+/// a body get here: `enqueue` acks and skips deleted ones.
+struct Queued {
+    id: EntryId,
+    fields: Vec<(Vec<u8>, Vec<u8>)>,
+    delivery_count: u64,
+}
+
 /// A handler run that has ended (or panicked).
 struct Finished {
     msg: Message,
@@ -231,7 +239,7 @@ struct Loop {
     retry_delay: Option<Duration>,
     failures: u32,
     /// Fetched, not started.
-    queue: VecDeque<Delivered>,
+    queue: VecDeque<Queued>,
     running: FuturesUnordered<LocalBoxFuture<'static, Finished>>,
     read: Option<LocalBoxFuture<'static, ReadDone>>,
     /// Ids to XACK with the next batch.
@@ -402,33 +410,47 @@ impl Loop {
             && (idle || !self.make_room)
     }
 
-    /// Queues fetched or claimed entries, skipping any this consumer already
-    /// holds (a defence: one entry must never run twice at once here).
+    /// Queues fetched or claimed entries. Entries deleted or trimmed while
+    /// pending (no body) are acked and skipped, logged once per batch; entries
+    /// this consumer already holds are skipped (a defence: one entry must
+    /// never run twice at once here).
     fn enqueue(&mut self, entries: Vec<Delivered>) {
-        for d in entries {
-            if self.held.insert(d.raw.id.clone()) {
-                self.queue.push_back(d);
+        let mut gone = 0usize;
+        for Delivered {
+            raw,
+            delivery_count,
+        } in entries
+        {
+            let Some(fields) = raw.fields else {
+                gone += 1;
+                self.acks.push(raw.id);
+                continue;
+            };
+            if self.held.insert(raw.id.clone()) {
+                self.queue.push_back(Queued {
+                    id: raw.id,
+                    fields,
+                    delivery_count,
+                });
             } else {
-                tracing::debug!(id = %d.raw.id, "entry already held; not queued twice");
+                tracing::debug!(id = %raw.id, "entry already held; not queued twice");
             }
+        }
+        if gone > 0 {
+            tracing::warn!(stream = %self.sub.names.name, entries = gone, "pending entries were deleted or trimmed; acking and skipping them");
         }
     }
 
     /// Runs one entry's handler, or sends it to the DLQ if it cannot run.
-    fn start(&mut self, d: Delivered) {
-        let Delivered {
-            raw,
+    fn start(&mut self, q: Queued) {
+        let Queued {
+            id,
+            fields,
             delivery_count,
-        } = d;
-        let Some(fields) = raw.fields else {
-            // Filtered out in on_read; kept total for safety.
-            self.held.remove(&raw.id);
-            self.acks.push(raw.id);
-            return;
-        };
+        } = q;
         let s = &self.sub;
         let msg = Message {
-            id: raw.id,
+            id,
             stream: s.names.name.clone(),
             group: s.names.group.clone(),
             consumer: s.consumer.clone(),
@@ -711,21 +733,7 @@ impl Loop {
                 None => self.cursor = Cursor::New,
             }
         }
-        let mut gone = 0usize;
-        let mut live = Vec::with_capacity(entries.len());
-        for d in entries {
-            if d.raw.fields.is_none() {
-                // Deleted or trimmed while pending: nothing to handle.
-                gone += 1;
-                self.acks.push(d.raw.id);
-            } else {
-                live.push(d);
-            }
-        }
-        self.enqueue(live);
-        if gone > 0 {
-            tracing::warn!(stream = %self.sub.names.name, entries = gone, "pending entries were deleted or trimmed; acking and skipping them");
-        }
+        self.enqueue(entries);
         if self.deadline.is_some() {
             self.hand_back();
         }
@@ -948,8 +956,8 @@ impl Loop {
         let s = &self.sub;
         let mut by_count: std::collections::BTreeMap<u64, Vec<EntryId>> = Default::default();
         for d in self.queue.drain(..) {
-            self.held.remove(&d.raw.id);
-            by_count.entry(d.delivery_count).or_default().push(d.raw.id);
+            self.held.remove(&d.id);
+            by_count.entry(d.delivery_count).or_default().push(d.id);
         }
         for (count, ids) in by_count {
             let n = ids.len();

@@ -33,18 +33,26 @@ pub(crate) const READ_TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
 /// Opens one connection and sends PING. Fails at once when Redis is
 /// unreachable (no retry): that is the startup check of the lifecycle.
 pub(crate) async fn ping_once(client: &Client) -> Result<(), Error> {
-    let cfg = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(CONNECT_TIMEOUT));
-    let mut conn = client
-        .get_multiplexed_async_connection_with_config(&cfg)
-        .await
-        .map_err(Error::Connect)?;
+    let mut conn = connect_one(client, CONNECT_TIMEOUT).await?;
     let _: String = redis::cmd("PING")
         .query_async(&mut conn)
         .await
         .map_err(Error::Connect)?;
     Ok(())
+}
+
+/// One connection, one attempt (no retry), with the given response timeout.
+async fn connect_one(
+    client: &Client,
+    response_timeout: Duration,
+) -> Result<MultiplexedConnection, Error> {
+    let cfg = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(response_timeout));
+    client
+        .get_multiplexed_async_connection_with_config(&cfg)
+        .await
+        .map_err(Error::Connect)
 }
 
 /// Opens the shared pool: `size` connection managers.
@@ -76,13 +84,7 @@ pub(crate) async fn connect_reader(
     client: &Client,
     block: Duration,
 ) -> Result<(MultiplexedConnection, i64), Error> {
-    let cfg = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(block + READ_TIMEOUT_MARGIN));
-    let mut conn = client
-        .get_multiplexed_async_connection_with_config(&cfg)
-        .await
-        .map_err(Error::Connect)?;
+    let mut conn = connect_one(client, block + READ_TIMEOUT_MARGIN).await?;
     let id: i64 = redis::cmd("CLIENT")
         .arg("ID")
         .query_async(&mut conn)
