@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{oneshot, watch};
 
+use crate::connection::{Connector, Tls, Topology};
 use crate::consumer::{ConsumerOptions, Subscription, default_consumer_name};
 use crate::error::{BoxError, ConfigError, Error, HookError, HookFailures};
 use crate::handler::{self, ErasedHandler, HandlerResult, Message};
@@ -51,18 +52,24 @@ pub enum Phase {
     Stopped,
 }
 
-/// Configures a [`Broker`]: the Redis URL, subscriptions, hooks and shutdown
-/// settings. Building does no I/O.
+/// Configures a [`Broker`]: where Redis is ([`Topology`], [`Tls`]),
+/// subscriptions, hooks and shutdown settings. Building does no I/O.
 ///
 /// | option | default |
 /// |--------|---------|
+/// | [`tls`](Self::tls) | system trust store for `rediss://` |
 /// | [`pool_size`](Self::pool_size) | 4 shared connections |
+/// | [`startup_timeout`](Self::startup_timeout) | 60 s |
+/// | [`publish_timeout`](Self::publish_timeout) | 5 s |
 /// | [`shutdown_timeout`](Self::shutdown_timeout) | 30 s |
 /// | [`handle_signals`](Self::handle_signals) | `true` (in [`Broker::run`]) |
 /// | [`restart_policy`](Self::restart_policy) | 5 restarts in 60 s |
 #[must_use = "call build() to get a Broker"]
 pub struct BrokerBuilder {
-    url: String,
+    topology: Topology,
+    tls: Option<Tls>,
+    startup_timeout: Duration,
+    publish_timeout: Duration,
     hooks: Hooks,
     subs: Vec<(StreamNames, ConsumerOptions, ErasedHandler)>,
     pool_size: usize,
@@ -72,9 +79,12 @@ pub struct BrokerBuilder {
 }
 
 impl BrokerBuilder {
-    fn new(url: impl Into<String>) -> Self {
+    fn new(topology: Topology) -> Self {
         BrokerBuilder {
-            url: url.into(),
+            topology,
+            tls: None,
+            startup_timeout: Duration::from_secs(60),
+            publish_timeout: Duration::from_secs(5),
             hooks: Hooks::default(),
             subs: Vec::new(),
             pool_size: 4,
@@ -176,6 +186,36 @@ impl BrokerBuilder {
         self
     }
 
+    /// TLS settings beyond the `rediss://` scheme: a private CA, a client
+    /// certificate for mutual TLS, or (tests only) no verification. With a
+    /// standalone URL it needs `rediss://`; with Sentinel it makes every
+    /// connection TLS.
+    pub fn tls(mut self, tls: Tls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Sets how long [`Broker::start`] waits for a server that answers it is
+    /// starting — `LOADING` (a restart reading a large RDB/AOF), `BUSY`,
+    /// `MASTERDOWN`, `READONLY` or a replica (a failover under way) — before it
+    /// gives up with [`Error::StartupTimeout`] (default 60 s). An unreachable
+    /// server (connection refused) fails at once regardless.
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = timeout;
+        self
+    }
+
+    /// Sets how long a publish waits for the shared connections while they
+    /// reconnect (a lost connection, a failover) before it answers
+    /// [`Error::Unavailable`] (default 5 s). A publish is sent at most once:
+    /// rillkit never retries it after sending, since a lost reply may hide an
+    /// entry that was added. Errors with
+    /// [`Error::is_retryable`] true are safe to answer with 503.
+    pub fn publish_timeout(mut self, timeout: Duration) -> Self {
+        self.publish_timeout = timeout;
+        self
+    }
+
     /// Sets how many shared connections carry publishes, acks and the other
     /// non-blocking commands (default 4). Each consumer has its own read
     /// connection on top.
@@ -210,15 +250,19 @@ impl BrokerBuilder {
 
     /// Checks the configuration and builds the broker. No I/O.
     ///
+    /// With TLS in use (`rediss://`, or [`tls`](Self::tls)) and no rustls
+    /// crypto provider installed in the process yet, this installs `ring`'s.
+    ///
     /// # Errors
     /// * [`ConfigError::Url`]: the URL does not parse as a Redis URL.
-    /// * [`ConfigError::Invalid`]: `pool_size` is 0, or a subscription's
-    ///   options are invalid (see [`ConsumerOptions`]).
+    /// * [`ConfigError::Invalid`]: `pool_size` is 0; TLS options with a
+    ///   `redis://` URL; a Sentinel topology without sentinels, with an empty
+    ///   master name or an address that is not `host:port`; or a
+    ///   subscription's options are invalid (see [`ConsumerOptions`]).
     /// * [`ConfigError::DuplicateConsumer`]: two subscriptions on one stream
     ///   use the same group and consumer name.
     pub fn build(self) -> Result<Broker, ConfigError> {
-        let client =
-            redis::Client::open(self.url.as_str()).map_err(|e| ConfigError::Url(e.to_string()))?;
+        let connector = Connector::new(&self.topology, self.tls.as_ref())?;
         if self.pool_size == 0 {
             return Err(ConfigError::Invalid {
                 stream: String::new(),
@@ -252,7 +296,9 @@ impl BrokerBuilder {
         }
         Ok(Broker {
             inner: Arc::new(Inner {
-                client,
+                connector,
+                startup_timeout: self.startup_timeout,
+                publish_timeout: self.publish_timeout,
                 pool_size: self.pool_size,
                 shutdown_timeout: self.shutdown_timeout,
                 handle_signals: self.handle_signals,
@@ -269,7 +315,9 @@ impl BrokerBuilder {
 }
 
 struct Inner {
-    client: redis::Client,
+    connector: Connector,
+    startup_timeout: Duration,
+    publish_timeout: Duration,
     pool_size: usize,
     shutdown_timeout: Duration,
     handle_signals: bool,
@@ -324,9 +372,16 @@ impl std::fmt::Debug for Broker {
 
 impl Broker {
     /// Starts configuring a broker for the Redis server at `url`
-    /// (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS).
+    /// (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS):
+    /// the shorthand of [`Broker::with_topology`]`(`[`Topology::standalone`]`(url))`.
     pub fn builder(url: impl Into<String>) -> BrokerBuilder {
-        BrokerBuilder::new(url)
+        BrokerBuilder::new(Topology::standalone(url))
+    }
+
+    /// Starts configuring a broker for Redis as `topology` describes it
+    /// (standalone or Sentinel).
+    pub fn with_topology(topology: Topology) -> BrokerBuilder {
+        BrokerBuilder::new(topology)
     }
 
     /// Where the broker is in its lifecycle.
@@ -341,9 +396,19 @@ impl Broker {
     /// Use `start()` + [`stop()`](Self::stop) in tests and when embedding;
     /// [`run()`](Self::run) for a worker process.
     ///
+    /// A server that answers it is starting (`LOADING`, `BUSY`, `MASTERDOWN`,
+    /// `READONLY`, or a replica during a failover) is waited for, with capped
+    /// backoff, up to [`startup_timeout`](BrokerBuilder::startup_timeout).
+    ///
     /// # Errors
-    /// * [`Error::Connect`]: Redis did not answer the PING (at once, no retry,
-    ///   so a process manager can restart the process).
+    /// * [`Error::Connect`]: Redis is unreachable (connection refused or timed
+    ///   out: at once, no retry, so a process manager can restart the
+    ///   process).
+    /// * [`Error::Credentials`]: the username or password was refused.
+    /// * [`Error::Permission`]: the ACL user may not run `PING` or
+    ///   `XGROUP CREATE` (the error names the command).
+    /// * [`Error::StartupTimeout`]: the server was still starting at the
+    ///   startup deadline.
     /// * [`Error::GroupCreate`]: XGROUP CREATE failed (e.g. the key holds
     ///   something that is not a stream).
     /// * [`Error::Hook`]: an `on_startup` or `after_startup` hook failed.
@@ -502,10 +567,19 @@ impl Broker {
     /// Encodes `value` with the stream's codec and adds it as one entry
     /// (`XADD <stream> [MAXLEN ~ n] * data <bytes>`). Returns its entry id.
     ///
+    /// The command is sent at most once. While the shared connections
+    /// reconnect, the publish waits for them up to
+    /// [`publish_timeout`](BrokerBuilder::publish_timeout).
+    ///
     /// # Errors
     /// [`Error::Encode`]; [`Error::NotStarted`] before `start()`;
-    /// [`Error::ShutDown`] once the connections are closed; [`Error::Connect`]
-    /// or [`Error::Redis`] when Redis fails the command.
+    /// [`Error::ShutDown`] once the connections are closed;
+    /// [`Error::Unavailable`] when they did not come back within
+    /// `publish_timeout`; [`Error::Connect`] or [`Error::Redis`] when Redis
+    /// fails the command. [`Error::is_retryable`] tells whether trying again
+    /// later may succeed (`READONLY` during a failover, `OOM`, `LOADING`, a
+    /// lost connection…); the entry may have been added when the reply was
+    /// lost.
     pub async fn publish<T: Serialize + ?Sized, C: Codec>(
         &self,
         stream: &Stream<C>,
@@ -581,8 +655,16 @@ impl Broker {
 
     // ---- used by the Supervisor ----
 
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.inner.client
+    pub(crate) fn connector(&self) -> &Connector {
+        &self.inner.connector
+    }
+
+    pub(crate) fn startup_timeout(&self) -> Duration {
+        self.inner.startup_timeout
+    }
+
+    pub(crate) fn publish_timeout(&self) -> Duration {
+        self.inner.publish_timeout
     }
 
     pub(crate) fn pool_size(&self) -> usize {

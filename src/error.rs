@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::connection::{Class, classify};
 use crate::outcome::SupervisorOutcome;
 
 /// A boxed error from user code (hooks, handlers, codecs).
@@ -55,6 +56,61 @@ pub enum Error {
     /// `start()` was called on a broker that was already started.
     #[error("the broker was already started")]
     AlreadyStarted,
+    /// Redis refused the credentials (`WRONGPASS`, `NOAUTH`, a failed `AUTH`).
+    /// Check the username and password: in the URL
+    /// (`redis://user:password@host`) or in
+    /// [`Topology::master_credentials`](crate::Topology::master_credentials).
+    #[error("redis refused the credentials (check the username and password): {0}")]
+    Credentials(#[source] Box<Error>),
+    /// The ACL user may not run `command` (`NOPERM`). Allow it with
+    /// `ACL SETUSER <user> +<command>`; the README lists the minimal ACL of a
+    /// worker.
+    #[error(
+        "the redis ACL user may not run {command} (allow it: ACL SETUSER <user> +{command}): {source}"
+    )]
+    Permission {
+        /// The command that was refused, as the ACL names it.
+        command: &'static str,
+        /// What Redis answered.
+        #[source]
+        source: Box<Error>,
+    },
+    /// The server kept answering that it is starting (`LOADING`, `BUSY`,
+    /// `MASTERDOWN`, `READONLY`) until the startup deadline
+    /// ([`BrokerBuilder::startup_timeout`](crate::BrokerBuilder::startup_timeout)).
+    #[error("redis was not ready after waiting {} ms: {last}", waited.as_millis())]
+    StartupTimeout {
+        /// How long `start()` waited.
+        waited: std::time::Duration,
+        /// The last answer.
+        #[source]
+        last: Box<Error>,
+    },
+    /// A connection reached a server that is not a master (a replica, or a
+    /// master being demoted in a failover).
+    #[error("{addr} is not a master (a failover may be under way)")]
+    NotMaster {
+        /// The server's address.
+        addr: String,
+    },
+    /// No sentinel that answered knows the master by this name.
+    #[error("sentinel {sentinel} does not know a master named {master:?}")]
+    NoMaster {
+        /// The master name asked for.
+        master: String,
+        /// The last sentinel asked.
+        sentinel: String,
+    },
+    /// The shared connections are reconnecting and did not come back in time
+    /// (for a publish: within
+    /// [`BrokerBuilder::publish_timeout`](crate::BrokerBuilder::publish_timeout)).
+    #[error("redis is unavailable (reconnecting for {} ms; last error: {last_error})", down_for.as_millis())]
+    Unavailable {
+        /// How long the connections have been down.
+        down_for: std::time::Duration,
+        /// The last reconnect error.
+        last_error: String,
+    },
     /// `stop()` was called from one of the broker's own hooks or handlers. It
     /// cannot wait there (the stop waits for that very hook or handler), so
     /// the stop was requested and this returned at once. Use
@@ -69,22 +125,37 @@ impl Error {
     /// `true` when the error comes from the network or the server being
     /// unreachable (as opposed to a bad command or a user error).
     pub fn is_connection(&self) -> bool {
-        match self {
-            Error::Connect(_) => true,
-            Error::Redis(e) | Error::GroupCreate { source: e, .. } => is_connection_error(e),
-            _ => false,
-        }
+        self.class() == Class::Connection
     }
 
-    /// `true` when trying the same operation again later may succeed
-    /// (connection problems, the server loading or busy).
+    /// `true` when trying the same operation again later may succeed: every
+    /// transient answer of the README's error table (connection lost or timed
+    /// out, `LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`,
+    /// `CLUSTERDOWN`, `NOREPLICAS`, `MISCONF`, max clients reached, `OOM`, a
+    /// failover under way, the connections reconnecting). A web handler that
+    /// publishes should answer 503 for these, not 500.
     pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.class(),
+            Class::Connection | Class::Busy | Class::RoleChange | Class::Routing
+        )
+    }
+
+    /// Where this error falls in the classification of server answers.
+    pub(crate) fn class(&self) -> Class {
         match self {
-            Error::Connect(_) => true,
-            Error::Redis(e) | Error::GroupCreate { source: e, .. } => {
-                is_connection_error(e) || e.is_timeout()
-            }
-            _ => false,
+            Error::Connect(e) => match classify(e) {
+                Class::Fatal => Class::Connection,
+                c => c,
+            },
+            Error::Redis(e) | Error::GroupCreate { source: e, .. } => classify(e),
+            Error::Credentials(_) => Class::Credentials,
+            Error::Permission { .. } => Class::Permission,
+            Error::StartupTimeout { last, .. } => last.class(),
+            Error::NotMaster { .. } => Class::RoleChange,
+            Error::NoMaster { .. } => Class::Busy,
+            Error::Unavailable { .. } => Class::Connection,
+            _ => Class::Fatal,
         }
     }
 
@@ -98,16 +169,12 @@ impl Error {
     }
 
     pub(crate) fn from_redis(e: redis::RedisError) -> Self {
-        if is_connection_error(&e) {
+        if classify(&e) == Class::Connection {
             Error::Connect(e)
         } else {
             Error::Redis(e)
         }
     }
-}
-
-pub(crate) fn is_connection_error(e: &redis::RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
 }
 
 /// The failures of one or more lifecycle hooks. Cloning shares them: every

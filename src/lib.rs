@@ -37,6 +37,7 @@
 #![warn(missing_docs)]
 
 mod broker;
+mod connection;
 mod consumer;
 mod error;
 mod handler;
@@ -48,6 +49,7 @@ mod stream;
 mod supervisor;
 
 pub use broker::{Broker, BrokerBuilder, Phase};
+pub use connection::{Tls, Topology};
 pub use consumer::ConsumerOptions;
 pub use error::{BoxError, ConfigError, Error, HookError, HookFailures};
 pub use handler::{HandlerError, HandlerResult, Message};

@@ -113,7 +113,7 @@ impl Actor for ConsumerActor {
         let stop = self.stop.subscribe();
         let run = run::consume(
             self.sub.clone(),
-            self.broker.client().clone(),
+            self.broker.connector().clone(),
             self.redis.clone(),
             self.reclaimer.clone(),
             stop,

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::Addr;
-use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -18,13 +17,13 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 
 use super::Subscription;
-use crate::error::{Error, is_connection_error};
+use crate::connection::{Class, Connector, READ_TIMEOUT_MARGIN, backoff};
+use crate::error::Error;
 use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
 use crate::reclaimer::{self, Claim, ReclaimerActor};
 use crate::redis::reply::{self, RawEntry};
 use crate::redis::{
     Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Query, RedisActor, Unblock,
-    connect_reader,
 };
 use crate::stream::EntryId;
 
@@ -95,19 +94,6 @@ enum Cursor {
     New,
 }
 
-/// 100 ms doubling up to 10 s, with jitter, never above 10 s (backon adds
-/// its jitter on top of the capped delay).
-fn backoff() -> impl Iterator<Item = Duration> {
-    const MAX: Duration = Duration::from_secs(10);
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(MAX)
-        .with_jitter()
-        .without_max_times()
-        .build()
-        .map(|d| d.min(MAX))
-}
-
 /// Resolves with the output of `f`, or never when there is no future.
 async fn maybe<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
     match f {
@@ -116,31 +102,9 @@ async fn maybe<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
     }
 }
 
-/// Errors a consumer recovers from by waiting: the connection, a server that
-/// is loading or busy, a lost group (recreated).
-fn is_transient(e: &Error) -> bool {
-    match e {
-        Error::Connect(_) => true,
-        Error::Redis(r) => {
-            is_connection_error(r)
-                || matches!(
-                    r.code(),
-                    Some("NOGROUP" | "UNBLOCKED" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN")
-                )
-        }
-        _ => false,
-    }
-}
-
-/// The group is gone: NOGROUP, or UNBLOCKED (the stream was deleted while the
-/// read was blocked on it).
-fn is_nogroup(e: &Error) -> bool {
-    matches!(e, Error::Redis(r) if matches!(r.code(), Some("NOGROUP" | "UNBLOCKED")))
-}
-
 pub(crate) async fn consume(
     sub: Arc<Subscription>,
-    client: redis::Client,
+    connector: Connector,
     redis: Addr<RedisActor>,
     reclaimer: Addr<ReclaimerActor>,
     stop: watch::Receiver<Option<Instant>>,
@@ -158,11 +122,15 @@ pub(crate) async fn consume(
         in_read: Rc::new(Cell::new(false)),
         client_id: Rc::new(Cell::new(None)),
         sub,
-        client,
+        epoch: connector.epoch(),
+        connector,
         redis,
         conn: None,
         cursor: Cursor::Pending("0".into()),
         backoff: Box::new(backoff()),
+        ack_backoff: Box::new(backoff()),
+        ack_failures: 0,
+        unblock_refused: Rc::new(Cell::new(false)),
         retry_delay: None,
         failures: 0,
         queue: VecDeque::new(),
@@ -201,7 +169,9 @@ pub(crate) async fn consume(
 
 struct Loop {
     sub: Arc<Subscription>,
-    client: redis::Client,
+    connector: Connector,
+    /// Changes when a failover is announced: the read connection moves.
+    epoch: watch::Receiver<u64>,
     redis: Addr<RedisActor>,
     reclaimer: Addr<ReclaimerActor>,
     /// A reclaim page in flight (`None` when the reclaimer is gone).
@@ -238,6 +208,12 @@ struct Loop {
     backoff: Box<dyn Iterator<Item = Duration>>,
     retry_delay: Option<Duration>,
     failures: u32,
+    /// Delays between XACK retries, and how many failed in a row.
+    ack_backoff: Box<dyn Iterator<Item = Duration>>,
+    ack_failures: u32,
+    /// CLIENT UNBLOCK was refused (ACL, managed service): stop waits out
+    /// `block` instead.
+    unblock_refused: Rc<Cell<bool>>,
     /// Fetched, not started.
     queue: VecDeque<Queued>,
     running: FuturesUnordered<LocalBoxFuture<'static, Finished>>,
@@ -312,6 +288,7 @@ impl Loop {
                 () = tokio::time::sleep_until(self.heartbeat_at), if holding => {
                     self.heartbeat();
                 }
+                Ok(()) = self.epoch.changed(), if self.deadline.is_none() => self.on_failover(),
                 changed = stop.changed(), if self.deadline.is_none() => {
                     let deadline = match changed {
                         Ok(()) => (*stop.borrow()).unwrap_or_else(Instant::now),
@@ -374,7 +351,12 @@ impl Loop {
         }
         let free = o.concurrency - self.running.len();
         match self.cursor {
-            Cursor::Pending(_) => self.running.is_empty().then_some(1),
+            // What it holds now awaits an XACK or a dead-letter move: the
+            // re-read skips those and takes the next one.
+            Cursor::Pending(_) => self
+                .running
+                .is_empty()
+                .then_some(self.held.len().min(o.count.max(100)) + 1),
             Cursor::New => {
                 let room = free + self.prefetch();
                 let low_water = o.count.min(o.concurrency).div_ceil(2).max(1);
@@ -621,7 +603,7 @@ impl Loop {
         let consumer = s.consumer.clone();
 
         let conn = self.conn.take();
-        let client = self.client.clone();
+        let connector = self.connector.clone();
         let block = s.opts.block;
         let delay = self.retry_delay.take();
         let in_read = self.in_read.clone();
@@ -632,7 +614,7 @@ impl Loop {
             }
             let mut conn = match conn {
                 Some(c) => c,
-                None => match connect_reader(&client, block).await {
+                None => match connect_reader(&connector, block).await {
                     Ok((c, id)) => {
                         client_id.set(Some(id));
                         c
@@ -704,7 +686,7 @@ impl Loop {
             };
             in_read.set(false);
             let keep = match &result {
-                Err(e) if is_transient(e) && !is_nogroup(e) => None,
+                Err(e) if e.class().reconnects() => None,
                 _ => Some(conn),
             };
             ReadDone {
@@ -719,7 +701,7 @@ impl Loop {
         self.unblock_at = None;
         self.conn = done.conn;
         if self.conn.is_none() {
-            self.client_id.set(None);
+            self.drop_connection();
         }
         let entries = match done.result {
             Ok(e) => e,
@@ -741,7 +723,8 @@ impl Loop {
 
     fn on_read_error(&mut self, e: Error) {
         self.failures += 1;
-        if !is_transient(&e) {
+        let class = e.class();
+        if !class.is_transient() {
             tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, "read failed; consumer ends");
             self.report.error = Some(e);
             // Stop reading now; what runs gets the usual drain deadline.
@@ -755,13 +738,21 @@ impl Loop {
         self.retry_delay = Some(delay);
         // Log the first failure and then every doubling, not every retry.
         if self.failures.is_power_of_two() {
-            tracing::warn!(
-                stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e,
-                failures = self.failures, retry_in_ms = delay.as_millis() as u64,
-                "read failed; retrying"
-            );
+            let (stream, consumer) = (&self.sub.names.name, &self.sub.consumer);
+            let retry_in_ms = delay.as_millis() as u64;
+            if class.is_configuration() {
+                tracing::error!(
+                    %stream, %consumer, error = %e, failures = self.failures, retry_in_ms,
+                    "read refused (credentials or ACL); retrying"
+                );
+            } else {
+                tracing::warn!(
+                    %stream, %consumer, error = %e, failures = self.failures, retry_in_ms,
+                    "read failed; retrying"
+                );
+            }
         }
-        if is_nogroup(&e) {
+        if class == Class::GroupGone {
             // The stream or the group is gone (deleted, FLUSHALL, a restart
             // without persistence): create it again from the start.
             let names = &self.sub.names;
@@ -798,25 +789,47 @@ impl Loop {
 
     /// Entries stay held (kept fresh) until their XACK is done, so nobody
     /// claims an entry that ran successfully while its ack is on its way.
+    ///
+    /// A failed XACK is retried with capped backoff for as long as it takes
+    /// (a failover, `READONLY`, a revoked ACL…); meanwhile the entries stay
+    /// held and refreshed, so nobody runs them again. Only a shut-down broker
+    /// or a lost group ends the retries.
     fn on_acked(&mut self, (res, took): AckDone) {
         let ids = match res {
             Ok(ids) => {
                 // An XACK never blocks: its time is a Redis round trip.
                 self.round_trip.add(took);
+                if self.ack_failures > 0 {
+                    tracing::info!(stream = %self.sub.names.name, failures = self.ack_failures, "XACK accepted again");
+                    self.ack_failures = 0;
+                    self.ack_backoff = Box::new(backoff());
+                }
                 ids
             }
-            Err(AckError { error, ids }) if error.is_retryable() => {
-                tracing::warn!(entries = ids.len(), error = %error, "XACK failed; retrying");
-                self.acks.extend(ids);
-                self.send_acks(Some(Duration::from_millis(100)));
-                return;
-            }
-            Err(AckError { error, ids }) => {
-                // Shut down, or the group is gone: nothing left to ack. The
-                // entries stay pending (or are gone with their group) and are
-                // redelivered.
+            Err(AckError { error, ids })
+                if matches!(error, Error::ShutDown) || error.class() == Class::GroupGone =>
+            {
+                // Nothing left to ack: the entries stay pending (or are gone
+                // with their group) and are redelivered.
                 tracing::warn!(entries = ids.len(), error = %error, "XACK failed; the entries stay pending");
                 ids
+            }
+            Err(AckError { error, ids }) => {
+                self.ack_failures += 1;
+                let delay = self.ack_backoff.next().unwrap_or(Duration::from_secs(10));
+                if self.ack_failures.is_power_of_two() {
+                    let (stream, entries, retry_in_ms) =
+                        (&self.sub.names.name, ids.len(), delay.as_millis() as u64);
+                    let failures = self.ack_failures;
+                    if error.class().is_configuration() {
+                        tracing::error!(%stream, entries, error = %error, failures, retry_in_ms, "XACK refused; the entries stay held and the ack is retried");
+                    } else {
+                        tracing::warn!(%stream, entries, error = %error, failures, retry_in_ms, "XACK failed; the entries stay held and the ack is retried");
+                    }
+                }
+                self.acks.extend(ids);
+                self.send_acks(Some(delay));
+                return;
             }
         };
         for id in &ids {
@@ -938,11 +951,57 @@ impl Loop {
     /// Interrupts the blocked read (CLIENT UNBLOCK on a shared connection) and
     /// schedules another try, in case the read reached the server only after
     /// this one.
+    ///
+    /// `CLIENT UNBLOCK` is `@admin`, and some managed services refuse it: then
+    /// (one WARN) the read is left to end by itself within `block`.
     fn unblock(&mut self) {
+        if self.unblock_refused.get() {
+            self.unblock_at = None;
+            return;
+        }
         if let Some(id) = self.client_id.get() {
-            self.redis.do_send(Unblock(id));
+            let req = self.redis.send(Unblock(id));
+            let refused = self.unblock_refused.clone();
+            let block = self.sub.opts.block;
+            self.side.push(Box::pin(async move {
+                if let Ok(Err(e)) = req.await {
+                    if matches!(e.class(), Class::Permission | Class::Fatal)
+                        && !refused.replace(true)
+                    {
+                        tracing::warn!(
+                            error = %e, block_ms = block.as_millis() as u64,
+                            "CLIENT UNBLOCK refused; a blocked read now ends by itself within block"
+                        );
+                    }
+                }
+            }));
         }
         self.unblock_at = Some(tokio::time::Instant::now() + Duration::from_millis(50));
+    }
+
+    /// Forgets the read connection: the next read opens a new one (to the
+    /// master of the moment) and first re-reads this consumer's own pending
+    /// entries, which a failover or a restart from a snapshot may have put
+    /// back in its PEL.
+    fn drop_connection(&mut self) {
+        self.conn = None;
+        self.client_id.set(None);
+        self.cursor = Cursor::Pending("0".into());
+    }
+
+    /// A failover was announced: cut the read short and move to the new
+    /// master.
+    fn on_failover(&mut self) {
+        tracing::info!(stream = %self.sub.names.name, consumer = %self.sub.consumer, "failover announced; moving the read connection to the new master");
+        if self.read.is_some() {
+            // Whatever the dropped read had fetched is in this consumer's PEL
+            // and is re-read first.
+            self.read = None;
+            self.in_read.set(false);
+            self.unblock_at = None;
+        }
+        self.retry_delay = None;
+        self.drop_connection();
     }
 
     /// Makes fetched-but-unstarted entries claimable by any consumer now:
@@ -994,6 +1053,14 @@ impl Loop {
             );
             self.report.timed_out = true;
         }
+        if !self.acks.is_empty() || self.ack_inflight.is_some() || !self.dead_letters.is_empty() {
+            tracing::warn!(
+                stream = %self.sub.names.name, consumer = %self.sub.consumer,
+                acks = self.acks.len(), dead_letter_moves = self.dead_letters.len(),
+                "drain deadline passed with acks or dead-letter moves not accepted by redis; those entries stay pending"
+            );
+            self.report.timed_out = true;
+        }
         self.running.clear();
         self.held.clear();
         self.isolated = false;
@@ -1020,26 +1087,22 @@ impl Ewma {
     }
 }
 
-fn far_future() -> tokio::time::Instant {
-    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
+/// Opens a consumer's dedicated read connection (to the master of the
+/// moment), whose response timeout is `block` plus a margin, and returns it
+/// with its `CLIENT ID` (for CLIENT UNBLOCK).
+async fn connect_reader(
+    connector: &Connector,
+    block: Duration,
+) -> Result<(MultiplexedConnection, i64), Error> {
+    let mut conn = connector.connect(block + READ_TIMEOUT_MARGIN).await?;
+    let id: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(&mut conn)
+        .await
+        .map_err(Error::from_redis)?;
+    Ok((conn, id))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_stays_within_100ms_and_10s_with_jitter() {
-        let delays: Vec<Duration> = backoff().take(200).collect();
-        assert!(
-            delays
-                .iter()
-                .all(|d| *d >= Duration::from_millis(100) && *d <= Duration::from_secs(10))
-        );
-        assert_eq!(
-            *delays.last().unwrap(),
-            Duration::from_secs(10).min(delays[199])
-        );
-        assert!(delays[199] > Duration::from_secs(5), "it does grow");
-    }
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
 }

@@ -2,13 +2,15 @@
 //!
 //! Every Redis command except a consumer's blocking XREADGROUP goes through
 //! here: XADD for publishes, XACK, the dead-letter move (a Lua script), XGROUP
-//! CREATE, CLIENT UNBLOCK, PING. The actor holds a small pool of
-//! [`ConnectionManager`]s (multiplexed connections that reconnect with backoff
-//! from 100 ms up to 10 s) and answers each message with a future spawned on its
-//! arbiter, so a slow command never holds up the mailbox and concurrent
-//! commands are pipelined on the wire.
+//! CREATE, CLIENT UNBLOCK, PING, XPENDING, XCLAIM. The actor holds the shared
+//! [`Pool`] (multiplexed connections to the master of the moment that
+//! reconnect with capped backoff) and answers each message with a future
+//! spawned on its arbiter, so a slow command never holds up the mailbox and
+//! concurrent commands are pipelined on the wire. Each command is sent once;
+//! while the pool reconnects it waits up to 5 s (a publish: the broker's
+//! `publish_timeout`), then answers the error, and the caller decides.
 //!
-//! After [`Close`] the pool is dropped and every message answers
+//! After [`Close`] the pool is closed and every message answers
 //! [`Error::ShutDown`].
 
 pub(crate) mod reply;
@@ -17,81 +19,16 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::prelude::*;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, Value};
+use redis::Value;
 
+use crate::connection::Pool;
 use crate::error::Error;
 use crate::stream::EntryId;
 
-/// How long a connection attempt may take before it counts as failed.
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Response timeout of the shared connections.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
-/// A blocking read's connection waits this much longer than its `block`.
-pub(crate) const READ_TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
-
-/// Opens one connection and sends PING. Fails at once when Redis is
-/// unreachable (no retry): that is the startup check of the lifecycle.
-pub(crate) async fn ping_once(client: &Client) -> Result<(), Error> {
-    let mut conn = connect_one(client, CONNECT_TIMEOUT).await?;
-    let _: String = redis::cmd("PING")
-        .query_async(&mut conn)
-        .await
-        .map_err(Error::Connect)?;
-    Ok(())
-}
-
-/// One connection, one attempt (no retry), with the given response timeout.
-async fn connect_one(
-    client: &Client,
-    response_timeout: Duration,
-) -> Result<MultiplexedConnection, Error> {
-    let cfg = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(response_timeout));
-    client
-        .get_multiplexed_async_connection_with_config(&cfg)
-        .await
-        .map_err(Error::Connect)
-}
-
-/// Opens the shared pool: `size` connection managers.
-pub(crate) async fn connect_pool(
-    client: &Client,
-    size: usize,
-) -> Result<Vec<ConnectionManager>, Error> {
-    let cfg = ConnectionManagerConfig::new()
-        .set_min_delay(Duration::from_millis(100))
-        .set_max_delay(Duration::from_secs(10))
-        .set_exponent_base(2.0)
-        .set_number_of_retries(8)
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(RESPONSE_TIMEOUT));
-    let mut pool = Vec::with_capacity(size);
-    for _ in 0..size {
-        let m = ConnectionManager::new_with_config(client.clone(), cfg.clone())
-            .await
-            .map_err(Error::Connect)?;
-        pool.push(m);
-    }
-    Ok(pool)
-}
-
-/// Opens a consumer's dedicated read connection, whose response timeout is
-/// `block` plus a margin, and returns it with its `CLIENT ID` (for CLIENT
-/// UNBLOCK).
-pub(crate) async fn connect_reader(
-    client: &Client,
-    block: Duration,
-) -> Result<(MultiplexedConnection, i64), Error> {
-    let mut conn = connect_one(client, block + READ_TIMEOUT_MARGIN).await?;
-    let id: i64 = redis::cmd("CLIENT")
-        .arg("ID")
-        .query_async(&mut conn)
-        .await
-        .map_err(Error::from_redis)?;
-    Ok((conn, id))
-}
+/// How long a command other than a publish waits for the shared connections
+/// to come back when they are reconnecting. Its caller (the consumer loop)
+/// retries with backoff after that.
+const COMMAND_WAIT: Duration = Duration::from_secs(5);
 
 /// Messages queued for the actor before senders wait (each answer is a
 /// spawned future, so the mailbox drains fast).
@@ -99,21 +36,23 @@ const MAILBOX_CAPACITY: usize = 4096;
 
 /// The shared-connection owner. See the module docs.
 pub(crate) struct RedisActor {
-    pool: Vec<ConnectionManager>,
-    next: usize,
+    pool: Pool,
+    /// Sentinel's failover announcements, heard while the actor lives.
+    _failovers: Option<crate::connection::Watcher>,
+    publish_timeout: Duration,
 }
 
 impl RedisActor {
-    pub(crate) fn new(pool: Vec<ConnectionManager>) -> Self {
-        RedisActor { pool, next: 0 }
-    }
-
-    fn conn(&mut self) -> Result<ConnectionManager, Error> {
-        if self.pool.is_empty() {
-            return Err(Error::ShutDown);
+    pub(crate) fn new(
+        pool: Pool,
+        failovers: Option<crate::connection::Watcher>,
+        publish_timeout: Duration,
+    ) -> Self {
+        RedisActor {
+            pool,
+            _failovers: failovers,
+            publish_timeout,
         }
-        self.next = (self.next + 1) % self.pool.len();
-        Ok(self.pool[self.next].clone())
     }
 }
 
@@ -151,24 +90,27 @@ impl Handler<Publish> for RedisActor {
     type Result = ResponseFuture<Result<Vec<EntryId>, Error>>;
 
     fn handle(&mut self, msg: Publish, _: &mut Self::Context) -> Self::Result {
-        let conn = self.conn();
+        let pool = self.pool.clone();
+        let wait = self.publish_timeout;
         Box::pin(async move {
-            let mut conn = conn?;
-            let ids: Vec<String> = if let [one] = msg.payloads.as_slice() {
-                let id: String = xadd(&msg.stream, msg.max_len, &msg.field, one)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(Error::from_redis)?;
-                vec![id]
-            } else {
-                let mut pipe = redis::pipe();
-                for p in &msg.payloads {
-                    pipe.add_command(xadd(&msg.stream, msg.max_len, &msg.field, p));
-                }
-                pipe.query_async(&mut conn)
-                    .await
-                    .map_err(Error::from_redis)?
-            };
+            // Sent once: a publish whose reply is lost may have been applied,
+            // so it is never retried here (the caller decides).
+            let ids: Vec<String> = pool
+                .run(wait, |mut conn| async move {
+                    if let [one] = msg.payloads.as_slice() {
+                        let id: String = xadd(&msg.stream, msg.max_len, &msg.field, one)
+                            .query_async(&mut conn)
+                            .await?;
+                        Ok(vec![id])
+                    } else {
+                        let mut pipe = redis::pipe();
+                        for p in &msg.payloads {
+                            pipe.add_command(xadd(&msg.stream, msg.max_len, &msg.field, p));
+                        }
+                        pipe.query_async(&mut conn).await
+                    }
+                })
+                .await?;
             Ok(ids.into_iter().map(EntryId).collect())
         })
     }
@@ -194,18 +136,15 @@ impl Handler<Ack> for RedisActor {
     type Result = ResponseFuture<Result<Vec<EntryId>, AckError>>;
 
     fn handle(&mut self, msg: Ack, _: &mut Self::Context) -> Self::Result {
-        let conn = self.conn();
+        let pool = self.pool.clone();
         Box::pin(async move {
-            let result: Result<usize, Error> = match conn {
-                Ok(mut conn) => redis::cmd("XACK")
-                    .arg(&*msg.stream)
-                    .arg(&*msg.group)
-                    .arg(&msg.ids)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(Error::from_redis),
-                Err(e) => Err(e),
-            };
+            let mut cmd = redis::cmd("XACK");
+            cmd.arg(&*msg.stream).arg(&*msg.group).arg(&msg.ids);
+            let result: Result<usize, Error> = pool
+                .run(COMMAND_WAIT, |mut conn| async move {
+                    cmd.query_async(&mut conn).await
+                })
+                .await;
             match result {
                 Ok(_) => Ok(msg.ids),
                 Err(error) => Err(AckError {
@@ -247,9 +186,21 @@ pub(crate) struct DeadLetterEntry {
 pub(crate) struct DeadLetter(pub Arc<DeadLetterEntry>);
 
 /// KEYS: stream, dlq. ARGV: group, id, consumer, then XADD's field/value pairs.
+///
+/// Before writing anything it checks with `redis.acl_check_cmd` that both
+/// writes are allowed, and answers `NOPERM` otherwise: a script that added the
+/// copy and then met a refused XACK would abort after the copy, and every
+/// retry would add one more. (`OOM` and `READONLY` stop a script at its first
+/// write, before any copy.)
 const DEAD_LETTER_LUA: &str = r#"
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if #p == 0 or p[1][2] ~= ARGV[3] then return false end
+if not redis.acl_check_cmd('XADD', KEYS[2], '*', 'f', 'v') then
+  return redis.error_reply('NOPERM this user has no permissions to run the xadd command on the dead-letter stream ' .. KEYS[2])
+end
+if not redis.acl_check_cmd('XACK', KEYS[1], ARGV[1], ARGV[2]) then
+  return redis.error_reply('NOPERM this user has no permissions to run the xack command on ' .. KEYS[1])
+end
 local dlq_id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 return dlq_id
@@ -261,9 +212,8 @@ impl Handler<DeadLetter> for RedisActor {
     type Result = ResponseFuture<Result<Option<EntryId>, Error>>;
 
     fn handle(&mut self, msg: DeadLetter, _: &mut Self::Context) -> Self::Result {
-        let conn = self.conn();
+        let pool = self.pool.clone();
         Box::pin(async move {
-            let mut conn = conn?;
             let e = &*msg.0;
             let now_ms = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -290,10 +240,11 @@ impl Handler<DeadLetter> for RedisActor {
                 .arg(&e.error)
                 .arg("failed_at_ms")
                 .arg(now_ms);
-            let id: Option<String> = call
-                .invoke_async(&mut conn)
-                .await
-                .map_err(Error::from_redis)?;
+            let id: Option<String> = pool
+                .run(COMMAND_WAIT, |mut conn| async move {
+                    call.invoke_async(&mut conn).await
+                })
+                .await?;
             Ok(id.map(EntryId))
         })
     }
@@ -313,25 +264,32 @@ impl Handler<CreateGroup> for RedisActor {
     type Result = ResponseFuture<Result<(), Error>>;
 
     fn handle(&mut self, msg: CreateGroup, _: &mut Self::Context) -> Self::Result {
-        let conn = self.conn();
+        let pool = self.pool.clone();
         Box::pin(async move {
-            let mut conn = conn?;
-            let r: redis::RedisResult<Value> = redis::cmd("XGROUP")
-                .arg("CREATE")
+            let mut cmd = redis::cmd("XGROUP");
+            cmd.arg("CREATE")
                 .arg(&*msg.stream)
                 .arg(&*msg.group)
                 .arg(&*msg.start_id)
-                .arg("MKSTREAM")
-                .query_async(&mut conn)
+                .arg("MKSTREAM");
+            let r: Result<Value, Error> = pool
+                .run(COMMAND_WAIT, |mut conn| async move {
+                    cmd.query_async(&mut conn).await
+                })
                 .await;
             match r {
                 Ok(_) => Ok(()),
-                Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
-                Err(e) => Err(Error::GroupCreate {
-                    stream: msg.stream.to_string(),
-                    group: msg.group.to_string(),
-                    source: e,
-                }),
+                Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => Ok(()),
+                Err(Error::Redis(e))
+                    if crate::connection::classify(&e) == crate::connection::Class::Fatal =>
+                {
+                    Err(Error::GroupCreate {
+                        stream: msg.stream.to_string(),
+                        group: msg.group.to_string(),
+                        source: e,
+                    })
+                }
+                Err(e) => Err(e),
             }
         })
     }
@@ -347,15 +305,15 @@ impl Handler<Unblock> for RedisActor {
     type Result = ResponseFuture<Result<bool, Error>>;
 
     fn handle(&mut self, msg: Unblock, _: &mut Self::Context) -> Self::Result {
-        let conn = self.conn();
+        let pool = self.pool.clone();
         Box::pin(async move {
-            let mut conn = conn?;
-            let n: i64 = redis::cmd("CLIENT")
-                .arg("UNBLOCK")
-                .arg(msg.0)
-                .query_async(&mut conn)
-                .await
-                .map_err(Error::from_redis)?;
+            let mut cmd = redis::cmd("CLIENT");
+            cmd.arg("UNBLOCK").arg(msg.0);
+            let n: i64 = pool
+                .run(COMMAND_WAIT, |mut conn| async move {
+                    cmd.query_async(&mut conn).await
+                })
+                .await?;
             Ok(n == 1)
         })
     }
@@ -370,13 +328,13 @@ impl Handler<Query> for RedisActor {
     type Result = ResponseFuture<Result<Value, Error>>;
 
     fn handle(&mut self, msg: Query, _: &mut Self::Context) -> Self::Result {
-        let conn = self.conn();
+        let pool = self.pool.clone();
         Box::pin(async move {
-            let mut conn = conn?;
-            msg.0
-                .query_async(&mut conn)
-                .await
-                .map_err(Error::from_redis)
+            let cmd = msg.0;
+            pool.run(COMMAND_WAIT, |mut conn| async move {
+                cmd.query_async(&mut conn).await
+            })
+            .await
         })
     }
 }
@@ -391,8 +349,8 @@ impl Handler<Close> for RedisActor {
     type Result = usize;
 
     fn handle(&mut self, _: Close, ctx: &mut Self::Context) -> usize {
-        let n = self.pool.len();
-        self.pool.clear();
+        self._failovers = None;
+        let n = self.pool.close();
         ctx.stop();
         n
     }

@@ -25,12 +25,14 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::sync::oneshot;
 
 use crate::broker::{Broker, Phase};
+use crate::connection::{self as conn, Class, Pool, wait_until_ready};
 use crate::consumer::{ConsumerActor, ConsumerExited, Drain, Subscription};
 use crate::error::{Error, HookFailures};
 use crate::hooks::{Hooks, Stage};
 use crate::outcome::SupervisorOutcome;
 use crate::reclaimer::ReclaimerActor;
-use crate::redis::{self as conn, Close, CreateGroup, RedisActor};
+use crate::redis::{Close, CreateGroup, RedisActor};
+use futures::FutureExt;
 
 /// How often a failed consumer may be restarted before its subscription is
 /// marked failed.
@@ -348,37 +350,11 @@ async fn lifecycle(
         });
         return report_start(Err(fail_start(&broker, e)));
     }
-    // 2. PING; then the shared pool.
-    let client = broker.client().clone();
-    let pool = match conn::ping_once(&client).await {
-        Ok(()) => conn::connect_pool(&client, broker.pool_size()).await,
-        Err(e) => Err(e),
+    // 2. PING (waiting for a server that is starting); then the shared pool.
+    let redis = match connect(&broker, &subs).await {
+        Ok(r) => r,
+        Err(e) => return report_start(Err(fail_start(&broker, e))),
     };
-    let pool = match pool {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!(error = %e, "redis is unreachable; start failed");
-            return report_start(Err(fail_start(&broker, e)));
-        }
-    };
-    let redis = RedisActor::new(pool).start();
-    broker.set_redis(redis.clone());
-    // 3. Consumer groups.
-    for sub in &subs {
-        let created = redis
-            .send(CreateGroup {
-                stream: sub.names.name.clone(),
-                group: sub.names.group.clone(),
-                start_id: sub.opts.start_id.as_str().into(),
-            })
-            .await
-            .unwrap_or(Err(Error::ShutDown));
-        if let Err(e) = created {
-            tracing::error!(error = %e, "consumer group creation failed; start failed");
-            let _ = redis.send(Close).await;
-            return report_start(Err(fail_start(&broker, e)));
-        }
-    }
     // 4. Consumers.
     let _ = me.send(StartConsumers(redis.clone())).await;
     broker.set_phase(Phase::Running);
@@ -428,6 +404,62 @@ async fn lifecycle(
         }
         None => broker.finish(outcome, failures),
     }
+}
+
+/// SPEC §3 steps 2 and 3: PING, the shared pool and `RedisActor`, then the
+/// consumer groups. Each step waits for a server that is starting (until the
+/// startup deadline) and fails at once on anything else, with a log line that
+/// names the cause.
+async fn connect(broker: &Broker, subs: &[Arc<Subscription>]) -> Result<Addr<RedisActor>, Error> {
+    let connector = broker.connector().clone();
+    let deadline = Instant::now() + broker.startup_timeout();
+    let fail = |e: Error| {
+        let server = connector.describe();
+        match e.class() {
+            Class::Connection => {
+                tracing::error!(server, error = %e, "redis is unreachable; start failed")
+            }
+            Class::Credentials => {
+                tracing::error!(server, error = %e, "redis refused the credentials; start failed")
+            }
+            Class::Permission => {
+                tracing::error!(server, error = %e, "the redis ACL user lacks a permission; start failed")
+            }
+            _ => tracing::error!(server, error = %e, "start failed"),
+        }
+        e
+    };
+    let pool = wait_until_ready("PING", "ping", deadline, || async {
+        let mut c = connector.connect(conn::CONNECT_TIMEOUT).await?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut c)
+            .await
+            .map_err(Error::from_redis)?;
+        Pool::connect(connector.clone(), broker.pool_size()).await
+    })
+    .await
+    .map_err(fail)?;
+    let redis =
+        RedisActor::new(pool, connector.watch_failovers(), broker.publish_timeout()).start();
+    broker.set_redis(redis.clone());
+    // 3. Consumer groups.
+    for sub in subs {
+        let created = wait_until_ready("XGROUP CREATE", "xgroup|create", deadline, || {
+            redis
+                .send(CreateGroup {
+                    stream: sub.names.name.clone(),
+                    group: sub.names.group.clone(),
+                    start_id: sub.opts.start_id.as_str().into(),
+                })
+                .map(|r| r.unwrap_or(Err(Error::ShutDown)))
+        })
+        .await;
+        if let Err(e) = created {
+            let _ = redis.send(Close).await;
+            return Err(fail(e));
+        }
+    }
+    Ok(redis)
 }
 
 /// Finishes the broker with one panic counted if the lifecycle driver is

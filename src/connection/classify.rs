@@ -1,0 +1,194 @@
+//! One classification of what the server (or the network) answers, used by
+//! every path: start, read, ack, claim, dead-letter move, publish (SPEC §8).
+//!
+//! | answer | [`Class`] | what rillkit does |
+//! |---|---|---|
+//! | connection lost or refused, timeout | `Connection` | reconnect with capped backoff |
+//! | `LOADING`, `BUSY`, `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN`, `NOREPLICAS`, `MISCONF`, max clients reached, `OOM` | `Busy` | wait with capped backoff |
+//! | `READONLY`, `UNBLOCKED … master -> replica`, a connection to a replica | `RoleChange` | reconnect to the master of the moment, go on |
+//! | `NOGROUP`, `UNBLOCKED` (stream deleted) | `GroupGone` | recreate the group from `0` |
+//! | `WRONGPASS`, `NOAUTH`, failed `AUTH` | `Credentials` | at start: fail; at run time: wait, log at ERROR |
+//! | `NOPERM`, or inside a script `ERR The user executing the script can't run this command` | `Permission` | at start: fail; at run time: wait, log at ERROR |
+//! | `MOVED`, `ASK` | `Routing` | find the slot's owner (cluster) |
+//! | anything else (`WRONGTYPE`, syntax) | `Fatal` | the operation fails |
+
+use redis::{ErrorKind, RedisError};
+
+/// What kind of answer an error is. See the module docs for the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// The connection broke, was refused, or a reply did not come in time.
+    Connection,
+    /// The server answers but cannot serve now (loading, busy, out of memory…).
+    Busy,
+    /// The server is not (or no longer) the master: find the master again.
+    RoleChange,
+    /// The consumer group (or its stream) is gone.
+    GroupGone,
+    /// The credentials were refused.
+    Credentials,
+    /// The ACL user may not run a command.
+    Permission,
+    /// Cluster redirection.
+    Routing,
+    /// Nothing waiting fixes it.
+    Fatal,
+}
+
+impl Class {
+    /// Whether waiting and trying again may succeed while running (every class
+    /// but `Fatal`: a rotated password or a changed ACL may be put right).
+    pub(crate) fn is_transient(self) -> bool {
+        self != Class::Fatal
+    }
+
+    /// Whether the connection that saw it should be dropped and opened again
+    /// (to the master of the moment).
+    pub(crate) fn reconnects(self) -> bool {
+        matches!(self, Class::Connection | Class::RoleChange)
+    }
+
+    /// Whether it is a configuration problem (credentials, ACL), logged at
+    /// ERROR rather than WARN while it lasts.
+    pub(crate) fn is_configuration(self) -> bool {
+        matches!(self, Class::Credentials | Class::Permission)
+    }
+}
+
+/// Words Redis 7.0 uses for an ACL refusal inside a script (`ERR …`).
+const SCRIPT_NOPERM: &str = "The user executing the script can't run this command";
+
+/// Classifies one redis-rs error.
+pub(crate) fn classify(e: &RedisError) -> Class {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+        return Class::Connection;
+    }
+    if e.kind() == ErrorKind::AuthenticationFailed {
+        return Class::Credentials;
+    }
+    let detail = e.detail().unwrap_or("");
+    match e.code() {
+        Some("LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "NOREPLICAS") => {
+            Class::Busy
+        }
+        Some("MISCONF" | "OOM") => Class::Busy,
+        Some("READONLY") => Class::RoleChange,
+        Some("UNBLOCKED") if detail.contains("master -> replica") => Class::RoleChange,
+        Some("NOGROUP" | "UNBLOCKED") => Class::GroupGone,
+        Some("WRONGPASS" | "NOAUTH") => Class::Credentials,
+        Some("NOPERM") => Class::Permission,
+        Some("MOVED" | "ASK") => Class::Routing,
+        Some("ERR") if detail.contains(SCRIPT_NOPERM) => Class::Permission,
+        Some("ERR") if detail.contains("max number of clients reached") => Class::Busy,
+        _ => {
+            // Some answers arrive during the connection handshake, where
+            // redis-rs keeps only the text.
+            let text = e.to_string();
+            if text.contains("max number of clients reached") || text.contains("LOADING") {
+                Class::Busy
+            } else if text.contains(SCRIPT_NOPERM) || text.contains("NOPERM") {
+                Class::Permission
+            } else if text.contains("WRONGPASS") || text.contains("NOAUTH") {
+                Class::Credentials
+            } else {
+                Class::Fatal
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: &str, detail: &str) -> RedisError {
+        redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
+    }
+
+    fn parsed(line: &str) -> RedisError {
+        // What a server error reply looks like once parsed by redis-rs.
+        let v = redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).expect("parses");
+        v.extract_error().expect_err("is an error")
+    }
+
+    #[test]
+    fn every_answer_of_the_table_has_its_class() {
+        let cases = [
+            (
+                "LOADING Redis is loading the dataset in memory",
+                Class::Busy,
+            ),
+            ("BUSY Redis is busy running a script", Class::Busy),
+            ("MASTERDOWN Link with MASTER is down", Class::Busy),
+            (
+                "TRYAGAIN Multiple keys request during rehashing",
+                Class::Busy,
+            ),
+            ("CLUSTERDOWN The cluster is down", Class::Busy),
+            ("NOREPLICAS Not enough good replicas to write.", Class::Busy),
+            (
+                "MISCONF Redis is configured to save RDB snapshots",
+                Class::Busy,
+            ),
+            (
+                "OOM command not allowed when used memory > 'maxmemory'.",
+                Class::Busy,
+            ),
+            ("ERR max number of clients reached", Class::Busy),
+            (
+                "READONLY You can't write against a read only replica.",
+                Class::RoleChange,
+            ),
+            (
+                "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)",
+                Class::RoleChange,
+            ),
+            (
+                "UNBLOCKED the stream key no longer exists",
+                Class::GroupGone,
+            ),
+            (
+                "NOGROUP No such key 's' or consumer group 'g'",
+                Class::GroupGone,
+            ),
+            (
+                "WRONGPASS invalid username-password pair",
+                Class::Credentials,
+            ),
+            ("NOAUTH Authentication required.", Class::Credentials),
+            (
+                "NOPERM this user has no permissions to run the 'xack' command",
+                Class::Permission,
+            ),
+            (
+                "ERR The user executing the script can't run this command or subcommand script: abc, on @user_script:5.",
+                Class::Permission,
+            ),
+            ("MOVED 3999 127.0.0.1:6381", Class::Routing),
+            ("ASK 3999 127.0.0.1:6381", Class::Routing),
+            (
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+                Class::Fatal,
+            ),
+            ("ERR syntax error", Class::Fatal),
+        ];
+        for (line, class) in cases {
+            assert_eq!(classify(&parsed(line)), class, "{line}");
+        }
+    }
+
+    #[test]
+    fn extension_errors_are_classified_by_code() {
+        assert_eq!(classify(&server("NOREPLICAS", "x")), Class::Busy);
+        assert_eq!(classify(&server("UNBLOCKED", "gone")), Class::GroupGone);
+    }
+
+    #[test]
+    fn io_errors_are_connection_errors() {
+        let e = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(classify(&e), Class::Connection);
+        assert!(Class::Connection.reconnects());
+        assert!(!Class::Fatal.is_transient());
+        assert!(Class::Permission.is_configuration());
+    }
+}

@@ -1,0 +1,343 @@
+//! Connections and topologies: where Redis is ([`Topology`], [`Tls`]), how a
+//! connection to the master of the moment is opened ([`Connector`]), the
+//! shared reconnecting pool ([`Pool`]), Sentinel's failover announcements,
+//! and the one classification of server answers ([`classify`]) every path
+//! uses (SPEC §8).
+//!
+//! Nothing here does I/O until the broker starts: [`Connector::new`] only
+//! parses and checks the configuration.
+
+mod classify;
+mod pool;
+mod sentinel;
+mod topology;
+
+pub(crate) use classify::{Class, classify};
+pub(crate) use pool::Pool;
+pub(crate) use sentinel::Watcher;
+pub use topology::{Tls, Topology};
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, Value};
+use tokio::sync::watch;
+
+use crate::error::{ConfigError, Error};
+use topology::{Kind, redact_url};
+
+/// How long a connection attempt may take before it counts as failed.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A blocking read's connection waits this much longer than its `block`.
+pub(crate) const READ_TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
+
+/// 100 ms doubling up to 10 s, with jitter, never above 10 s (backon adds its
+/// jitter on top of the capped delay). Every wait on the server uses it.
+pub(crate) fn backoff() -> impl Iterator<Item = Duration> + Send {
+    const MAX: Duration = Duration::from_secs(10);
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(MAX)
+        .with_jitter()
+        .without_max_times()
+        .build()
+        .map(|d| d.min(MAX))
+}
+
+/// Opens connections to the master of the moment, for any topology. Cheap to
+/// clone; `Send + Sync`.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    target: Target,
+    /// Bumped when a failover is announced: connections move to the new
+    /// master.
+    epoch: watch::Sender<u64>,
+    /// Where, for logs (no password).
+    describe: String,
+}
+
+enum Target {
+    Standalone(Client),
+    Sentinel(sentinel::Sentinels),
+}
+
+/// How TLS applies to a connection, once the configuration is checked.
+#[derive(Clone)]
+struct TlsSetup {
+    certs: Option<redis::TlsCertificates>,
+    insecure: bool,
+}
+
+impl TlsSetup {
+    fn new(tls: &Tls) -> Self {
+        let certs =
+            (tls.ca_pem.is_some() || tls.client.is_some()).then(|| redis::TlsCertificates {
+                client_tls: tls
+                    .client
+                    .as_ref()
+                    .map(|(cert, key)| redis::ClientTlsConfig {
+                        client_cert: cert.clone(),
+                        client_key: key.clone(),
+                    }),
+                root_cert: tls.ca_pem.clone(),
+            });
+        TlsSetup {
+            certs,
+            insecure: tls.insecure,
+        }
+    }
+
+    /// A client for `info`, whose address is made TLS.
+    fn client(&self, mut info: redis::ConnectionInfo) -> redis::RedisResult<Client> {
+        let addr = match info.addr().clone() {
+            ConnectionAddr::Tcp(host, port) => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: self.insecure,
+                tls_params: None,
+            },
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                tls_params,
+            } => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: insecure || self.insecure,
+                tls_params,
+            },
+            other => other,
+        };
+        info = info.set_addr(addr);
+        match &self.certs {
+            Some(certs) => Client::build_with_tls(info, certs.clone()),
+            None => Client::open(info),
+        }
+    }
+}
+
+/// Installs ring's rustls crypto provider when the process has none yet.
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may win the race; either provider works.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+impl Connector {
+    /// Checks the configuration; no I/O.
+    pub(crate) fn new(topology: &Topology, tls: Option<&Tls>) -> Result<Self, ConfigError> {
+        let (target, describe) = match &topology.kind {
+            Kind::Standalone { url } => {
+                let info = url
+                    .as_str()
+                    .into_connection_info()
+                    .map_err(|e| ConfigError::Url(format!("{}: {e}", redact_url(url))))?;
+                let is_tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+                if is_tls {
+                    ensure_crypto_provider();
+                }
+                let client = match tls {
+                    Some(_) if !is_tls => {
+                        return Err(ConfigError::Invalid {
+                            stream: String::new(),
+                            option: "tls",
+                            reason: format!(
+                                "TLS options need a rediss:// URL, not {}",
+                                redact_url(url)
+                            ),
+                        });
+                    }
+                    Some(t) => TlsSetup::new(t).client(info),
+                    None => Client::open(info),
+                }
+                .map_err(|e| ConfigError::Url(format!("{}: {e}", redact_url(url))))?;
+                (Target::Standalone(client), redact_url(url))
+            }
+            Kind::Sentinel { master, .. } => {
+                let tls = tls.map(TlsSetup::new);
+                if tls.is_some() {
+                    ensure_crypto_provider();
+                }
+                let s = sentinel::Sentinels::new(&topology.kind, tls)?;
+                (
+                    Target::Sentinel(s),
+                    format!("master {master:?} via Sentinel"),
+                )
+            }
+        };
+        Ok(Connector {
+            inner: Arc::new(Inner {
+                target,
+                epoch: watch::channel(0).0,
+                describe,
+            }),
+        })
+    }
+
+    /// Where connections go, for logs.
+    pub(crate) fn describe(&self) -> &str {
+        &self.inner.describe
+    }
+
+    /// A client for the master of the moment (asks Sentinel).
+    pub(crate) async fn client(&self) -> Result<Client, Error> {
+        match &self.inner.target {
+            Target::Standalone(c) => Ok(c.clone()),
+            Target::Sentinel(s) => s.master_client().await,
+        }
+    }
+
+    /// One connection to the master of the moment, one attempt, with the
+    /// given response timeout; checked with `ROLE` to be a master.
+    pub(crate) async fn connect(
+        &self,
+        response_timeout: Duration,
+    ) -> Result<MultiplexedConnection, Error> {
+        let client = self.client().await?;
+        connect_to(&client, response_timeout).await
+    }
+
+    /// Changes whenever a failover is announced.
+    pub(crate) fn epoch(&self) -> watch::Receiver<u64> {
+        self.inner.epoch.subscribe()
+    }
+
+    /// A failover happened (announced, or seen on a connection): every
+    /// connection moves to the master of the moment.
+    pub(crate) fn failover_seen(&self) {
+        self.inner.epoch.send_modify(|e| *e += 1);
+    }
+
+    /// For Sentinel: starts listening for `+switch-master` on every sentinel.
+    /// The returned guard stops it when dropped.
+    pub(crate) fn watch_failovers(&self) -> Option<sentinel::Watcher> {
+        match &self.inner.target {
+            Target::Standalone(_) => None,
+            Target::Sentinel(s) => Some(s.watch(self.clone())),
+        }
+    }
+}
+
+/// One connection to `client`'s server, one attempt, checked to be a master.
+pub(crate) async fn connect_to(
+    client: &Client,
+    response_timeout: Duration,
+) -> Result<MultiplexedConnection, Error> {
+    let mut conn = open(client, response_timeout).await?;
+    check_role(&mut conn, client).await?;
+    Ok(conn)
+}
+
+/// One connection to a sentinel, one attempt.
+async fn connect_to_sentinel(client: &Client) -> Result<MultiplexedConnection, Error> {
+    open(client, CONNECT_TIMEOUT).await
+}
+
+async fn open(client: &Client, response_timeout: Duration) -> Result<MultiplexedConnection, Error> {
+    let cfg = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(response_timeout));
+    client
+        .get_multiplexed_async_connection_with_config(&cfg)
+        .await
+        .map_err(Error::Connect)
+}
+
+/// `ROLE` must say `master`: a server demoted in a failover accepts the
+/// connection but refuses every write. A server that refuses `ROLE` (ACL,
+/// renamed command) is taken at its word.
+async fn check_role(conn: &mut MultiplexedConnection, client: &Client) -> Result<(), Error> {
+    let role: redis::RedisResult<Value> = redis::cmd("ROLE").query_async(conn).await;
+    match role {
+        Ok(Value::Array(items)) => match items.first() {
+            Some(Value::BulkString(b)) if b.as_slice() != b"master" => Err(Error::NotMaster {
+                addr: client.get_connection_info().addr().to_string(),
+            }),
+            _ => Ok(()),
+        },
+        Ok(_) => Ok(()),
+        Err(e) => match classify(&e) {
+            Class::Permission | Class::Fatal => Ok(()),
+            _ => Err(Error::from_redis(e)),
+        },
+    }
+}
+
+/// Runs `op` until it succeeds, waiting with backoff while the server answers
+/// that it is starting (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, a
+/// replica), until `deadline`. Anything else fails at once: an unreachable
+/// server (so a process manager restarts the process), refused credentials, a
+/// missing ACL permission for `command`, or a reply nothing fixes.
+pub(crate) async fn wait_until_ready<T, F, Fut>(
+    what: &str,
+    command: &'static str,
+    deadline: Instant,
+    mut op: F,
+) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    let started = Instant::now();
+    let mut delays = backoff();
+    let mut failures = 0u32;
+    loop {
+        let e = match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        match e.class() {
+            Class::Busy | Class::RoleChange => {}
+            Class::Credentials => return Err(Error::Credentials(Box::new(e))),
+            Class::Permission => {
+                return Err(Error::Permission {
+                    command,
+                    source: Box::new(e),
+                });
+            }
+            _ => return Err(e),
+        }
+        failures += 1;
+        let delay = delays.next().unwrap_or(Duration::from_secs(10));
+        if Instant::now() + delay > deadline {
+            return Err(Error::StartupTimeout {
+                waited: started.elapsed(),
+                last: Box::new(e),
+            });
+        }
+        if failures.is_power_of_two() {
+            tracing::warn!(
+                waiting_for = what, error = %e, failures,
+                retry_in_ms = delay.as_millis() as u64,
+                left_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
+                "redis is not ready yet; waiting"
+            );
+        }
+        tokio::time::sleep(delay).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_stays_within_100ms_and_10s_with_jitter() {
+        let delays: Vec<Duration> = backoff().take(200).collect();
+        assert!(
+            delays
+                .iter()
+                .all(|d| *d >= Duration::from_millis(100) && *d <= Duration::from_secs(10))
+        );
+        assert!(delays[199] > Duration::from_secs(5), "it does grow");
+    }
+}

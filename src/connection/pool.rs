@@ -1,0 +1,243 @@
+//! The shared pool: a few multiplexed connections to the master of the moment
+//! for every non-blocking command (publish, ack, claim, dead-letter move,
+//! group creation, CLIENT UNBLOCK).
+//!
+//! The pool is up (a generation of connections) or down (reconnecting). A
+//! command that meets a broken connection or a role change (`READONLY`, a
+//! replica) takes the whole generation down; one task then reconnects with the
+//! capped backoff every wait uses (100 ms doubling to 10 s, with jitter, never
+//! giving up), logging at each doubling, and through the [`Connector`], so
+//! under Sentinel it reaches the new master. A failover announced by Sentinel
+//! takes the generation down too. Commands sent meanwhile wait for the next
+//! generation, up to the wait their caller allows.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use tokio::sync::watch;
+
+use super::{Connector, backoff, connect_to};
+use crate::error::Error;
+
+/// Response timeout of the shared connections.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Clone)]
+pub(crate) struct Pool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connector: Connector,
+    size: usize,
+    state: watch::Sender<State>,
+    next: AtomicUsize,
+    /// Listens for announced failovers; stopped at close.
+    failovers: Mutex<Option<actix_rt::task::JoinHandle<()>>>,
+}
+
+#[derive(Clone)]
+enum State {
+    Up {
+        generation: u64,
+        conns: Arc<[MultiplexedConnection]>,
+    },
+    Down {
+        since: Instant,
+        last_error: Arc<str>,
+    },
+    Closed,
+}
+
+/// A connection lent for one command, with its generation (to report it).
+pub(crate) struct Lease {
+    generation: u64,
+    pub(crate) conn: MultiplexedConnection,
+}
+
+async fn open_all(
+    connector: &Connector,
+    size: usize,
+) -> Result<Arc<[MultiplexedConnection]>, Error> {
+    let client = connector.client().await?;
+    let mut conns = Vec::with_capacity(size);
+    for _ in 0..size {
+        conns.push(connect_to(&client, RESPONSE_TIMEOUT).await?);
+    }
+    Ok(conns.into())
+}
+
+impl Pool {
+    /// Opens `size` connections, one attempt (the caller decides whether to
+    /// wait and try again).
+    pub(crate) async fn connect(connector: Connector, size: usize) -> Result<Pool, Error> {
+        let conns = open_all(&connector, size).await?;
+        let pool = Pool {
+            inner: Arc::new(Inner {
+                connector,
+                size,
+                state: watch::channel(State::Up {
+                    generation: 0,
+                    conns,
+                })
+                .0,
+                next: AtomicUsize::new(0),
+                failovers: Mutex::new(None),
+            }),
+        };
+        let mut epoch = pool.inner.connector.epoch();
+        let weak = Arc::downgrade(&pool.inner);
+        let task = actix_rt::spawn(async move {
+            while epoch.changed().await.is_ok() {
+                let Some(inner) = weak.upgrade() else { return };
+                let p = Pool { inner };
+                if let Some(generation) = p.generation() {
+                    p.take_down(generation, "a failover was announced");
+                }
+            }
+        });
+        *pool.inner.failovers.lock().expect("pool lock") = Some(task);
+        Ok(pool)
+    }
+
+    fn generation(&self) -> Option<u64> {
+        match &*self.inner.state.borrow() {
+            State::Up { generation, .. } => Some(*generation),
+            _ => None,
+        }
+    }
+
+    /// Lends a connection, waiting up to `wait` for a reconnect under way.
+    ///
+    /// # Errors
+    /// [`Error::ShutDown`] once closed; [`Error::Unavailable`] when no
+    /// connection came back within `wait`.
+    pub(crate) async fn get(&self, wait: Duration) -> Result<Lease, Error> {
+        let mut rx = self.inner.state.subscribe();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let down_since = match &*rx.borrow_and_update() {
+                State::Up { generation, conns } => {
+                    let i = self.inner.next.fetch_add(1, Ordering::Relaxed) % conns.len();
+                    return Ok(Lease {
+                        generation: *generation,
+                        conn: conns[i].clone(),
+                    });
+                }
+                State::Closed => return Err(Error::ShutDown),
+                State::Down {
+                    since, last_error, ..
+                } => (*since, last_error.clone()),
+            };
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(Error::ShutDown),
+                Err(_) => {
+                    return Err(Error::Unavailable {
+                        down_for: down_since.0.elapsed(),
+                        last_error: down_since.1.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Runs one command on a lent connection; a broken connection or a role
+    /// change takes the pool down for a reconnect. The command is sent once.
+    pub(crate) async fn run<T, F, Fut>(&self, wait: Duration, f: F) -> Result<T, Error>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let lease = self.get(wait).await?;
+        let generation = lease.generation;
+        f(lease.conn).await.map_err(|e| {
+            let e = Error::from_redis(e);
+            if e.class().reconnects() {
+                self.take_down(generation, &e.to_string());
+            }
+            e
+        })
+    }
+
+    /// Marks generation `generation` broken and starts the reconnect (once per
+    /// generation).
+    fn take_down(&self, generation: u64, why: &str) {
+        let went_down = self.inner.state.send_if_modified(|s| match s {
+            State::Up { generation: g, .. } if *g == generation => {
+                *s = State::Down {
+                    since: Instant::now(),
+                    last_error: why.into(),
+                };
+                true
+            }
+            _ => false,
+        });
+        if went_down {
+            tracing::warn!(server = %self.inner.connector.describe(), error = %why, "shared connections lost; reconnecting");
+            actix_rt::spawn(reconnect(self.clone(), generation));
+        }
+    }
+
+    /// Drops the connections; every later `get` answers [`Error::ShutDown`].
+    /// Answers how many connections were open.
+    pub(crate) fn close(&self) -> usize {
+        if let Some(t) = self.inner.failovers.lock().expect("pool lock").take() {
+            t.abort();
+        }
+        let old = self.inner.state.send_replace(State::Closed);
+        match old {
+            State::Up { conns, .. } => conns.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// Reconnects until it succeeds or the pool is closed.
+async fn reconnect(pool: Pool, generation: u64) {
+    let mut delays = backoff();
+    let mut failures = 0u32;
+    loop {
+        if matches!(*pool.inner.state.borrow(), State::Closed) {
+            return;
+        }
+        match open_all(&pool.inner.connector, pool.inner.size).await {
+            Ok(conns) => {
+                let installed = pool.inner.state.send_if_modified(|s| {
+                    if matches!(s, State::Closed) {
+                        return false;
+                    }
+                    *s = State::Up {
+                        generation: generation + 1,
+                        conns: conns.clone(),
+                    };
+                    true
+                });
+                if installed {
+                    tracing::info!(server = %pool.inner.connector.describe(), failures, "shared connections are back");
+                }
+                return;
+            }
+            Err(e) => {
+                failures += 1;
+                let delay = delays.next().unwrap_or(Duration::from_secs(10));
+                pool.inner.state.send_modify(|s| {
+                    if let State::Down { last_error, .. } = s {
+                        *last_error = e.to_string().into();
+                    }
+                });
+                if failures.is_power_of_two() {
+                    let class = e.class();
+                    if class.is_configuration() {
+                        tracing::error!(server = %pool.inner.connector.describe(), error = %e, failures, retry_in_ms = delay.as_millis() as u64, "reconnecting the shared connections failed");
+                    } else {
+                        tracing::warn!(server = %pool.inner.connector.describe(), error = %e, failures, retry_in_ms = delay.as_millis() as u64, "reconnecting the shared connections failed");
+                    }
+                }
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The public configuration of where Redis is: [`Topology`] and [`Tls`].
+//! Configuration only: nothing here opens a connection.
+
+use std::fmt;
+
+/// Where the Redis server is and how to find its master. Configuration only:
+/// no I/O happens until [`Broker::start`](crate::Broker::start).
+///
+/// * [`Topology::standalone`]: one server at a URL
+///   (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS).
+///   [`Broker::builder(url)`](crate::Broker::builder) is its shorthand.
+/// * [`Topology::sentinel`]: a master found through Redis Sentinel by its
+///   name. Every connection asks a sentinel (`SENTINEL
+///   get-master-addr-by-name`) when it (re)connects, and checks with `ROLE`
+///   that it reached a master. A failover is noticed when a sentinel
+///   announces it (`+switch-master`) or when a connection meets `READONLY`
+///   or `UNBLOCKED … master -> replica`: every connection then moves to the
+///   new master, and the process stays up.
+///
+/// ```
+/// use rillkit::{Broker, Topology};
+///
+/// let topology = Topology::sentinel("mymaster", ["10.0.0.1:26379", "10.0.0.2:26379"])
+///     .master_credentials(Some("worker"), "s3cret")
+///     .sentinel_credentials(None, "sentinel-pass");
+/// let builder = Broker::with_topology(topology);
+/// # let _ = builder;
+/// ```
+#[derive(Clone)]
+pub struct Topology {
+    pub(crate) kind: Kind,
+}
+
+#[derive(Clone)]
+pub(crate) enum Kind {
+    Standalone {
+        url: String,
+    },
+    Sentinel {
+        master: String,
+        sentinels: Vec<String>,
+        master_auth: Credentials,
+        sentinel_auth: Credentials,
+        db: i64,
+    },
+}
+
+/// A username (optional: `default`) and a password.
+#[derive(Clone, Default)]
+pub(crate) struct Credentials {
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Topology {
+    /// One server at `url`: `redis://[user:password@]host:port[/db]`, or
+    /// `rediss://` for TLS (see [`Tls`] for a private CA or a client
+    /// certificate).
+    pub fn standalone(url: impl Into<String>) -> Self {
+        Topology {
+            kind: Kind::Standalone { url: url.into() },
+        }
+    }
+
+    /// The master named `master_name` (as in `sentinel monitor <name> …`),
+    /// found through the sentinels at `sentinels` (`host:port` each). The
+    /// sentinels are asked in order; the first that knows the master answers.
+    pub fn sentinel<I, S>(master_name: impl Into<String>, sentinels: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Topology {
+            kind: Kind::Sentinel {
+                master: master_name.into(),
+                sentinels: sentinels.into_iter().map(Into::into).collect(),
+                master_auth: Credentials::default(),
+                sentinel_auth: Credentials::default(),
+                db: 0,
+            },
+        }
+    }
+
+    /// Credentials for the master (`AUTH [username] password`). For a
+    /// standalone server, put them in the URL instead; this does nothing there.
+    pub fn master_credentials(mut self, username: Option<&str>, password: &str) -> Self {
+        if let Kind::Sentinel { master_auth, .. } = &mut self.kind {
+            *master_auth = Credentials {
+                username: username.map(str::to_owned),
+                password: Some(password.to_owned()),
+            };
+        }
+        self
+    }
+
+    /// Credentials for the sentinels (`sentinel requirepass` / sentinel ACL
+    /// users). Does nothing for a standalone server.
+    pub fn sentinel_credentials(mut self, username: Option<&str>, password: &str) -> Self {
+        if let Kind::Sentinel { sentinel_auth, .. } = &mut self.kind {
+            *sentinel_auth = Credentials {
+                username: username.map(str::to_owned),
+                password: Some(password.to_owned()),
+            };
+        }
+        self
+    }
+
+    /// The database number on the master (`SELECT`, default 0). For a
+    /// standalone server it is the URL's path; this does nothing there.
+    pub fn db(mut self, db: i64) -> Self {
+        if let Kind::Sentinel { db: d, .. } = &mut self.kind {
+            *d = db;
+        }
+        self
+    }
+}
+
+impl fmt::Debug for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Standalone { url } => f
+                .debug_struct("Standalone")
+                .field("url", &redact_url(url))
+                .finish(),
+            Kind::Sentinel {
+                master,
+                sentinels,
+                master_auth,
+                sentinel_auth,
+                db,
+            } => f
+                .debug_struct("Sentinel")
+                .field("master", master)
+                .field("sentinels", sentinels)
+                .field("master_auth", master_auth)
+                .field("sentinel_auth", sentinel_auth)
+                .field("db", db)
+                .finish(),
+        }
+    }
+}
+
+/// A URL with its password replaced, for logs.
+pub(crate) fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:<redacted>{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// TLS settings beyond the `rediss://` scheme: a private CA, a client
+/// certificate (mutual TLS), or, for tests only, no verification.
+///
+/// With a `rediss://` URL and no `Tls`, the server's certificate is checked
+/// against the system's trust store. For Sentinel, setting `Tls` makes every
+/// connection (to the sentinels and to the master) use TLS.
+///
+/// rillkit uses rustls. When the process has no rustls crypto provider yet,
+/// rillkit installs `ring`'s at [`build`](crate::BrokerBuilder::build); an
+/// application that installs its own afterwards should call
+/// `install_default().ok()` (or install its own first).
+///
+/// ```
+/// use rillkit::Tls;
+/// # let (ca, cert, key) = (Vec::new(), Vec::new(), Vec::new());
+/// let tls = Tls::new().ca_pem(ca).client_cert_pem(cert, key);
+/// # let _ = tls;
+/// ```
+#[derive(Clone, Default)]
+pub struct Tls {
+    pub(crate) ca_pem: Option<Vec<u8>>,
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+    pub(crate) insecure: bool,
+}
+
+impl Tls {
+    /// TLS with the system's trust store.
+    pub fn new() -> Self {
+        Tls::default()
+    }
+
+    /// Trusts this CA (PEM, one or more certificates) instead of the system's
+    /// trust store.
+    pub fn ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate and private key (PEM each) for mutual
+    /// TLS (`tls-auth-clients yes` on the server).
+    pub fn client_cert_pem(mut self, cert: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
+        self.client = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// Accepts any server certificate, unchecked. **For tests only**: it
+    /// leaves the connection open to anyone in the middle.
+    pub fn danger_accept_invalid_certs(mut self) -> Self {
+        self.insecure = true;
+        self
+    }
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls")
+            .field("ca_pem", &self.ca_pem.is_some())
+            .field("client_cert", &self.client.is_some())
+            .field("insecure", &self.insecure)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_logged_without_their_password() {
+        assert_eq!(
+            redact_url("rediss://worker:s3cret@10.0.0.1:6380/2"),
+            "rediss://worker:<redacted>@10.0.0.1:6380/2"
+        );
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
+    }
+}
