@@ -1,0 +1,109 @@
+//! Tests of the test harness itself (`tests/support`): the production-like
+//! Redis shapes other tests build on.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{RedisServer, eventually_blocking};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn start_with_args_survive_restart() {
+    let mut redis = RedisServer::start_with(&["--maxmemory", "10mb"]);
+    let maxmemory = |r: &RedisServer| -> Vec<String> {
+        redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory")
+            .query(&mut r.conn())
+            .expect("CONFIG GET")
+    };
+    assert_eq!(maxmemory(&redis), ["maxmemory", "10485760"]);
+    redis.restart();
+    assert_eq!(maxmemory(&redis), ["maxmemory", "10485760"]);
+}
+
+#[test]
+fn replica_follows_and_can_be_promoted() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master);
+    assert_eq!(master.role(), "master");
+    assert_eq!(replica.role(), "slave");
+    let _: () = redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .query(&mut master.conn())
+        .unwrap();
+    eventually_blocking("k replicated", WAIT, || {
+        redis::cmd("GET")
+            .arg("k")
+            .query::<Option<String>>(&mut replica.conn())
+            .unwrap()
+            .as_deref()
+            == Some("v")
+    });
+    replica.replicaof(None);
+    assert_eq!(replica.role(), "master");
+    master.replicaof(Some(&replica));
+    assert_eq!(master.role(), "slave");
+    master.wait_master_link_up(WAIT);
+}
+
+#[test]
+fn acl_user_can_log_in() {
+    let redis = RedisServer::start();
+    redis.acl_setuser(&["worker", "on", ">s3cret", "~tasks*", "+@all"]);
+    let mut c = redis::Client::open(format!("redis://worker:s3cret@127.0.0.1:{}", redis.port))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg("tasks")
+        .arg("*")
+        .arg("f")
+        .arg("v")
+        .query(&mut c)
+        .unwrap();
+    let denied = redis::cmd("SET")
+        .arg("other")
+        .arg("v")
+        .query::<()>(&mut c)
+        .unwrap_err();
+    assert_eq!(denied.code(), Some("NOPERM"), "{denied}");
+}
+
+#[test]
+fn loading_server_answers_loading_then_pong() {
+    let started = Instant::now();
+    let redis = RedisServer::start_loading_with(
+        |c| {
+            let _: String = redis::cmd("XADD")
+                .arg("tasks")
+                .arg("*")
+                .arg("data")
+                .arg("{}")
+                .query(c)
+                .unwrap();
+        },
+        30_000,
+        50,
+    );
+    let up = Instant::now();
+    assert!(redis.is_loading());
+    let err = redis::cmd("PING")
+        .query::<String>(&mut redis.conn())
+        .unwrap_err();
+    assert_eq!(err.code(), Some("LOADING"), "{err}");
+    eventually_blocking("loading finished", WAIT, || !redis.is_loading());
+    let loaded = up.elapsed();
+    let pong: String = redis::cmd("PING").query(&mut redis.conn()).unwrap();
+    assert_eq!(pong, "PONG");
+    let dbsize: u64 = redis::cmd("DBSIZE").query(&mut redis.conn()).unwrap();
+    assert_eq!(dbsize, 30_001);
+    assert_eq!(support::stream_len(&mut redis.conn(), "tasks"), 1);
+    eprintln!(
+        "loading server: set up in {:?}, loaded for {loaded:?}",
+        up - started
+    );
+}
