@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{RedisServer, eventually_blocking};
+use support::{RedisServer, TlsRedis, eventually_blocking};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -106,4 +106,45 @@ fn loading_server_answers_loading_then_pong() {
         "loading server: set up in {:?}, loaded for {loaded:?}",
         up - started
     );
+}
+
+#[test]
+fn tls_server_answers_with_the_ca() {
+    let redis = TlsRedis::start();
+    assert!(redis.url().starts_with("rediss://127.0.0.1:"));
+    assert_eq!(redis.cli(&["PING"]), "PONG");
+    // --tls-auth-clients optional: no client certificate is fine too.
+    let out = redis.cli_output(false, &["PING"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "PONG",
+        "{out:?}"
+    );
+    for pem in [redis.ca_pem(), redis.client_cert_pem()] {
+        assert!(pem.starts_with(b"-----BEGIN CERTIFICATE-----"));
+    }
+    assert!(
+        redis
+            .client_key_pem()
+            .starts_with(b"-----BEGIN PRIVATE KEY-----")
+    );
+    // Plain TCP on the TLS port gets no answer.
+    let plain = redis::Client::open(format!("redis://127.0.0.1:{}", redis.port))
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+    assert!(plain.is_err(), "{plain:?}");
+}
+
+#[test]
+fn mutual_tls_server_refuses_clients_without_a_certificate() {
+    let redis = TlsRedis::start_mutual();
+    assert_eq!(redis.cli(&["PING"]), "PONG");
+    let out = redis.cli_output(false, &["PING"]);
+    assert_ne!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "PONG",
+        "{out:?}"
+    );
+    assert!(redis.log().contains("certificate"), "{}", redis.log());
 }

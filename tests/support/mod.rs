@@ -15,6 +15,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod loading;
+pub mod tls;
+
+#[allow(unused_imports)]
+pub use tls::TlsRedis;
 
 pub struct RedisServer {
     child: Option<Child>,
