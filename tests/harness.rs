@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{RedisServer, TlsRedis, eventually_blocking};
+use support::{RedisServer, SentinelGroup, TlsRedis, eventually_blocking};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -147,4 +147,49 @@ fn mutual_tls_server_refuses_clients_without_a_certificate() {
         "{out:?}"
     );
     assert!(redis.log().contains("certificate"), "{}", redis.log());
+}
+
+#[test]
+fn sentinel_group_fails_over_and_back() {
+    let started = Instant::now();
+    let group = SentinelGroup::start("rillkit");
+    eprintln!("sentinel group settled in {:?}", started.elapsed());
+    assert_eq!(group.sentinel_addrs().len(), 3);
+    let [a, b] = group.nodes();
+    assert_eq!(group.current_master_port(), a.port);
+    assert_eq!((a.role().as_str(), b.role().as_str()), ("master", "slave"));
+
+    let write = |key: &str| {
+        let mut c = group.conn_to_master();
+        let _: () = redis::cmd("SET").arg(key).arg("v").query(&mut c).unwrap();
+        // Replicated before the next failover, which does not wait for it.
+        let acked: u64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut c).unwrap();
+        assert_eq!(acked, 1, "{key} not replicated");
+    };
+    write("before");
+
+    for (n, (from, to)) in [(a, b), (b, a)].into_iter().enumerate() {
+        let t = Instant::now();
+        assert_eq!(group.failover(), to.port);
+        eprintln!("failover {} took {:?}", n + 1, t.elapsed());
+        assert_eq!(group.current_master_port(), to.port);
+        assert_eq!(to.role(), "master");
+        assert_eq!(from.role(), "slave");
+        let key = format!("after-{}", n + 1);
+        write(&key);
+        let on_new: Option<String> = redis::cmd("GET").arg(&key).query(&mut to.conn()).unwrap();
+        assert_eq!(on_new.as_deref(), Some("v"));
+        let ro = redis::cmd("SET")
+            .arg("x")
+            .arg("v")
+            .query::<()>(&mut from.conn())
+            .unwrap_err();
+        assert_eq!(ro.code(), Some("READONLY"), "{ro}");
+        let old: Option<String> = redis::cmd("GET")
+            .arg("before")
+            .query(&mut to.conn())
+            .unwrap();
+        assert_eq!(old.as_deref(), Some("v"));
+    }
+    eprintln!("sentinel test total {:?}", started.elapsed());
 }

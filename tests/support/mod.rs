@@ -15,8 +15,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod loading;
+pub mod sentinel;
 pub mod tls;
 
+#[allow(unused_imports)]
+pub use sentinel::SentinelGroup;
 #[allow(unused_imports)]
 pub use tls::TlsRedis;
 
