@@ -12,7 +12,8 @@ impl RedisServer {
     ///
     /// Measured here (2 cores, redis 7.0.15; the delay is a `usleep` per key,
     /// so the real time per key is about twice the figure):
-    /// `start_loading(30_000, 50)` loads for about 3.5–4 s,
+    /// `start_loading(30_000, 50)` loads for about 4 s (3.9–4.5 s over six
+    /// runs of `tests/harness.rs`; the setup before it takes about 0.1 s),
     /// `start_loading(30_000, 100)` for about 5.5 s,
     /// `start_loading(100_000, 50)` for about 13 s.
     pub fn start_loading(populate_keys: u64, key_load_delay_us: u64) -> RedisServer {
