@@ -1,6 +1,10 @@
 //! A real `redis-server` for tests and benches: started on a free port in a
 //! temp dir, killed on drop. Its log is printed when the test panics.
 //!
+//! Production-like shapes too: replicas ([`RedisServer::start_replica_of`]),
+//! a server still loading its dataset ([`RedisServer::start_loading`]), TLS
+//! and mutual TLS ([`TlsRedis`]), and Sentinel ([`SentinelGroup`]).
+//!
 //! Set `RILLKIT_REDIS_SERVER` to use another binary than `redis-server` on
 //! the `PATH`.
 #![allow(dead_code)]
@@ -10,10 +14,33 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod loading;
+pub mod sentinel;
+pub mod tls;
+
+#[allow(unused_imports)]
+pub use sentinel::SentinelGroup;
+#[allow(unused_imports)]
+pub use tls::TlsRedis;
+
 pub struct RedisServer {
     child: Option<Child>,
     pub port: u16,
     dir: tempfile::TempDir,
+    /// Extra `redis-server` arguments, after the harness's own (later ones
+    /// win), kept for [`RedisServer::restart`].
+    args: Vec<String>,
+    /// What counts as "up" after a (re)start.
+    ready: Ready,
+}
+
+/// When a freshly spawned server counts as started.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ready {
+    /// `PING` answers `PONG`.
+    Pong,
+    /// `PING` answers anything, a `LOADING` error included.
+    Answers,
 }
 
 fn free_port() -> u16 {
@@ -24,6 +51,11 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The `redis-server` binary: `RILLKIT_REDIS_SERVER` or the one on the `PATH`.
+fn redis_server_bin() -> String {
+    std::env::var("RILLKIT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
 impl RedisServer {
     /// Starts a server on a free port and waits (up to 10 s) until it answers
     /// PING.
@@ -31,30 +63,87 @@ impl RedisServer {
     /// # Panics
     /// When `redis-server` cannot be started or does not answer in time.
     pub fn start() -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut s = RedisServer {
-            child: None,
-            port: free_port(),
-            dir,
-        };
+        Self::start_with(&[])
+    }
+
+    /// Like [`RedisServer::start`] with extra `redis-server` arguments (e.g.
+    /// `&["--maxmemory", "10mb"]`), given after the harness's own so they win.
+    /// [`RedisServer::restart`] starts it again with the same arguments.
+    ///
+    /// Every harness server runs with `--repl-diskless-sync-delay 0`, so a
+    /// replica syncs at once instead of after Redis's default 5 s.
+    ///
+    /// # Panics
+    /// When `redis-server` cannot be started or does not answer in time.
+    pub fn start_with(args: &[&str]) -> Self {
+        let mut s = Self::unstarted(args, Ready::Pong);
         s.spawn();
         s
+    }
+
+    fn unstarted(args: &[&str], ready: Ready) -> Self {
+        RedisServer {
+            child: None,
+            port: free_port(),
+            dir: tempfile::tempdir().expect("temp dir"),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            ready,
+        }
+    }
+
+    /// Starts a replica of `master` (`--replicaof 127.0.0.1 <port>`) and waits
+    /// (up to 20 s) until its `master_link_status` is `up`, i.e. the initial
+    /// sync is done.
+    ///
+    /// # Panics
+    /// When it does not start or sync in time.
+    pub fn start_replica_of(master: &RedisServer) -> Self {
+        let port = master.port.to_string();
+        let s = Self::start_with(&["--replicaof", "127.0.0.1", &port]);
+        s.wait_master_link_up(Duration::from_secs(20));
+        s
+    }
+
+    /// Waits up to `timeout` until this replica's `master_link_status` is `up`.
+    ///
+    /// # Panics
+    /// When it is not in time; the message has both logs' ends.
+    pub fn wait_master_link_up(&self, timeout: Duration) {
+        eventually_blocking(
+            &format!("replica on port {} has master_link_status:up", self.port),
+            timeout,
+            || self.master_link_up(),
+        );
+    }
+
+    /// Whether this server is a replica whose link to its master is up.
+    pub fn master_link_up(&self) -> bool {
+        self.try_info("replication", "master_link_status")
+            .as_deref()
+            == Some("up")
     }
 
     fn log_path(&self) -> PathBuf {
         self.dir.path().join("redis.log")
     }
 
+    /// The server's working directory (its `dump.rdb` lives there).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     fn spawn(&mut self) {
-        let bin = std::env::var("RILLKIT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let bin = redis_server_bin();
         let child = Command::new(&bin)
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(["--repl-diskless-sync-delay", "0"])
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
             .arg(self.log_path())
+            .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -63,15 +152,35 @@ impl RedisServer {
         self.wait_ready();
     }
 
-    fn wait_ready(&self) {
+    /// A connection, or `None` while the server does not accept one.
+    fn try_conn(&self) -> Option<redis::Connection> {
+        redis::Client::open(self.url())
+            .ok()?
+            .get_connection_with_timeout(Duration::from_millis(500))
+            .ok()
+    }
+
+    /// Waits (up to 10 s) until PING answers as `self.ready` asks.
+    fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(client) = redis::Client::open(self.url()) {
-                if let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200)) {
-                    if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                        return;
-                    }
+            if let Some(mut c) = self.try_conn() {
+                match redis::cmd("PING").query::<String>(&mut c) {
+                    Ok(_) => return,
+                    Err(e) if self.ready == Ready::Answers && e.code().is_some() => return,
+                    Err(_) => {}
                 }
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "redis-server on port {} exited ({status}) at start; log:\n{}",
+                    self.port,
+                    self.log()
+                );
             }
             assert!(
                 Instant::now() < deadline,
@@ -101,11 +210,51 @@ impl RedisServer {
             .arg(section)
             .query(&mut self.conn())
             .expect("INFO");
-        info.lines().find_map(|l| {
-            l.strip_prefix(field)?
-                .strip_prefix(':')
-                .map(|v| v.trim().to_owned())
-        })
+        info_field(&info, field)
+    }
+
+    /// Like [`RedisServer::info`], but `None` (no panic) when the server
+    /// cannot be asked right now.
+    pub fn try_info(&self, section: &str, field: &str) -> Option<String> {
+        let info: String = redis::cmd("INFO")
+            .arg(section)
+            .query(&mut self.try_conn()?)
+            .ok()?;
+        info_field(&info, field)
+    }
+
+    /// The server's role from `ROLE`: `"master"` or `"slave"`.
+    ///
+    /// # Panics
+    /// When the server does not answer.
+    pub fn role(&self) -> String {
+        let reply: Vec<redis::Value> = redis::cmd("ROLE").query(&mut self.conn()).expect("ROLE");
+        let first = reply.into_iter().next().expect("ROLE reply is empty");
+        redis::from_redis_value(first).expect("ROLE role name")
+    }
+
+    /// `REPLICAOF 127.0.0.1 <port of master>`, or `REPLICAOF NO ONE` for
+    /// `None`. Returns at once; see [`RedisServer::wait_master_link_up`].
+    pub fn replicaof(&self, master: Option<&RedisServer>) {
+        let mut cmd = redis::cmd("REPLICAOF");
+        match master {
+            Some(m) => cmd.arg("127.0.0.1").arg(m.port),
+            None => cmd.arg("NO").arg("ONE"),
+        };
+        let _: () = cmd.query(&mut self.conn()).expect("REPLICAOF");
+    }
+
+    /// `ACL SETUSER <args…>` as the default user, e.g.
+    /// `acl_setuser(&["worker", "on", ">secret", "~tasks*", "+@all"])`.
+    ///
+    /// # Panics
+    /// When Redis rejects the rule.
+    pub fn acl_setuser(&self, args: &[&str]) {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(args)
+            .query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("ACL SETUSER {args:?}: {e}"));
     }
 
     /// Clients blocked in a command (a consumer's XREADGROUP BLOCK).
@@ -148,7 +297,10 @@ impl RedisServer {
         }
     }
 
-    /// Starts it again on the same port (empty: nothing is persisted).
+    /// Starts it again on the same port, with the same arguments, in the same
+    /// dir (empty unless something was `SAVE`d there: the harness turns
+    /// automatic saving off). A server from [`RedisServer::start_loading`]
+    /// counts as up again as soon as it answers, while it is still loading.
     pub fn restart(&mut self) {
         self.stop();
         self.spawn();
@@ -168,6 +320,15 @@ impl Drop for RedisServer {
     }
 }
 
+/// The value of `field` in an `INFO` reply.
+fn info_field(info: &str, field: &str) -> Option<String> {
+    info.lines().find_map(|l| {
+        l.strip_prefix(field)?
+            .strip_prefix(':')
+            .map(|v| v.trim().to_owned())
+    })
+}
+
 /// Polls `cond` every 10 ms until it holds or `timeout` passes.
 ///
 /// # Panics
@@ -184,14 +345,25 @@ pub async fn eventually<F: FnMut() -> bool>(what: &str, timeout: Duration, mut c
 }
 
 /// Blocking variant of [`eventually`] for plain threads.
-pub fn eventually_blocking<F: FnMut() -> bool>(what: &str, timeout: Duration, mut cond: F) {
+pub fn eventually_blocking<F: FnMut() -> bool>(what: &str, timeout: Duration, cond: F) {
+    eventually_blocking_every(what, timeout, Duration::from_millis(10), cond);
+}
+
+/// [`eventually_blocking`] polling every `every` instead of every 10 ms, for
+/// conditions that are costly to check (many connections each time).
+pub fn eventually_blocking_every<F: FnMut() -> bool>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut cond: F,
+) {
     let deadline = Instant::now() + timeout;
     while !cond() {
         assert!(
             Instant::now() < deadline,
             "timed out after {timeout:?} waiting for: {what}"
         );
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(every);
     }
 }
 

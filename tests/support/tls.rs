@@ -1,0 +1,328 @@
+//! A `redis-server` that only speaks TLS, with a CA, a server certificate and
+//! a client certificate made by `openssl` at test time.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{free_port, redis_server_bin};
+
+/// `openssl` extension sections for the three certificates. The CA is a
+/// proper v3 CA and the leaves are v3 end-entity certificates: rustls
+/// (webpki) rejects v1 certificates and CA certificates used as leaves.
+const OPENSSL_CNF: &str = "\
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = unused
+[ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+[server]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1,DNS:localhost
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+[client]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+";
+
+/// A TLS-only `redis-server` (`--port 0 --tls-port <free>`) on 127.0.0.1,
+/// killed on drop; its log is printed when the test panics.
+///
+/// Certificates (EC P-256, valid 30 days, made fresh for every server):
+/// `ca.crt` (self-signed CA), `server.crt` (SAN `IP:127.0.0.1`,
+/// `DNS:localhost`, `serverAuth`) and `client.crt` (`clientAuth`), both signed
+/// by the CA; keys are unencrypted PKCS#8 PEM.
+pub struct TlsRedis {
+    child: Option<Child>,
+    /// The TLS port.
+    pub port: u16,
+    dir: tempfile::TempDir,
+    mutual: bool,
+}
+
+impl TlsRedis {
+    /// Starts a server that accepts clients with or without a certificate
+    /// (`--tls-auth-clients optional`), and waits (up to 10 s) until it
+    /// answers PING over TLS.
+    ///
+    /// # Panics
+    /// When `openssl` or `redis-server` fails, or it does not answer in time.
+    pub fn start() -> TlsRedis {
+        Self::start_inner(false)
+    }
+
+    /// Like [`TlsRedis::start`] but for mutual TLS: clients must present a
+    /// certificate signed by the CA (`--tls-auth-clients yes`).
+    pub fn start_mutual() -> TlsRedis {
+        Self::start_inner(true)
+    }
+
+    fn start_inner(mutual: bool) -> TlsRedis {
+        let dir = tempfile::tempdir().expect("temp dir");
+        make_certs(dir.path());
+        let mut s = TlsRedis {
+            child: None,
+            port: free_port(),
+            dir,
+            mutual,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let bin = redis_server_bin();
+        let d = self.dir.path();
+        let child = Command::new(&bin)
+            .args(["--port", "0"])
+            .args(["--tls-port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--tls-cert-file")
+            .arg(d.join("server.crt"))
+            .arg("--tls-key-file")
+            .arg(d.join("server.key"))
+            .arg("--tls-ca-cert-file")
+            .arg(d.join("ca.crt"))
+            .args([
+                "--tls-auth-clients",
+                if self.mutual { "yes" } else { "optional" },
+            ])
+            .arg("--dir")
+            .arg(d)
+            .arg("--logfile")
+            .arg(self.log_path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("could not start {bin}: {e} (set RILLKIT_REDIS_SERVER)"));
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = self.cli_output(true, &["PING"]);
+            if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "PONG" {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "TLS redis-server on port {} exited ({status}) at start; log:\n{}",
+                    self.port,
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "TLS redis-server on port {} did not answer PING within 10 s; last redis-cli: \
+                 {out:?}; log:\n{}",
+                self.port,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `rediss://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.port)
+    }
+
+    /// Whether clients must present a certificate.
+    pub fn is_mutual(&self) -> bool {
+        self.mutual
+    }
+
+    /// Path of the CA certificate (PEM).
+    pub fn ca_path(&self) -> PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
+    /// Path of the client certificate (PEM).
+    pub fn client_cert_path(&self) -> PathBuf {
+        self.dir.path().join("client.crt")
+    }
+
+    /// Path of the client key (PKCS#8 PEM).
+    pub fn client_key_path(&self) -> PathBuf {
+        self.dir.path().join("client.key")
+    }
+
+    /// The CA certificate, PEM.
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(self.ca_path()).expect("read ca.crt")
+    }
+
+    /// The client certificate, PEM.
+    pub fn client_cert_pem(&self) -> Vec<u8> {
+        std::fs::read(self.client_cert_path()).expect("read client.crt")
+    }
+
+    /// The client key, PKCS#8 PEM.
+    pub fn client_key_pem(&self) -> Vec<u8> {
+        std::fs::read(self.client_key_path()).expect("read client.key")
+    }
+
+    /// Runs `redis-cli --tls` with the CA and the client certificate against
+    /// this server and returns its stdout, trimmed.
+    ///
+    /// # Panics
+    /// When `redis-cli` fails (its stderr is in the message).
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = self.cli_output(true, args);
+        assert!(
+            out.status.success(),
+            "redis-cli {args:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Runs `redis-cli --tls --cacert <ca>` (plus `--cert`/`--key` when
+    /// `client_cert`) against this server, whatever comes of it.
+    pub fn cli_output(&self, client_cert: bool, args: &[&str]) -> Output {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["--tls", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .arg("--cacert")
+            .arg(self.ca_path());
+        if client_cert {
+            cmd.arg("--cert")
+                .arg(self.client_cert_path())
+                .arg("--key")
+                .arg(self.client_key_path());
+        }
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli (is it on the PATH?)")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port with the same certificates.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- TLS redis-server log (port {}) ----\n{}",
+                self.port,
+                self.log()
+            );
+        }
+        self.stop();
+    }
+}
+
+/// Makes `ca.{crt,key}`, `server.{crt,key}` and `client.{crt,key}` in `dir`.
+fn make_certs(dir: &Path) {
+    std::fs::write(dir.join("openssl.cnf"), OPENSSL_CNF).expect("write openssl.cnf");
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run openssl (is it on the PATH?)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let new_key = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let req = |extra: &[&str]| {
+        let mut a = vec!["req", "-config", "openssl.cnf"];
+        a.extend_from_slice(&new_key);
+        a.extend_from_slice(extra);
+        openssl(&a);
+    };
+    req(&[
+        "-x509",
+        "-extensions",
+        "ca",
+        "-days",
+        "30",
+        "-subj",
+        "/CN=rillkit test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+    ]);
+    for (name, serial, cn) in [
+        ("server", "2", "/CN=localhost"),
+        ("client", "3", "/CN=rillkit test client"),
+    ] {
+        let (key, csr, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+        );
+        req(&["-new", "-subj", cn, "-keyout", &key, "-out", &csr]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            serial,
+            "-days",
+            "30",
+            "-extfile",
+            "openssl.cnf",
+            "-extensions",
+            name,
+            "-out",
+            &crt,
+        ]);
+    }
+}
