@@ -4,7 +4,10 @@
 //!
 //! | variable | default | sets |
 //! |----------|---------|------|
-//! | `REDIS_URL` | `redis://127.0.0.1:6379` | server |
+//! | `REDIS_URL` | `redis://127.0.0.1:6379` | server (`rediss://` for TLS) |
+//! | `RILLKIT_SENTINEL` | unset | `<master>@<host:port>,<host:port>…`: find the master through Sentinel instead of `REDIS_URL` |
+//! | `RILLKIT_TLS_CA` | unset | PEM file of the CA to trust (with `rediss://`, or TLS to Sentinel and master) |
+//! | `RILLKIT_STARTUP_TIMEOUT_MS` | 60000 | how long start waits for a server that is loading or not yet master |
 //! | `RILLKIT_STREAM` | `tasks` | stream key |
 //! | `RILLKIT_GROUP` | `workers` | consumer group |
 //! | `RILLKIT_CONSUMER` | `<group>-<hostname>-<pid>` | consumer name |
@@ -31,6 +34,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use rillkit::prelude::*;
+use rillkit::{Tls, Topology};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
@@ -64,7 +68,17 @@ async fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let topology = match std::env::var("RILLKIT_SENTINEL") {
+        Ok(spec) => {
+            let (master, addrs) = spec.split_once('@').unwrap_or_else(|| {
+                panic!("RILLKIT_SENTINEL={spec:?} is not <master>@<host:port>,<host:port>…")
+            });
+            Topology::sentinel(master, addrs.split(','))
+        }
+        Err(_) => Topology::standalone(
+            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
+        ),
+    };
     let stream = Stream::new(
         env_or("RILLKIT_STREAM", "tasks".to_string()),
         env_or("RILLKIT_GROUP", "workers".to_string()),
@@ -83,8 +97,17 @@ async fn main() {
     }
     let shutdown = Duration::from_millis(env_or("RILLKIT_SHUTDOWN_TIMEOUT_MS", 30_000));
 
-    let broker = Broker::builder(url)
+    let mut builder = Broker::with_topology(topology)
         .shutdown_timeout(shutdown)
+        .startup_timeout(Duration::from_millis(env_or(
+            "RILLKIT_STARTUP_TIMEOUT_MS",
+            60_000,
+        )));
+    if let Ok(path) = std::env::var("RILLKIT_TLS_CA") {
+        let pem = std::fs::read(&path).unwrap_or_else(|e| panic!("RILLKIT_TLS_CA={path:?}: {e}"));
+        builder = builder.tls(Tls::new().ca_pem(pem));
+    }
+    let broker = builder
         .subscribe_message(&stream, opts, |msg: Message| async move {
             let task: Task = msg
                 .decode(&rillkit::Json)
