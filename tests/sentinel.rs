@@ -133,29 +133,30 @@ async fn a_failover_mid_stream_loses_no_entry_of_the_master_and_keeps_the_proces
     }
     // Repeated runs: bounded by the entries in flight at the switch plus
     // those handled (and acked on the old master) while it was under way.
-    let h = handled.lock().unwrap();
-    let repeated: usize = h
-        .iter()
-        .map(|(id, runs)| {
-            runs.len()
-                .saturating_sub(*in_stream.get(id).unwrap_or(&1) as usize)
-        })
-        .sum();
-    let during_switch = h
-        .values()
-        .filter(|runs| runs[0] >= switch_began && runs[0] <= switch_done)
-        .count();
-    let bound = during_switch + CONCURRENCY * 2;
-    eprintln!(
-        "failover took {} ms; publishes refused meanwhile: {refused}; lost (written to the old master after the promotion): {}; repeated runs: {repeated} (bound {bound}: {during_switch} first handled during the switch + in flight)",
-        (switch_done - switch_began).as_millis(),
-        lost.len()
-    );
-    assert!(
-        repeated <= bound,
-        "{repeated} repeated runs, more than {bound}"
-    );
-    drop(h);
+    {
+        let h = handled.lock().unwrap();
+        let repeated: usize = h
+            .iter()
+            .map(|(id, runs)| {
+                runs.len()
+                    .saturating_sub(*in_stream.get(id).unwrap_or(&1) as usize)
+            })
+            .sum();
+        let during_switch = h
+            .values()
+            .filter(|runs| runs[0] >= switch_began && runs[0] <= switch_done)
+            .count();
+        let bound = during_switch + CONCURRENCY * 2;
+        eprintln!(
+            "failover took {} ms; publishes refused meanwhile: {refused}; lost (written to the old master after the promotion): {}; repeated runs: {repeated} (bound {bound}: {during_switch} first handled during the switch + in flight)",
+            (switch_done - switch_began).as_millis(),
+            lost.len()
+        );
+        assert!(
+            repeated <= bound,
+            "{repeated} repeated runs, more than {bound}"
+        );
+    }
     let outcome = broker.stop().await.unwrap();
     assert_eq!(outcome.exit_code(), 0, "{outcome:?}");
 }
