@@ -11,7 +11,7 @@
 /// | 0 | clean: every handler that started finished and its entry was acked or dead-lettered | nothing |
 /// | 1 | `errors > 0`: a consumer ended with an unrecoverable error | look at the logs; the process manager restarts it |
 /// | 2 | `panics > 0`: rillkit's own actor code panicked | file a bug; entries stay pending and are redelivered |
-/// | 3 | `timed_out`: the drain deadline passed with handlers still running | raise `shutdown_timeout` or speed up handlers; abandoned entries are redelivered |
+/// | 3 | `timed_out`: the drain deadline passed with handlers still running, or with XACKs (or dead-letter moves) the server had not accepted yet | raise `shutdown_timeout` or speed up handlers, or see why Redis refused writes; those entries are redelivered |
 ///
 /// A handler's error, panic or rejected entry is normal operation (retry or
 /// dead-letter stream) and never counts here.
@@ -22,8 +22,10 @@ pub struct SupervisorOutcome {
     pub errors: usize,
     /// Panics in rillkit's own actor code that escaped it.
     pub panics: usize,
-    /// `true` when the drain deadline passed with handlers still running; those
-    /// handlers were abandoned and their entries stay pending for redelivery.
+    /// `true` when the drain deadline passed with handlers still running, or
+    /// with acks of succeeded entries (or dead-letter moves) not yet accepted
+    /// by the server (a failover, `READONLY`, a revoked ACL); those handlers
+    /// were abandoned and those entries stay pending for redelivery.
     pub timed_out: bool,
 }
 

@@ -343,3 +343,39 @@ async fn after_a_restart_from_a_snapshot_own_pending_entries_run_at_once() {
     assert_eq!(runs.of(1), 1);
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
+
+#[actix_rt::test]
+async fn a_drain_whose_acks_are_refused_times_out_and_leaves_the_entries_pending() {
+    support::init_tracing();
+    let server = RedisServer::start();
+    let s = Stream::new("jobs", "g");
+    let runs = Runs::default();
+    let broker = Broker::builder(server.url())
+        .subscribe(
+            &s,
+            ConsumerOptions::default().block(Duration::from_millis(100)),
+            recording(&runs, None),
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    server.acl_setuser(&["default", "-xack"]);
+    broker.publish(&s, &Job { id: 1 }).await.unwrap();
+    let refused_before = server.error_count("NOPERM");
+    eventually("its XACK refused", WAIT, || {
+        runs.of(1) == 1 && server.error_count("NOPERM") > refused_before
+    })
+    .await;
+    let outcome = broker
+        .stop_with_timeout(Duration::from_millis(500))
+        .await
+        .unwrap();
+    assert!(outcome.timed_out, "the drain did not finish: {outcome:?}");
+    assert_eq!(outcome.exit_code(), 3);
+    server.acl_setuser(&["default", "+xack"]);
+    assert_eq!(
+        pending_count(&mut server.conn(), "jobs", "g"),
+        1,
+        "still pending"
+    );
+}
