@@ -3,12 +3,23 @@
 //!
 //! Every (re)connection asks the sentinels in turn, starting with the last one
 //! that answered, `SENTINEL get-master-addr-by-name <master>`, then connects
-//! there (the caller checks `ROLE`). Each sentinel's `+switch-master` channel
-//! is watched on a Pub/Sub connection of its own, so a failover moves every
-//! connection as soon as it is announced, not at the next error.
+//! there (the caller checks `ROLE`). Each sentinel's announcements are watched
+//! on a Pub/Sub connection of its own, so a failover moves every connection as
+//! soon as it is announced, not at the next error:
+//!
+//! * `+failover-state-send-slaveof-noone`: the leading sentinel has just told
+//!   the chosen replica to become master. From here on, writes to the old
+//!   master are lost when it is turned into a replica, so connections move to
+//!   the promoted replica at once (a *hint*), although the sentinels still
+//!   name the old master until the failover ends (about a second later).
+//! * `+switch-master`: the failover is over; the sentinels name the new
+//!   master, and the hint is dropped.
+//! * `-failover-abort-slave-timeout`: the promotion failed; the hint is
+//!   dropped. A hint also lapses after [`HINT_TTL`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
@@ -26,7 +37,27 @@ pub(crate) struct Sentinels {
     tls: Option<TlsSetup>,
     /// The sentinel that answered last: asked first next time.
     preferred: AtomicUsize,
+    /// The replica being promoted, while a failover is under way.
+    hint: Arc<Mutex<Option<Hint>>>,
 }
+
+/// The address of the replica a failover is promoting, and when it was
+/// announced.
+struct Hint {
+    host: String,
+    port: u16,
+    at: Instant,
+}
+
+/// How long a promotion hint is followed without the sentinels confirming it.
+const HINT_TTL: Duration = Duration::from_secs(30);
+
+/// The channels listened to on every sentinel.
+const CHANNELS: [&str; 3] = [
+    "+switch-master",
+    "+failover-state-send-slaveof-noone",
+    "-failover-abort-slave-timeout",
+];
 
 fn settings(auth: &Credentials) -> RedisConnectionInfo {
     let mut s = RedisConnectionInfo::default();
@@ -86,6 +117,7 @@ impl Sentinels {
             master_settings: settings(master_auth).set_db(*db),
             tls,
             preferred: AtomicUsize::new(0),
+            hint: Arc::default(),
         })
     }
 
@@ -113,6 +145,7 @@ impl Sentinels {
             match answer {
                 Ok(Some((host, port))) => {
                     self.preferred.store(i, Ordering::Relaxed);
+                    let (host, port) = self.follow_hint(host, port);
                     let info = (host.as_str(), port)
                         .into_connection_info()
                         .map_err(Error::from_redis)?
@@ -134,7 +167,25 @@ impl Sentinels {
         Err(last.expect("at least one sentinel"))
     }
 
-    /// Listens for `+switch-master` on every sentinel until the guard drops.
+    /// Where to connect, given the sentinels' answer: the promoted replica
+    /// while a failover is under way, else the answer (which ends the hint
+    /// once the sentinels name the promoted replica themselves).
+    fn follow_hint(&self, host: String, port: u16) -> (String, u16) {
+        let mut hint = self.hint.lock().expect("hint lock");
+        match &*hint {
+            Some(h) if (h.host != host || h.port != port) && h.at.elapsed() < HINT_TTL => {
+                (h.host.clone(), h.port)
+            }
+            Some(_) => {
+                *hint = None;
+                (host, port)
+            }
+            None => (host, port),
+        }
+    }
+
+    /// Listens for failover announcements on every sentinel until the guard
+    /// drops.
     pub(crate) fn watch(&self, connector: Connector) -> Watcher {
         let tasks = self
             .sentinels
@@ -144,6 +195,7 @@ impl Sentinels {
                     addr.clone(),
                     client.clone(),
                     self.master.clone(),
+                    self.hint.clone(),
                     connector.clone(),
                 ))
             })
@@ -173,9 +225,14 @@ impl Drop for Watcher {
     }
 }
 
-/// One sentinel's `+switch-master` announcements, reconnecting with backoff.
-/// The message is `<master> <old-ip> <old-port> <new-ip> <new-port>`.
-async fn listen(addr: String, client: Client, master: String, connector: Connector) {
+/// One sentinel's failover announcements, reconnecting with backoff.
+async fn listen(
+    addr: String,
+    client: Client,
+    master: String,
+    hint: Arc<Mutex<Option<Hint>>>,
+    connector: Connector,
+) {
     let mut delays = backoff();
     let mut failures = 0u32;
     loop {
@@ -185,7 +242,7 @@ async fn listen(addr: String, client: Client, master: String, connector: Connect
                 .map_err(|_| "connect timed out".to_owned())?
                 .map_err(|e| e.to_string())?;
             pubsub
-                .subscribe("+switch-master")
+                .subscribe(&CHANNELS[..])
                 .await
                 .map_err(|e| e.to_string())?;
             Ok::<_, String>(pubsub)
@@ -203,11 +260,9 @@ async fn listen(addr: String, client: Client, master: String, connector: Connect
                     let Ok(text) = msg.get_payload::<String>() else {
                         continue;
                     };
-                    let mut words = text.split_whitespace();
-                    if words.next() == Some(master.as_str()) {
-                        let new: Vec<&str> = words.skip(2).collect();
+                    if on_announcement(msg.get_channel_name(), &text, &master, &hint) {
                         tracing::warn!(
-                            sentinel = %addr, master = %master, new_master = %new.join(":"),
+                            sentinel = %addr, master = %master, channel = %msg.get_channel_name(), message = %text,
                             "sentinel announced a failover; moving connections to the new master"
                         );
                         connector.failover_seen();
@@ -222,5 +277,83 @@ async fn listen(addr: String, client: Client, master: String, connector: Connect
             }
         }
         tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(10))).await;
+    }
+}
+
+/// Applies one announcement; answers whether connections should move.
+///
+/// * `+switch-master`: `<master> <old-ip> <old-port> <new-ip> <new-port>`;
+/// * `+failover-state-send-slaveof-noone` and `-failover-abort-slave-timeout`:
+///   `slave <ip>:<port> <ip> <port> @ <master> <master-ip> <master-port>`.
+fn on_announcement(channel: &str, text: &str, master: &str, hint: &Mutex<Option<Hint>>) -> bool {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    match channel {
+        "+switch-master" if words.first() == Some(&master) => {
+            *hint.lock().expect("hint lock") = None;
+            true
+        }
+        "+failover-state-send-slaveof-noone" if words.get(5) == Some(&master) => {
+            let (Some(host), Some(Ok(port))) = (words.get(2), words.get(3).map(|p| p.parse()))
+            else {
+                return false;
+            };
+            *hint.lock().expect("hint lock") = Some(Hint {
+                host: (*host).to_owned(),
+                port,
+                at: Instant::now(),
+            });
+            true
+        }
+        "-failover-abort-slave-timeout" if words.get(5) == Some(&master) => {
+            *hint.lock().expect("hint lock") = None;
+            false
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_promotion_is_followed_until_the_switch_is_announced() {
+        let hint = Mutex::new(None);
+        let promote = "slave 127.0.0.1:7002 127.0.0.1 7002 @ mymaster 127.0.0.1 7001";
+        assert!(!on_announcement(
+            "+failover-state-send-slaveof-noone",
+            promote,
+            "other",
+            &hint
+        ));
+        assert!(hint.lock().unwrap().is_none());
+        assert!(on_announcement(
+            "+failover-state-send-slaveof-noone",
+            promote,
+            "mymaster",
+            &hint
+        ));
+        let h = hint.lock().unwrap();
+        assert_eq!(
+            (h.as_ref().unwrap().host.as_str(), h.as_ref().unwrap().port),
+            ("127.0.0.1", 7002)
+        );
+        drop(h);
+        let switch = "mymaster 127.0.0.1 7001 127.0.0.1 7002";
+        assert!(on_announcement("+switch-master", switch, "mymaster", &hint));
+        assert!(hint.lock().unwrap().is_none());
+        assert!(on_announcement(
+            "+failover-state-send-slaveof-noone",
+            promote,
+            "mymaster",
+            &hint
+        ));
+        assert!(!on_announcement(
+            "-failover-abort-slave-timeout",
+            promote,
+            "mymaster",
+            &hint
+        ));
+        assert!(hint.lock().unwrap().is_none());
     }
 }
