@@ -60,7 +60,7 @@ pub enum Error {
     /// Check the username and password: in the URL
     /// (`redis://user:password@host`) or in
     /// [`Topology::master_credentials`](crate::Topology::master_credentials).
-    #[error("redis refused the credentials (check the username and password): {0}")]
+    #[error("redis refused the credentials (check the username and password): {}", .0.redis_text())]
     Credentials(#[source] Box<Error>),
     /// The ACL user may not run `command` (`NOPERM`). Allow it with
     /// `ACL SETUSER <user> +<command>`; the README lists the minimal ACL of a
@@ -139,6 +139,16 @@ impl Error {
             self.class(),
             Class::Connection | Class::Busy | Class::RoleChange | Class::Routing
         )
+    }
+
+    /// What Redis (or the network) said, without rillkit's wrapping words.
+    fn redis_text(&self) -> String {
+        match self {
+            Error::Connect(e) | Error::Redis(e) | Error::GroupCreate { source: e, .. } => {
+                e.to_string()
+            }
+            other => other.to_string(),
+        }
     }
 
     /// Where this error falls in the classification of server answers.

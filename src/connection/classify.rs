@@ -4,6 +4,7 @@
 //! | answer | [`Class`] | what rillkit does |
 //! |---|---|---|
 //! | connection lost or refused, timeout | `Connection` | reconnect with capped backoff |
+//! | TLS handshake refused (certificate, CA, client certificate) | `Tls` | at start: fail; at run time: wait, log at ERROR |
 //! | `LOADING`, `BUSY`, `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN`, `NOREPLICAS`, `MISCONF`, max clients reached, `OOM` | `Busy` | wait with capped backoff |
 //! | `READONLY`, `UNBLOCKED … master -> replica`, a connection to a replica | `RoleChange` | reconnect to the master of the moment, go on |
 //! | `NOGROUP`, `UNBLOCKED` (stream deleted) | `GroupGone` | recreate the group from `0` |
@@ -19,6 +20,8 @@ use redis::{ErrorKind, RedisError};
 pub(crate) enum Class {
     /// The connection broke, was refused, or a reply did not come in time.
     Connection,
+    /// The TLS handshake failed: a certificate the other side does not trust.
+    Tls,
     /// The server answers but cannot serve now (loading, busy, out of memory…).
     Busy,
     /// The server is not (or no longer) the master: find the master again.
@@ -51,7 +54,7 @@ impl Class {
     /// Whether it is a configuration problem (credentials, ACL), logged at
     /// ERROR rather than WARN while it lasts.
     pub(crate) fn is_configuration(self) -> bool {
-        matches!(self, Class::Credentials | Class::Permission)
+        matches!(self, Class::Credentials | Class::Permission | Class::Tls)
     }
 }
 
@@ -60,6 +63,9 @@ const SCRIPT_NOPERM: &str = "The user executing the script can't run this comman
 
 /// Classifies one redis-rs error.
 pub(crate) fn classify(e: &RedisError) -> Class {
+    if e.is_io_error() && is_tls_failure(&e.to_string()) {
+        return Class::Tls;
+    }
     if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
         return Class::Connection;
     }
@@ -95,6 +101,11 @@ pub(crate) fn classify(e: &RedisError) -> Class {
             }
         }
     }
+}
+
+/// Words rustls uses when a handshake fails over a certificate.
+fn is_tls_failure(text: &str) -> bool {
+    text.contains("certificate") || text.contains("Certificate") || text.contains("fatal alert")
 }
 
 #[cfg(test)]
@@ -187,6 +198,12 @@ mod tests {
     fn io_errors_are_connection_errors() {
         let e = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert_eq!(classify(&e), Class::Connection);
+        let bad_ca = RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "invalid peer certificate: UnknownIssuer",
+        ));
+        assert_eq!(classify(&bad_ca), Class::Tls);
+        assert!(Class::Tls.is_configuration());
         assert!(Class::Connection.reconnects());
         assert!(!Class::Fatal.is_transient());
         assert!(Class::Permission.is_configuration());

@@ -298,6 +298,7 @@ where
         match e.class() {
             Class::Busy | Class::RoleChange => {}
             Class::Credentials => return Err(Error::Credentials(Box::new(e))),
+            Class::Tls => return Err(e),
             Class::Permission => {
                 return Err(Error::Permission {
                     command,

@@ -616,7 +616,7 @@ impl Loop {
                 Some(c) => c,
                 None => match connect_reader(&connector, block).await {
                     Ok((c, id)) => {
-                        client_id.set(Some(id));
+                        client_id.set(id);
                         c
                     }
                     Err(e) => {
@@ -901,6 +901,9 @@ impl Loop {
                 }
             }
             Err(Error::ShutDown) => {}
+            Err(e) if e.class().is_configuration() => {
+                tracing::error!(stream = %self.sub.names.name, error = %e, "reclaim refused (credentials or ACL); trying again later");
+            }
             Err(e) => {
                 tracing::warn!(stream = %self.sub.names.name, error = %e, "reclaim failed; trying again later");
             }
@@ -1089,18 +1092,26 @@ impl Ewma {
 
 /// Opens a consumer's dedicated read connection (to the master of the
 /// moment), whose response timeout is `block` plus a margin, and returns it
-/// with its `CLIENT ID` (for CLIENT UNBLOCK).
+/// with its `CLIENT ID` (for CLIENT UNBLOCK). When `CLIENT ID` is refused
+/// (ACL), the read works all the same; stopping then waits out `block`.
 async fn connect_reader(
     connector: &Connector,
     block: Duration,
-) -> Result<(MultiplexedConnection, i64), Error> {
+) -> Result<(MultiplexedConnection, Option<i64>), Error> {
     let mut conn = connector.connect(block + READ_TIMEOUT_MARGIN).await?;
-    let id: i64 = redis::cmd("CLIENT")
+    let id: Result<i64, Error> = redis::cmd("CLIENT")
         .arg("ID")
         .query_async(&mut conn)
         .await
-        .map_err(Error::from_redis)?;
-    Ok((conn, id))
+        .map_err(Error::from_redis);
+    match id {
+        Ok(id) => Ok((conn, Some(id))),
+        Err(e) if matches!(e.class(), Class::Permission | Class::Fatal) => {
+            tracing::warn!(error = %e, block_ms = block.as_millis() as u64, "CLIENT ID refused; a blocked read ends by itself within block at stop");
+            Ok((conn, None))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn far_future() -> tokio::time::Instant {

@@ -110,7 +110,14 @@ impl Handler<Publish> for RedisActor {
                         pipe.query_async(&mut conn).await
                     }
                 })
-                .await?;
+                .await
+                .map_err(|e| match e.class() {
+                    crate::connection::Class::Permission => Error::Permission {
+                        command: "xadd",
+                        source: Box::new(e),
+                    },
+                    _ => e,
+                })?;
             Ok(ids.into_iter().map(EntryId).collect())
         })
     }

@@ -422,6 +422,9 @@ async fn connect(broker: &Broker, subs: &[Arc<Subscription>]) -> Result<Addr<Red
             Class::Credentials => {
                 tracing::error!(server, error = %e, "redis refused the credentials; start failed")
             }
+            Class::Tls => {
+                tracing::error!(server, error = %e, "the TLS handshake failed (check the CA, the client certificate and the server name); start failed")
+            }
             Class::Permission => {
                 tracing::error!(server, error = %e, "the redis ACL user lacks a permission; start failed")
             }
