@@ -115,17 +115,15 @@ impl Pool {
     /// [`Error::ShutDown`] once closed; [`Error::Unavailable`] when no
     /// connection came back within `wait`.
     pub(crate) async fn get(&self, wait: Duration) -> Result<Lease, Error> {
+        // The common case, without subscribing to changes.
+        if let State::Up { generation, conns } = &*self.inner.state.borrow() {
+            return Ok(self.lend(*generation, conns));
+        }
         let mut rx = self.inner.state.subscribe();
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let down_since = match &*rx.borrow_and_update() {
-                State::Up { generation, conns } => {
-                    let i = self.inner.next.fetch_add(1, Ordering::Relaxed) % conns.len();
-                    return Ok(Lease {
-                        generation: *generation,
-                        conn: conns[i].clone(),
-                    });
-                }
+                State::Up { generation, conns } => return Ok(self.lend(*generation, conns)),
                 State::Closed => return Err(Error::ShutDown),
                 State::Down {
                     since, last_error, ..
@@ -141,6 +139,15 @@ impl Pool {
                     });
                 }
             }
+        }
+    }
+
+    /// The next connection of the generation, round robin.
+    fn lend(&self, generation: u64, conns: &[MultiplexedConnection]) -> Lease {
+        let i = self.inner.next.fetch_add(1, Ordering::Relaxed) % conns.len();
+        Lease {
+            generation,
+            conn: conns[i].clone(),
         }
     }
 
