@@ -623,7 +623,7 @@ impl Broker {
     pub async fn ping(&self) -> Result<(), Error> {
         let redis = self.redis_addr()?;
         redis
-            .send(Query(redis::cmd("PING")))
+            .send(Query("ping", redis::cmd("PING")))
             .await
             .map_err(|_| Error::ShutDown)?
             .map(|_| ())

@@ -7,6 +7,20 @@
 //! Nothing here does I/O until the broker starts: [`Connector::new`] only
 //! parses and checks the configuration.
 
+/// Logs a failed wait on the server: at ERROR when its class is a
+/// configuration problem (credentials, ACL, TLS) an operator must fix, else
+/// at WARN. `log_wait!(class, fields…, "message")`.
+macro_rules! log_wait {
+    ($class:expr, $($arg:tt)+) => {
+        if $class.is_configuration() {
+            tracing::error!($($arg)+)
+        } else {
+            tracing::warn!($($arg)+)
+        }
+    };
+}
+pub(crate) use log_wait;
+
 mod classify;
 mod pool;
 mod sentinel;
@@ -299,6 +313,7 @@ where
             Class::Busy | Class::RoleChange => {}
             Class::Credentials => return Err(Error::Credentials(Box::new(e))),
             Class::Tls => return Err(e),
+            Class::Permission if matches!(e, Error::Permission { .. }) => return Err(e),
             Class::Permission => {
                 return Err(Error::Permission {
                     command,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 
-use super::{Connector, backoff, connect_to};
+use super::{Class, Connector, backoff, connect_to};
 use crate::error::Error;
 
 /// Response timeout of the shared connections.
@@ -151,9 +151,15 @@ impl Pool {
         }
     }
 
-    /// Runs one command on a lent connection; a broken connection or a role
-    /// change takes the pool down for a reconnect. The command is sent once.
-    pub(crate) async fn run<T, F, Fut>(&self, wait: Duration, f: F) -> Result<T, Error>
+    /// Runs `command` (its ACL name, for [`Error::Permission`]) on a lent
+    /// connection; a broken connection or a role change takes the pool down
+    /// for a reconnect. The command is sent once.
+    pub(crate) async fn run<T, F, Fut>(
+        &self,
+        command: &'static str,
+        wait: Duration,
+        f: F,
+    ) -> Result<T, Error>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
@@ -162,10 +168,17 @@ impl Pool {
         let generation = lease.generation;
         f(lease.conn).await.map_err(|e| {
             let e = Error::from_redis(e);
-            if e.class().reconnects() {
-                self.take_down(generation, &e.to_string());
+            match e.class() {
+                class if class.reconnects() => {
+                    self.take_down(generation, &e.to_string());
+                    e
+                }
+                Class::Permission => Error::Permission {
+                    command,
+                    source: Box::new(e),
+                },
+                _ => e,
             }
-            e
         })
     }
 
@@ -236,12 +249,12 @@ async fn reconnect(pool: Pool, generation: u64) {
                     }
                 });
                 if failures.is_power_of_two() {
-                    let class = e.class();
-                    if class.is_configuration() {
-                        tracing::error!(server = %pool.inner.connector.describe(), error = %e, failures, retry_in_ms = delay.as_millis() as u64, "reconnecting the shared connections failed");
-                    } else {
-                        tracing::warn!(server = %pool.inner.connector.describe(), error = %e, failures, retry_in_ms = delay.as_millis() as u64, "reconnecting the shared connections failed");
-                    }
+                    log_wait!(
+                        e.class(),
+                        server = %pool.inner.connector.describe(), error = %e, failures,
+                        retry_in_ms = delay.as_millis() as u64,
+                        "reconnecting the shared connections failed"
+                    );
                 }
                 tokio::time::sleep(delay).await;
             }

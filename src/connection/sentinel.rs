@@ -318,42 +318,28 @@ mod tests {
 
     #[test]
     fn a_promotion_is_followed_until_the_switch_is_announced() {
-        let hint = Mutex::new(None);
+        let hint: Mutex<Option<Hint>> = Mutex::new(None);
+        let hinted = || {
+            hint.lock()
+                .unwrap()
+                .as_ref()
+                .map(|h| (h.host.clone(), h.port))
+        };
         let promote = "slave 127.0.0.1:7002 127.0.0.1 7002 @ mymaster 127.0.0.1 7001";
-        assert!(!on_announcement(
-            "+failover-state-send-slaveof-noone",
-            promote,
-            "other",
-            &hint
-        ));
-        assert!(hint.lock().unwrap().is_none());
-        assert!(on_announcement(
-            "+failover-state-send-slaveof-noone",
-            promote,
-            "mymaster",
-            &hint
-        ));
-        let h = hint.lock().unwrap();
-        assert_eq!(
-            (h.as_ref().unwrap().host.as_str(), h.as_ref().unwrap().port),
-            ("127.0.0.1", 7002)
-        );
-        drop(h);
         let switch = "mymaster 127.0.0.1 7001 127.0.0.1 7002";
-        assert!(on_announcement("+switch-master", switch, "mymaster", &hint));
-        assert!(hint.lock().unwrap().is_none());
-        assert!(on_announcement(
+        let (promoting, aborted) = (
             "+failover-state-send-slaveof-noone",
-            promote,
-            "mymaster",
-            &hint
-        ));
-        assert!(!on_announcement(
             "-failover-abort-slave-timeout",
-            promote,
-            "mymaster",
-            &hint
-        ));
-        assert!(hint.lock().unwrap().is_none());
+        );
+
+        assert!(!on_announcement(promoting, promote, "other", &hint));
+        assert_eq!(hinted(), None, "another master's failover");
+        assert!(on_announcement(promoting, promote, "mymaster", &hint));
+        assert_eq!(hinted(), Some(("127.0.0.1".to_owned(), 7002)));
+        assert!(on_announcement("+switch-master", switch, "mymaster", &hint));
+        assert_eq!(hinted(), None, "the sentinels name it now");
+        assert!(on_announcement(promoting, promote, "mymaster", &hint));
+        assert!(!on_announcement(aborted, promote, "mymaster", &hint));
+        assert_eq!(hinted(), None, "the promotion failed");
     }
 }

@@ -17,7 +17,7 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 
 use super::Subscription;
-use crate::connection::{Class, Connector, READ_TIMEOUT_MARGIN, backoff};
+use crate::connection::{Class, Connector, READ_TIMEOUT_MARGIN, backoff, log_wait};
 use crate::error::Error;
 use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
 use crate::reclaimer::{self, Claim, ReclaimerActor};
@@ -608,13 +608,14 @@ impl Loop {
         let delay = self.retry_delay.take();
         let in_read = self.in_read.clone();
         let client_id = self.client_id.clone();
+        let unblock_refused = self.unblock_refused.clone();
         self.read = Some(Box::pin(async move {
             if let Some(d) = delay {
                 tokio::time::sleep(d).await;
             }
             let mut conn = match conn {
                 Some(c) => c,
-                None => match connect_reader(&connector, block).await {
+                None => match connect_reader(&connector, block, &unblock_refused).await {
                     Ok((c, id)) => {
                         client_id.set(id);
                         c
@@ -740,17 +741,11 @@ impl Loop {
         if self.failures.is_power_of_two() {
             let (stream, consumer) = (&self.sub.names.name, &self.sub.consumer);
             let retry_in_ms = delay.as_millis() as u64;
-            if class.is_configuration() {
-                tracing::error!(
-                    %stream, %consumer, error = %e, failures = self.failures, retry_in_ms,
-                    "read refused (credentials or ACL); retrying"
-                );
-            } else {
-                tracing::warn!(
-                    %stream, %consumer, error = %e, failures = self.failures, retry_in_ms,
-                    "read failed; retrying"
-                );
-            }
+            log_wait!(
+                class,
+                %stream, %consumer, error = %e, failures = self.failures, retry_in_ms,
+                "read failed; retrying"
+            );
         }
         if class == Class::GroupGone {
             // The stream or the group is gone (deleted, FLUSHALL, a restart
@@ -821,11 +816,11 @@ impl Loop {
                     let (stream, entries, retry_in_ms) =
                         (&self.sub.names.name, ids.len(), delay.as_millis() as u64);
                     let failures = self.ack_failures;
-                    if error.class().is_configuration() {
-                        tracing::error!(%stream, entries, error = %error, failures, retry_in_ms, "XACK refused; the entries stay held and the ack is retried");
-                    } else {
-                        tracing::warn!(%stream, entries, error = %error, failures, retry_in_ms, "XACK failed; the entries stay held and the ack is retried");
-                    }
+                    log_wait!(
+                        error.class(),
+                        %stream, entries, error = %error, failures, retry_in_ms,
+                        "XACK failed; the entries stay held and the ack is retried"
+                    );
                 }
                 self.acks.extend(ids);
                 self.send_acks(Some(delay));
@@ -901,11 +896,8 @@ impl Loop {
                 }
             }
             Err(Error::ShutDown) => {}
-            Err(e) if e.class().is_configuration() => {
-                tracing::error!(stream = %self.sub.names.name, error = %e, "reclaim refused (credentials or ACL); trying again later");
-            }
             Err(e) => {
-                tracing::warn!(stream = %self.sub.names.name, error = %e, "reclaim failed; trying again later");
+                log_wait!(e.class(), stream = %self.sub.names.name, error = %e, "reclaim failed; trying again later");
             }
         }
     }
@@ -926,7 +918,7 @@ impl Loop {
             cmd.arg(id);
         }
         cmd.arg("JUSTID");
-        let req = self.redis.send(Query(cmd));
+        let req = self.redis.send(Query("xclaim", cmd));
         self.side.push(Box::pin(async move {
             if let Ok(Err(e)) = req.await {
                 tracing::warn!(error = %e, "refreshing held entries failed");
@@ -968,14 +960,7 @@ impl Loop {
             let block = self.sub.opts.block;
             self.side.push(Box::pin(async move {
                 if let Ok(Err(e)) = req.await {
-                    if matches!(e.class(), Class::Permission | Class::Fatal)
-                        && !refused.replace(true)
-                    {
-                        tracing::warn!(
-                            error = %e, block_ms = block.as_millis() as u64,
-                            "CLIENT UNBLOCK refused; a blocked read now ends by itself within block"
-                        );
-                    }
+                    refuse_unblock(&refused, &e, block);
                 }
             }));
         }
@@ -1034,7 +1019,7 @@ impl Loop {
                 .arg("RETRYCOUNT")
                 .arg(count.saturating_sub(1))
                 .arg("JUSTID");
-            let req = self.redis.send(Query(cmd));
+            let req = self.redis.send(Query("xclaim", cmd));
             let stream = s.names.name.clone();
             self.side.push(Box::pin(async move {
                 match req.await {
@@ -1090,6 +1075,23 @@ impl Ewma {
     }
 }
 
+/// Notes that a blocked read cannot be interrupted (`CLIENT UNBLOCK` or
+/// `CLIENT ID` refused: ACL, a managed service) when `e` says so, with one
+/// WARN: a stop then waits for the read to end by itself, within `block`.
+/// Answers whether it did.
+fn refuse_unblock(refused: &Cell<bool>, e: &Error, block: Duration) -> bool {
+    if !matches!(e.class(), Class::Permission | Class::Fatal) {
+        return false;
+    }
+    if !refused.replace(true) {
+        tracing::warn!(
+            error = %e, block_ms = block.as_millis() as u64,
+            "blocked reads cannot be interrupted (CLIENT UNBLOCK or CLIENT ID refused); a stop waits for them to end within block"
+        );
+    }
+    true
+}
+
 /// Opens a consumer's dedicated read connection (to the master of the
 /// moment), whose response timeout is `block` plus a margin, and returns it
 /// with its `CLIENT ID` (for CLIENT UNBLOCK). When `CLIENT ID` is refused
@@ -1097,6 +1099,7 @@ impl Ewma {
 async fn connect_reader(
     connector: &Connector,
     block: Duration,
+    unblock_refused: &Cell<bool>,
 ) -> Result<(MultiplexedConnection, Option<i64>), Error> {
     let mut conn = connector.connect(block + READ_TIMEOUT_MARGIN).await?;
     let id: Result<i64, Error> = redis::cmd("CLIENT")
@@ -1106,10 +1109,7 @@ async fn connect_reader(
         .map_err(Error::from_redis);
     match id {
         Ok(id) => Ok((conn, Some(id))),
-        Err(e) if matches!(e.class(), Class::Permission | Class::Fatal) => {
-            tracing::warn!(error = %e, block_ms = block.as_millis() as u64, "CLIENT ID refused; a blocked read ends by itself within block at stop");
-            Ok((conn, None))
-        }
+        Err(e) if refuse_unblock(unblock_refused, &e, block) => Ok((conn, None)),
         Err(e) => Err(e),
     }
 }

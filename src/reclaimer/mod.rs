@@ -76,8 +76,15 @@ pub(crate) struct Claim {
     pub peek: bool,
 }
 
-async fn query(redis: &Addr<RedisActor>, cmd: redis::Cmd) -> Result<redis::Value, Error> {
-    redis.send(Query(cmd)).await.map_err(|_| Error::ShutDown)?
+async fn query(
+    redis: &Addr<RedisActor>,
+    command: &'static str,
+    cmd: redis::Cmd,
+) -> Result<redis::Value, Error> {
+    redis
+        .send(Query(command, cmd))
+        .await
+        .map_err(|_| Error::ShutDown)?
 }
 
 impl Handler<Claim> for ReclaimerActor {
@@ -103,7 +110,7 @@ impl Handler<Claim> for ReclaimerActor {
                 .arg("+")
                 .arg(msg.count);
             let rows: Vec<(String, String, u64, u64)> =
-                redis::from_redis_value(query(&redis, pending).await?)
+                redis::from_redis_value(query(&redis, "xpending", pending).await?)
                     .map_err(|e| Error::Redis(e.into()))?;
             let full = rows.len() >= msg.count;
             let last = rows.last().map(|r| EntryId(r.0.clone()));
@@ -125,7 +132,7 @@ impl Handler<Claim> for ReclaimerActor {
             for r in &rows {
                 claim.arg(&r.0);
             }
-            let entries = reply::entries(query(&redis, claim).await?)
+            let entries = reply::entries(query(&redis, "xclaim", claim).await?)
                 .map_err(|m| Error::Redis((redis::ErrorKind::Parse, "XCLAIM reply", m).into()))?;
             let delivered = entries
                 .into_iter()

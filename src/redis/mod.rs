@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use actix::prelude::*;
 use redis::Value;
 
-use crate::connection::Pool;
+use crate::connection::{Class, Pool, Watcher, classify};
 use crate::error::Error;
 use crate::stream::EntryId;
 
@@ -38,19 +38,15 @@ const MAILBOX_CAPACITY: usize = 4096;
 pub(crate) struct RedisActor {
     pool: Pool,
     /// Sentinel's failover announcements, heard while the actor lives.
-    _failovers: Option<crate::connection::Watcher>,
+    failovers: Option<Watcher>,
     publish_timeout: Duration,
 }
 
 impl RedisActor {
-    pub(crate) fn new(
-        pool: Pool,
-        failovers: Option<crate::connection::Watcher>,
-        publish_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(pool: Pool, failovers: Option<Watcher>, publish_timeout: Duration) -> Self {
         RedisActor {
             pool,
-            _failovers: failovers,
+            failovers,
             publish_timeout,
         }
     }
@@ -96,7 +92,7 @@ impl Handler<Publish> for RedisActor {
             // Sent once: a publish whose reply is lost may have been applied,
             // so it is never retried here (the caller decides).
             let ids: Vec<String> = pool
-                .run(wait, |mut conn| async move {
+                .run("xadd", wait, |mut conn| async move {
                     if let [one] = msg.payloads.as_slice() {
                         let id: String = xadd(&msg.stream, msg.max_len, &msg.field, one)
                             .query_async(&mut conn)
@@ -110,14 +106,7 @@ impl Handler<Publish> for RedisActor {
                         pipe.query_async(&mut conn).await
                     }
                 })
-                .await
-                .map_err(|e| match e.class() {
-                    crate::connection::Class::Permission => Error::Permission {
-                        command: "xadd",
-                        source: Box::new(e),
-                    },
-                    _ => e,
-                })?;
+                .await?;
             Ok(ids.into_iter().map(EntryId).collect())
         })
     }
@@ -148,7 +137,7 @@ impl Handler<Ack> for RedisActor {
             let mut cmd = redis::cmd("XACK");
             cmd.arg(&*msg.stream).arg(&*msg.group).arg(&msg.ids);
             let result: Result<usize, Error> = pool
-                .run(COMMAND_WAIT, |mut conn| async move {
+                .run("xack", COMMAND_WAIT, |mut conn| async move {
                     cmd.query_async(&mut conn).await
                 })
                 .await;
@@ -248,7 +237,7 @@ impl Handler<DeadLetter> for RedisActor {
                 .arg("failed_at_ms")
                 .arg(now_ms);
             let id: Option<String> = pool
-                .run(COMMAND_WAIT, |mut conn| async move {
+                .run("evalsha", COMMAND_WAIT, |mut conn| async move {
                     call.invoke_async(&mut conn).await
                 })
                 .await?;
@@ -280,22 +269,18 @@ impl Handler<CreateGroup> for RedisActor {
                 .arg(&*msg.start_id)
                 .arg("MKSTREAM");
             let r: Result<Value, Error> = pool
-                .run(COMMAND_WAIT, |mut conn| async move {
+                .run("xgroup|create", COMMAND_WAIT, |mut conn| async move {
                     cmd.query_async(&mut conn).await
                 })
                 .await;
             match r {
                 Ok(_) => Ok(()),
                 Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => Ok(()),
-                Err(Error::Redis(e))
-                    if crate::connection::classify(&e) == crate::connection::Class::Fatal =>
-                {
-                    Err(Error::GroupCreate {
-                        stream: msg.stream.to_string(),
-                        group: msg.group.to_string(),
-                        source: e,
-                    })
-                }
+                Err(Error::Redis(e)) if classify(&e) == Class::Fatal => Err(Error::GroupCreate {
+                    stream: msg.stream.to_string(),
+                    group: msg.group.to_string(),
+                    source: e,
+                }),
                 Err(e) => Err(e),
             }
         })
@@ -317,7 +302,7 @@ impl Handler<Unblock> for RedisActor {
             let mut cmd = redis::cmd("CLIENT");
             cmd.arg("UNBLOCK").arg(msg.0);
             let n: i64 = pool
-                .run(COMMAND_WAIT, |mut conn| async move {
+                .run("client|unblock", COMMAND_WAIT, |mut conn| async move {
                     cmd.query_async(&mut conn).await
                 })
                 .await?;
@@ -326,10 +311,11 @@ impl Handler<Unblock> for RedisActor {
     }
 }
 
-/// Any other command on a shared connection (PING, XPENDING, XCLAIM…).
+/// Any other command on a shared connection (PING, XPENDING, XCLAIM…), with
+/// its ACL name (`"xclaim"`), which a refusal names.
 #[derive(Message)]
 #[rtype(result = "Result<Value, Error>")]
-pub(crate) struct Query(pub redis::Cmd);
+pub(crate) struct Query(pub &'static str, pub redis::Cmd);
 
 impl Handler<Query> for RedisActor {
     type Result = ResponseFuture<Result<Value, Error>>;
@@ -337,8 +323,8 @@ impl Handler<Query> for RedisActor {
     fn handle(&mut self, msg: Query, _: &mut Self::Context) -> Self::Result {
         let pool = self.pool.clone();
         Box::pin(async move {
-            let cmd = msg.0;
-            pool.run(COMMAND_WAIT, |mut conn| async move {
+            let Query(command, cmd) = msg;
+            pool.run(command, COMMAND_WAIT, |mut conn| async move {
                 cmd.query_async(&mut conn).await
             })
             .await
@@ -356,7 +342,7 @@ impl Handler<Close> for RedisActor {
     type Result = usize;
 
     fn handle(&mut self, _: Close, ctx: &mut Self::Context) -> usize {
-        self._failovers = None;
+        self.failovers = None;
         let n = self.pool.close();
         ctx.stop();
         n
