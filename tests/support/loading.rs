@@ -80,7 +80,7 @@ impl RedisServer {
     /// or `INFO persistence` says `loading:1`. `false` when it cannot be
     /// reached.
     pub fn is_loading(&self) -> bool {
-        let Some(mut c) = self.try_conn() else {
+        let Some(mut c) = super::try_conn(self.port) else {
             return false;
         };
         match redis::cmd("PING").query::<String>(&mut c) {

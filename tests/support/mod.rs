@@ -14,7 +14,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use process::Process;
+
 mod loading;
+mod process;
 pub mod sentinel;
 pub mod tls;
 
@@ -24,9 +27,8 @@ pub use sentinel::SentinelGroup;
 pub use tls::TlsRedis;
 
 pub struct RedisServer {
-    child: Option<Child>,
+    process: Process,
     pub port: u16,
-    dir: tempfile::TempDir,
     /// Extra `redis-server` arguments, after the harness's own (later ones
     /// win), kept for [`RedisServer::restart`].
     args: Vec<String>,
@@ -82,10 +84,10 @@ impl RedisServer {
     }
 
     fn unstarted(args: &[&str], ready: Ready) -> Self {
+        let process = Process::new("redis-server");
         RedisServer {
-            child: None,
-            port: free_port(),
-            dir: tempfile::tempdir().expect("temp dir"),
+            port: process.port,
+            process,
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             ready,
         }
@@ -123,73 +125,34 @@ impl RedisServer {
             == Some("up")
     }
 
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("redis.log")
-    }
-
     /// The server's working directory (its `dump.rdb` lives there).
     pub fn dir(&self) -> &std::path::Path {
-        self.dir.path()
+        self.process.dir()
     }
 
+    /// Starts the process and waits (up to 10 s) until PING answers as
+    /// `self.ready` asks.
     fn spawn(&mut self) {
-        let bin = redis_server_bin();
-        let child = Command::new(&bin)
-            .args(["--port", &self.port.to_string()])
+        let mut cmd = Command::new(redis_server_bin());
+        cmd.args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--repl-diskless-sync-delay", "0"])
             .arg("--dir")
-            .arg(self.dir.path())
+            .arg(self.process.dir())
             .arg("--logfile")
-            .arg(self.log_path())
-            .args(&self.args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("could not start {bin}: {e} (set RILLKIT_REDIS_SERVER)"));
-        self.child = Some(child);
-        self.wait_ready();
-    }
-
-    /// A connection, or `None` while the server does not accept one.
-    fn try_conn(&self) -> Option<redis::Connection> {
-        redis::Client::open(self.url())
-            .ok()?
-            .get_connection_with_timeout(Duration::from_millis(500))
-            .ok()
-    }
-
-    /// Waits (up to 10 s) until PING answers as `self.ready` asks.
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(mut c) = self.try_conn() {
-                match redis::cmd("PING").query::<String>(&mut c) {
-                    Ok(_) => return,
-                    Err(e) if self.ready == Ready::Answers && e.code().is_some() => return,
-                    Err(_) => {}
-                }
+            .arg(self.process.log_path())
+            .args(&self.args);
+        let ready = self.ready;
+        self.process.spawn(cmd, |port| {
+            let Some(mut c) = try_conn(port) else {
+                return false;
+            };
+            match redis::cmd("PING").query::<String>(&mut c) {
+                Ok(_) => true,
+                Err(e) => ready == Ready::Answers && e.code().is_some(),
             }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!(
-                    "redis-server on port {} exited ({status}) at start; log:\n{}",
-                    self.port,
-                    self.log()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on port {} did not answer within 10 s; log:\n{}",
-                self.port,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        });
     }
 
     pub fn url(&self) -> String {
@@ -218,7 +181,7 @@ impl RedisServer {
     pub fn try_info(&self, section: &str, field: &str) -> Option<String> {
         let info: String = redis::cmd("INFO")
             .arg(section)
-            .query(&mut self.try_conn()?)
+            .query(&mut try_conn(self.port)?)
             .ok()?;
         info_field(&info, field)
     }
@@ -286,15 +249,12 @@ impl RedisServer {
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        self.process.log()
     }
 
     /// Kills the server (SIGKILL) and waits for it to exit.
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.process.stop();
     }
 
     /// Starts it again on the same port, with the same arguments, in the same
@@ -307,17 +267,12 @@ impl RedisServer {
     }
 }
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "---- redis-server log (port {}) ----\n{}",
-                self.port,
-                self.log()
-            );
-        }
-        self.stop();
-    }
+/// A connection to 127.0.0.1:`port`, or `None` while nothing accepts one.
+fn try_conn(port: u16) -> Option<redis::Connection> {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .ok()?
+        .get_connection_with_timeout(Duration::from_millis(500))
+        .ok()
 }
 
 /// The value of `field` in an `INFO` reply.

@@ -3,11 +3,11 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use super::{RedisServer, eventually_blocking_every, free_port, redis_server_bin};
+use super::process::Process;
+use super::{RedisServer, eventually_blocking_every, redis_server_bin};
 
 /// How long [`SentinelGroup::start`] and each half of
 /// [`SentinelGroup::failover`] may take before the harness gives up.
@@ -18,16 +18,15 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// One `redis-server <conf> --sentinel` process.
 struct Sentinel {
-    child: Option<Child>,
+    process: Process,
     port: u16,
-    dir: tempfile::TempDir,
 }
 
 impl Sentinel {
     fn start(master_name: &str, master_port: u16) -> Sentinel {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
-        let conf = dir.path().join("sentinel.conf");
+        let mut process = Process::new("sentinel");
+        let port = process.port;
+        let conf = process.dir().join("sentinel.conf");
         // Sentinels rewrite their config (known replicas, sentinels, epochs),
         // so it lives in the writable temp dir.
         std::fs::write(
@@ -41,59 +40,19 @@ impl Sentinel {
                  sentinel down-after-milliseconds {master_name} 1000\n\
                  sentinel failover-timeout {master_name} 5000\n\
                  sentinel parallel-syncs {master_name} 1\n",
-                dir = dir.path().display(),
-                log = dir.path().join("sentinel.log").display(),
+                dir = process.dir().display(),
+                log = process.log_path().display(),
             ),
         )
         .expect("write sentinel.conf");
-        let bin = redis_server_bin();
-        let child = Command::new(&bin)
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("could not start {bin} --sentinel: {e}"));
-        let mut s = Sentinel {
-            child: Some(child),
-            port,
-            dir,
-        };
-        s.wait_ready();
-        s
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.conn().is_none() {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!(
-                    "sentinel on port {} exited ({status}) at start; log:\n{}",
-                    self.port,
-                    self.log()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "sentinel on port {} did not answer within 10 s; log:\n{}",
-                self.port,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut cmd = Command::new(redis_server_bin());
+        cmd.arg(&conf).arg("--sentinel");
+        process.spawn(cmd, |port| sentinel_conn(port).is_some());
+        Sentinel { process, port }
     }
 
     fn conn(&self) -> Option<redis::Connection> {
-        let mut c = redis::Client::open(format!("redis://127.0.0.1:{}", self.port))
-            .ok()?
-            .get_connection_with_timeout(Duration::from_millis(500))
-            .ok()?;
-        redis::cmd("PING").query::<String>(&mut c).ok()?;
-        Some(c)
+        sentinel_conn(self.port)
     }
 
     /// `SENTINEL <sub> <args…>`, or `None` when the sentinel cannot be asked.
@@ -126,29 +85,16 @@ impl Sentinel {
         )
     }
 
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("sentinel.log")
-    }
-
     fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        self.process.log()
     }
 }
 
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "---- sentinel log (port {}) ----\n{}",
-                self.port,
-                self.log()
-            );
-        }
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// A connection to the sentinel on `port` that answered PING.
+fn sentinel_conn(port: u16) -> Option<redis::Connection> {
+    let mut c = super::try_conn(port)?;
+    redis::cmd("PING").query::<String>(&mut c).ok()?;
+    Some(c)
 }
 
 /// One master, one replica and three sentinels (quorum 2,
@@ -343,6 +289,8 @@ impl SentinelGroup {
 
 /// `ROLE`'s first field, or `None` when the server cannot be asked.
 fn try_role(s: &RedisServer) -> Option<String> {
-    let reply: Vec<redis::Value> = redis::cmd("ROLE").query(&mut s.try_conn()?).ok()?;
+    let reply: Vec<redis::Value> = redis::cmd("ROLE")
+        .query(&mut super::try_conn(s.port)?)
+        .ok()?;
     redis::from_redis_value(reply.into_iter().next()?).ok()
 }

@@ -3,10 +3,10 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
 
-use super::{free_port, redis_server_bin};
+use super::process::Process;
+use super::redis_server_bin;
 
 /// `openssl` extension sections for the three certificates. The CA is a
 /// proper v3 CA and the leaves are v3 end-entity certificates: rustls
@@ -44,10 +44,9 @@ authorityKeyIdentifier = keyid
 /// `DNS:localhost`, `serverAuth`) and `client.crt` (`clientAuth`), both signed
 /// by the CA; keys are unencrypted PKCS#8 PEM.
 pub struct TlsRedis {
-    child: Option<Child>,
+    process: Process,
     /// The TLS port.
     pub port: u16,
-    dir: tempfile::TempDir,
     mutual: bool,
 }
 
@@ -69,23 +68,23 @@ impl TlsRedis {
     }
 
     fn start_inner(mutual: bool) -> TlsRedis {
-        let dir = tempfile::tempdir().expect("temp dir");
-        make_certs(dir.path());
+        let process = Process::new("TLS redis-server");
+        make_certs(process.dir());
         let mut s = TlsRedis {
-            child: None,
-            port: free_port(),
-            dir,
+            port: process.port,
+            process,
             mutual,
         };
         s.spawn();
         s
     }
 
+    /// Starts the process and waits (up to 10 s) until it answers PING over
+    /// TLS (checked with `redis-cli`, which needs no TLS in the test crate).
     fn spawn(&mut self) {
-        let bin = redis_server_bin();
-        let d = self.dir.path();
-        let child = Command::new(&bin)
-            .args(["--port", "0"])
+        let d = self.process.dir().to_owned();
+        let mut cmd = Command::new(redis_server_bin());
+        cmd.args(["--port", "0"])
             .args(["--tls-port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -100,44 +99,13 @@ impl TlsRedis {
                 if self.mutual { "yes" } else { "optional" },
             ])
             .arg("--dir")
-            .arg(d)
+            .arg(&d)
             .arg("--logfile")
-            .arg(self.log_path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("could not start {bin}: {e} (set RILLKIT_REDIS_SERVER)"));
-        self.child = Some(child);
-        self.wait_ready();
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let out = self.cli_output(true, &["PING"]);
-            if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "PONG" {
-                return;
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!(
-                    "TLS redis-server on port {} exited ({status}) at start; log:\n{}",
-                    self.port,
-                    self.log()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "TLS redis-server on port {} did not answer PING within 10 s; last redis-cli: \
-                 {out:?}; log:\n{}",
-                self.port,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            .arg(self.process.log_path());
+        self.process.spawn(cmd, |port| {
+            let out = cli(&d, port, true, &["PING"]);
+            out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "PONG"
+        });
     }
 
     /// `rediss://127.0.0.1:<port>`.
@@ -152,17 +120,17 @@ impl TlsRedis {
 
     /// Path of the CA certificate (PEM).
     pub fn ca_path(&self) -> PathBuf {
-        self.dir.path().join("ca.crt")
+        self.process.dir().join("ca.crt")
     }
 
     /// Path of the client certificate (PEM).
     pub fn client_cert_path(&self) -> PathBuf {
-        self.dir.path().join("client.crt")
+        self.process.dir().join("client.crt")
     }
 
     /// Path of the client key (PKCS#8 PEM).
     pub fn client_key_path(&self) -> PathBuf {
-        self.dir.path().join("client.key")
+        self.process.dir().join("client.key")
     }
 
     /// The CA certificate, PEM.
@@ -199,36 +167,16 @@ impl TlsRedis {
     /// Runs `redis-cli --tls --cacert <ca>` (plus `--cert`/`--key` when
     /// `client_cert`) against this server, whatever comes of it.
     pub fn cli_output(&self, client_cert: bool, args: &[&str]) -> Output {
-        let mut cmd = Command::new("redis-cli");
-        cmd.args(["--tls", "-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .arg("--cacert")
-            .arg(self.ca_path());
-        if client_cert {
-            cmd.arg("--cert")
-                .arg(self.client_cert_path())
-                .arg("--key")
-                .arg(self.client_key_path());
-        }
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run redis-cli (is it on the PATH?)")
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("redis.log")
+        cli(self.process.dir(), self.port, client_cert, args)
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        self.process.log()
     }
 
     /// Kills the server (SIGKILL) and waits for it to exit.
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.process.stop();
     }
 
     /// Starts it again on the same port with the same certificates.
@@ -238,17 +186,23 @@ impl TlsRedis {
     }
 }
 
-impl Drop for TlsRedis {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "---- TLS redis-server log (port {}) ----\n{}",
-                self.port,
-                self.log()
-            );
-        }
-        self.stop();
+/// `redis-cli --tls --cacert <dir>/ca.crt` (plus the client certificate when
+/// `client_cert`) against 127.0.0.1:`port`, whatever comes of it.
+fn cli(dir: &Path, port: u16, client_cert: bool, args: &[&str]) -> Output {
+    let mut cmd = Command::new("redis-cli");
+    cmd.args(["--tls", "-h", "127.0.0.1", "-p", &port.to_string()])
+        .arg("--cacert")
+        .arg(dir.join("ca.crt"));
+    if client_cert {
+        cmd.arg("--cert")
+            .arg(dir.join("client.crt"))
+            .arg("--key")
+            .arg(dir.join("client.key"));
     }
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run redis-cli (is it on the PATH?)")
 }
 
 /// Makes `ca.{crt,key}`, `server.{crt,key}` and `client.{crt,key}` in `dir`.
