@@ -160,3 +160,29 @@ async fn a_failover_mid_stream_loses_no_entry_of_the_master_and_keeps_the_proces
     let outcome = broker.stop().await.unwrap();
     assert_eq!(outcome.exit_code(), 0, "{outcome:?}");
 }
+
+#[actix_rt::test]
+async fn a_master_name_no_sentinel_knows_fails_start_at_once() {
+    support::init_tracing();
+    let group = SentinelGroup::start("mymaster");
+    let broker =
+        Broker::with_topology(Topology::sentinel("no-such-master", group.sentinel_addrs()))
+            .subscribe(
+                &Stream::new("orders", "billing"),
+                ConsumerOptions::default(),
+                |_: Job| async { Ok(()) },
+            )
+            .build()
+            .unwrap();
+    let t0 = Instant::now();
+    let err = broker.start().await.expect_err("no master by that name");
+    assert!(
+        matches!(err, rillkit::Error::NoMaster { ref master, .. } if master == "no-such-master"),
+        "{err:?}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "a wrong name is not waited for like a starting server: {:?}",
+        t0.elapsed()
+    );
+}

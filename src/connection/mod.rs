@@ -290,6 +290,7 @@ async fn check_role(conn: &mut MultiplexedConnection, client: &Client) -> Result
 /// that it is starting (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, a
 /// replica), until `deadline`. Anything else fails at once: an unreachable
 /// server (so a process manager restarts the process), refused credentials, a
+/// sentinel that does not know the master (a wrong name), a
 /// missing ACL permission for `command`, or a reply nothing fixes.
 pub(crate) async fn wait_until_ready<T, F, Fut>(
     what: &str,
@@ -310,6 +311,8 @@ where
             Err(e) => e,
         };
         match e.class() {
+            // No sentinel knows the master: a wrong name, not a failover.
+            _ if matches!(e, Error::NoMaster { .. }) => return Err(e),
             Class::Busy | Class::RoleChange => {}
             Class::Credentials => return Err(Error::Credentials(Box::new(e))),
             Class::Tls => return Err(e),

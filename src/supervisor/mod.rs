@@ -31,7 +31,7 @@ use crate::error::{Error, HookFailures};
 use crate::hooks::{Hooks, Stage};
 use crate::outcome::SupervisorOutcome;
 use crate::reclaimer::ReclaimerActor;
-use crate::redis::{Close, CreateGroup, RedisActor};
+use crate::redis::{Close, CreateGroup, Query, RedisActor};
 use futures::FutureExt;
 
 /// How often a failed consumer may be restarted before its subscription is
@@ -445,7 +445,9 @@ async fn connect(broker: &Broker, subs: &[Arc<Subscription>]) -> Result<Addr<Red
     let redis =
         RedisActor::new(pool, connector.watch_failovers(), broker.publish_timeout()).start();
     broker.set_redis(redis.clone());
-    // 3. Consumer groups.
+    // 3. Consumer groups, and a read that fetches nothing: an ACL user that
+    // may not read the stream fails here, naming XREADGROUP, rather than
+    // retrying its reads forever once started.
     for sub in subs {
         let created = wait_until_ready("XGROUP CREATE", "xgroup|create", deadline, || {
             redis
@@ -457,12 +459,39 @@ async fn connect(broker: &Broker, subs: &[Arc<Subscription>]) -> Result<Addr<Red
                 .map(|r| r.unwrap_or(Err(Error::ShutDown)))
         })
         .await;
+        let created = match created {
+            Ok(()) => {
+                wait_until_ready("XREADGROUP", "xreadgroup", deadline, || {
+                    redis
+                        .send(Query("xreadgroup", empty_read(sub)))
+                        .map(|r| r.unwrap_or(Err(Error::ShutDown)).map(drop))
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
         if let Err(e) = created {
             let _ = redis.send(Close).await;
             return Err(fail(e));
         }
     }
     Ok(redis)
+}
+
+/// `XREADGROUP … STREAMS <stream> <largest id>`: reads this consumer's
+/// pending entries after the largest possible id, so it fetches nothing and
+/// changes nothing, but is checked against the ACL like any read.
+fn empty_read(sub: &Subscription) -> redis::Cmd {
+    let mut cmd = redis::cmd("XREADGROUP");
+    cmd.arg("GROUP")
+        .arg(&*sub.names.group)
+        .arg(&*sub.consumer)
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg(&*sub.names.name)
+        .arg("18446744073709551615-18446744073709551615");
+    cmd
 }
 
 /// Finishes the broker with one panic counted if the lifecycle driver is
