@@ -405,8 +405,10 @@ impl Broker {
     ///   out: at once, no retry, so a process manager can restart the
     ///   process).
     /// * [`Error::Credentials`]: the username or password was refused.
-    /// * [`Error::Permission`]: the ACL user may not run `PING` or
-    ///   `XGROUP CREATE` (the error names the command).
+    /// * [`Error::Permission`]: the ACL user may not run `PING`,
+    ///   `XGROUP CREATE` or `XREADGROUP` (checked with a read that fetches
+    ///   nothing; the error names the command).
+    /// * [`Error::NoMaster`]: no sentinel knows the master's name.
     /// * [`Error::StartupTimeout`]: the server was still starting at the
     ///   startup deadline.
     /// * [`Error::GroupCreate`]: XGROUP CREATE failed (e.g. the key holds

@@ -5,7 +5,8 @@
 //! * **The lifecycle driver** (`lifecycle`), one future spawned in the actor's
 //!   context when the broker starts. It runs SPEC §3 in order: `on_startup`
 //!   hooks, PING, the shared pool and `RedisActor`, `XGROUP CREATE … MKSTREAM`
-//!   per subscription, consumers, `after_startup` hooks; then waits for a stop
+//!   and an `XREADGROUP` that fetches nothing (the ACL check) per
+//!   subscription, each waiting for a server that is starting, consumers, `after_startup` hooks; then waits for a stop
 //!   request; then drains the consumers, runs `on_shutdown` hooks, closes the
 //!   connections and runs every `after_shutdown` hook.
 //! * **Supervision and tally**: every `ConsumerActor` reports its end with
