@@ -186,3 +186,78 @@ async fn a_master_name_no_sentinel_knows_fails_start_at_once() {
         t0.elapsed()
     );
 }
+
+/// `ACL SETUSER <args…>` on the server at 127.0.0.1:`port` (a data node or a
+/// sentinel: ACL users are per process, never replicated).
+fn acl_setuser(port: u16, args: &[&str]) {
+    let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(args)
+        .query(&mut c)
+        .unwrap();
+}
+
+#[actix_rt::test]
+async fn credentials_go_to_the_sentinels_and_to_the_master() {
+    support::init_tracing();
+    let group = SentinelGroup::start("mymaster");
+    for node in group.nodes() {
+        acl_setuser(
+            node.port,
+            &["worker", "on", ">master-pass", "~*", "&*", "+@all"],
+        );
+    }
+    for addr in group.sentinel_addrs() {
+        let port: u16 = addr.rsplit_once(':').unwrap().1.parse().unwrap();
+        acl_setuser(port, &["watcher", "on", ">sentinel-pass", "+@all", "&*"]);
+    }
+    let s = Stream::new("orders", "billing");
+    // (The default users stay open for the sentinels' own monitoring; a
+    // wrong password is refused all the same, so these show which
+    // credentials go where.)
+    let build = |sentinel_password: &str, master_password: &str| {
+        Broker::with_topology(
+            Topology::sentinel(group.master_name(), group.sentinel_addrs())
+                .master_credentials(Some("worker"), master_password)
+                .sentinel_credentials(Some("watcher"), sentinel_password),
+        )
+    };
+    for (sentinel_password, master_password) in
+        [("not-it", "master-pass"), ("sentinel-pass", "not-it")]
+    {
+        let wrong = build(sentinel_password, master_password)
+            .subscribe(&s, ConsumerOptions::default(), |_: Job| async { Ok(()) })
+            .build()
+            .unwrap();
+        let err = wrong.start().await.expect_err("a wrong password");
+        assert!(
+            matches!(err, rillkit::Error::Credentials(_)),
+            "refused credentials say so ({sentinel_password}, {master_password}): {err:?}"
+        );
+    }
+
+    let handled: Arc<Mutex<Vec<u64>>> = Default::default();
+    let h = handled.clone();
+    let broker = build("sentinel-pass", "master-pass")
+        .subscribe(
+            &s,
+            ConsumerOptions::default().block(Duration::from_millis(100)),
+            move |job: Job| {
+                h.lock().unwrap().push(job.id);
+                async { Ok(()) }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.expect("starts with both credentials");
+    broker.publish(&s, &Job { id: 7 }).await.unwrap();
+    eventually("the entry handled", WAIT, || {
+        handled.lock().unwrap().as_slice() == [7]
+    })
+    .await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
