@@ -406,7 +406,7 @@ impl Broker {
     ///   process).
     /// * [`Error::Credentials`]: the username or password was refused.
     /// * [`Error::Permission`]: the ACL user may not run `PING`,
-    ///   `XGROUP CREATE` or `XREADGROUP` (checked with a read that fetches
+    ///   `XGROUP CREATE` or `XREADGROUP` (checked with a probe that reads
     ///   nothing; the error names the command).
     /// * [`Error::NoMaster`]: no sentinel knows the master's name.
     /// * [`Error::StartupTimeout`]: the server was still starting at the

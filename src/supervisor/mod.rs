@@ -5,7 +5,7 @@
 //! * **The lifecycle driver** (`lifecycle`), one future spawned in the actor's
 //!   context when the broker starts. It runs SPEC §3 in order: `on_startup`
 //!   hooks, PING, the shared pool and `RedisActor`, `XGROUP CREATE … MKSTREAM`
-//!   and an `XREADGROUP` that fetches nothing (the ACL check) per
+//!   and an `XREADGROUP` ACL probe (which reads nothing) per
 //!   subscription, each waiting for a server that is starting, consumers, `after_startup` hooks; then waits for a stop
 //!   request; then drains the consumers, runs `on_shutdown` hooks, closes the
 //!   connections and runs every `after_shutdown` hook.
@@ -446,9 +446,9 @@ async fn connect(broker: &Broker, subs: &[Arc<Subscription>]) -> Result<Addr<Red
     let redis =
         RedisActor::new(pool, connector.watch_failovers(), broker.publish_timeout()).start();
     broker.set_redis(redis.clone());
-    // 3. Consumer groups, and a read that fetches nothing: an ACL user that
-    // may not read the stream fails here, naming XREADGROUP, rather than
-    // retrying its reads forever once started.
+    // 3. Consumer groups, and an ACL probe of XREADGROUP: a user that may
+    // not read the stream fails here, naming XREADGROUP, rather than retrying
+    // its reads forever once started.
     for sub in subs {
         let created = wait_until_ready("XGROUP CREATE", "xgroup|create", deadline, || {
             redis
@@ -463,9 +463,13 @@ async fn connect(broker: &Broker, subs: &[Arc<Subscription>]) -> Result<Addr<Red
         let created = match created {
             Ok(()) => {
                 wait_until_ready("XREADGROUP", "xreadgroup", deadline, || {
-                    redis
-                        .send(Query("xreadgroup", empty_read(sub)))
-                        .map(|r| r.unwrap_or(Err(Error::ShutDown)).map(drop))
+                    redis.send(Query("xreadgroup", acl_probe(sub))).map(|r| {
+                        match r.unwrap_or(Err(Error::ShutDown)) {
+                            // The answer a permitted probe gets.
+                            Err(e) if e.class() == Class::Fatal => Ok(()),
+                            other => other.map(drop),
+                        }
+                    })
                 })
                 .await
             }
@@ -479,10 +483,12 @@ async fn connect(broker: &Broker, subs: &[Arc<Subscription>]) -> Result<Addr<Red
     Ok(redis)
 }
 
-/// `XREADGROUP … STREAMS <stream> <largest id>`: reads this consumer's
-/// pending entries after the largest possible id, so it fetches nothing and
-/// changes nothing, but is checked against the ACL like any read.
-fn empty_read(sub: &Subscription) -> redis::Cmd {
+/// `XREADGROUP … STREAMS <stream> $`: Redis checks the ACL (command and key)
+/// before it runs a command, so a user that may not read the stream gets
+/// `NOPERM`, and one that may gets `ERR The $ ID is meaningless in the context
+/// of XREADGROUP`, with nothing read, delivered or created. (An id past every
+/// entry would not do: Redis serves it like `>` and delivers a new entry.)
+fn acl_probe(sub: &Subscription) -> redis::Cmd {
     let mut cmd = redis::cmd("XREADGROUP");
     cmd.arg("GROUP")
         .arg(&*sub.names.group)
@@ -491,7 +497,7 @@ fn empty_read(sub: &Subscription) -> redis::Cmd {
         .arg(1)
         .arg("STREAMS")
         .arg(&*sub.names.name)
-        .arg("18446744073709551615-18446744073709551615");
+        .arg("$");
     cmd
 }
 
