@@ -119,6 +119,7 @@ pub(crate) async fn consume(
         reclaim_due: now,
         held: HashSet::new(),
         heartbeat_at: now,
+        refreshing: Rc::new(Cell::new(false)),
         in_read: Rc::new(Cell::new(false)),
         client_id: Rc::new(Cell::new(None)),
         sub,
@@ -185,6 +186,8 @@ struct Loop {
     /// When to refresh the idle time of held entries next.
     heartbeat_at: tokio::time::Instant,
     heartbeat_every: Duration,
+    /// A refresh is in flight.
+    refreshing: Rc<Cell<bool>>,
     /// Whether it held anything at the last turn of the loop.
     was_holding: bool,
     /// A redelivered entry is running alone.
@@ -906,8 +909,14 @@ impl Loop {
     /// PEL, so no reclaimer takes them over however long a handler runs:
     /// `XCLAIM … <self> 0 <ids> JUSTID` resets their idle time without
     /// touching the delivery count.
+    ///
+    /// One refresh at a time: while the shared connections reconnect, a
+    /// refresh waits for them, and the next is skipped rather than queued.
     fn heartbeat(&mut self) {
         self.heartbeat_at = tokio::time::Instant::now() + self.heartbeat_every;
+        if self.refreshing.replace(true) {
+            return;
+        }
         let s = &self.sub;
         let mut cmd = redis::cmd("XCLAIM");
         cmd.arg(&*s.names.name)
@@ -919,10 +928,12 @@ impl Loop {
         }
         cmd.arg("JUSTID");
         let req = self.redis.send(Query("xclaim", cmd));
+        let refreshing = self.refreshing.clone();
         self.side.push(Box::pin(async move {
             if let Ok(Err(e)) = req.await {
                 tracing::warn!(error = %e, "refreshing held entries failed");
             }
+            refreshing.set(false);
         }));
     }
 
