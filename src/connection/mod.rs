@@ -50,7 +50,7 @@ pub(crate) const READ_TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
 
 /// 100 ms doubling up to 10 s, with jitter, never above 10 s (backon adds its
 /// jitter on top of the capped delay). Every wait on the server uses it.
-pub(crate) fn backoff() -> impl Iterator<Item = Duration> + Send {
+fn backoff() -> impl Iterator<Item = Duration> + Send {
     const MAX: Duration = Duration::from_secs(10);
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
@@ -59,6 +59,42 @@ pub(crate) fn backoff() -> impl Iterator<Item = Duration> + Send {
         .without_max_times()
         .build()
         .map(|d| d.min(MAX))
+}
+
+/// A run of failed tries at one thing: the next delay of the capped backoff,
+/// and whether this failure is one to log (the first, then each doubling of
+/// the count), so a long outage logs a handful of lines, not one per try.
+pub(crate) struct Retry {
+    delays: Box<dyn Iterator<Item = Duration> + Send>,
+    failures: u32,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry {
+            delays: Box::new(backoff()),
+            failures: 0,
+        }
+    }
+}
+
+impl Retry {
+    /// One more failure: how long to wait, and whether to log it.
+    pub(crate) fn failed(&mut self) -> (Duration, bool) {
+        self.failures += 1;
+        let delay = self.delays.next().unwrap_or(Duration::from_secs(10));
+        (delay, self.failures.is_power_of_two())
+    }
+
+    /// Failures in a row so far.
+    pub(crate) fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// It worked: start over. Answers the failures there were.
+    pub(crate) fn succeeded(&mut self) -> u32 {
+        std::mem::take(self).failures
+    }
 }
 
 /// Opens connections to the master of the moment, for any topology. Cheap to
@@ -303,8 +339,7 @@ where
     Fut: Future<Output = Result<T, Error>>,
 {
     let started = Instant::now();
-    let mut delays = backoff();
-    let mut failures = 0u32;
+    let mut retry = Retry::default();
     loop {
         let e = match op().await {
             Ok(v) => return Ok(v),
@@ -325,17 +360,16 @@ where
             }
             _ => return Err(e),
         }
-        failures += 1;
-        let delay = delays.next().unwrap_or(Duration::from_secs(10));
+        let (delay, log) = retry.failed();
         if Instant::now() + delay > deadline {
             return Err(Error::StartupTimeout {
                 waited: started.elapsed(),
                 last: Box::new(e),
             });
         }
-        if failures.is_power_of_two() {
+        if log {
             tracing::warn!(
-                waiting_for = what, error = %e, failures,
+                waiting_for = what, error = %e, failures = retry.failures(),
                 retry_in_ms = delay.as_millis() as u64,
                 left_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
                 "redis is not ready yet; waiting"
@@ -358,5 +392,19 @@ mod tests {
                 .all(|d| *d >= Duration::from_millis(100) && *d <= Duration::from_secs(10))
         );
         assert!(delays[199] > Duration::from_secs(5), "it does grow");
+    }
+
+    #[test]
+    fn a_retry_logs_the_first_failure_and_each_doubling_then_starts_over() {
+        let mut r = Retry::default();
+        let logged: Vec<u32> = (1..=20).filter(|_| r.failed().1).collect();
+        assert_eq!(logged, vec![1, 2, 4, 8, 16]);
+        assert_eq!(r.succeeded(), 20);
+        assert_eq!(r.failures(), 0);
+        let (first_delay, log) = r.failed();
+        assert!(
+            log && first_delay <= Duration::from_millis(200),
+            "{first_delay:?}"
+        );
     }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 
-use super::{Class, Connector, backoff, connect_to};
+use super::{Class, Connector, Retry, connect_to};
 use crate::error::Error;
 
 /// Response timeout of the shared connections.
@@ -217,8 +217,7 @@ impl Pool {
 
 /// Reconnects until it succeeds or the pool is closed.
 async fn reconnect(pool: Pool, generation: u64) {
-    let mut delays = backoff();
-    let mut failures = 0u32;
+    let mut retry = Retry::default();
     loop {
         if matches!(*pool.inner.state.borrow(), State::Closed) {
             return;
@@ -236,22 +235,23 @@ async fn reconnect(pool: Pool, generation: u64) {
                     true
                 });
                 if installed {
+                    let failures = retry.failures();
                     tracing::info!(server = %pool.inner.connector.describe(), failures, "shared connections are back");
                 }
                 return;
             }
             Err(e) => {
-                failures += 1;
-                let delay = delays.next().unwrap_or(Duration::from_secs(10));
+                let (delay, log) = retry.failed();
                 pool.inner.state.send_modify(|s| {
                     if let State::Down { last_error, .. } = s {
                         *last_error = e.to_string().into();
                     }
                 });
-                if failures.is_power_of_two() {
+                if log {
                     log_wait!(
                         e.class(),
-                        server = %pool.inner.connector.describe(), error = %e, failures,
+                        server = %pool.inner.connector.describe(), error = %e,
+                        failures = retry.failures(),
                         retry_in_ms = delay.as_millis() as u64,
                         "reconnecting the shared connections failed"
                     );

@@ -25,7 +25,7 @@ use futures::StreamExt;
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 
 use super::topology::{Credentials, Kind};
-use super::{CONNECT_TIMEOUT, Connector, TlsSetup, backoff, connect_to_sentinel};
+use super::{CONNECT_TIMEOUT, Connector, Retry, TlsSetup, connect_to_sentinel};
 use crate::error::{ConfigError, Error};
 
 pub(crate) struct Sentinels {
@@ -233,8 +233,7 @@ async fn listen(
     hint: Arc<Mutex<Option<Hint>>>,
     connector: Connector,
 ) {
-    let mut delays = backoff();
-    let mut failures = 0u32;
+    let mut retry = Retry::default();
     loop {
         let subscribed = async {
             let mut pubsub = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub())
@@ -248,13 +247,11 @@ async fn listen(
             Ok::<_, String>(pubsub)
         }
         .await;
-        match subscribed {
+        let error = match subscribed {
             Ok(pubsub) => {
-                if failures > 0 {
+                if retry.succeeded() > 0 {
                     tracing::info!(sentinel = %addr, "listening for failovers again");
                 }
-                failures = 0;
-                delays = backoff();
                 let mut messages = pubsub.into_on_message();
                 while let Some(msg) = messages.next().await {
                     let Ok(text) = msg.get_payload::<String>() else {
@@ -268,15 +265,15 @@ async fn listen(
                         connector.failover_seen();
                     }
                 }
+                "the connection was lost".to_owned()
             }
-            Err(e) => {
-                failures += 1;
-                if failures.is_power_of_two() {
-                    tracing::warn!(sentinel = %addr, error = %e, failures, "cannot listen for failovers on this sentinel; retrying");
-                }
-            }
+            Err(e) => e,
+        };
+        let (delay, log) = retry.failed();
+        if log {
+            tracing::warn!(sentinel = %addr, error = %error, failures = retry.failures(), "cannot listen for failovers on this sentinel; retrying");
         }
-        tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(10))).await;
+        tokio::time::sleep(delay).await;
     }
 }
 

@@ -17,7 +17,7 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 
 use super::Subscription;
-use crate::connection::{Class, Connector, READ_TIMEOUT_MARGIN, backoff, log_wait};
+use crate::connection::{Class, Connector, READ_TIMEOUT_MARGIN, Retry, log_wait};
 use crate::error::Error;
 use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
 use crate::reclaimer::{self, Claim, ReclaimerActor};
@@ -128,12 +128,12 @@ pub(crate) async fn consume(
         redis,
         conn: None,
         cursor: Cursor::Pending("0".into()),
-        backoff: Box::new(backoff()),
-        ack_backoff: Box::new(backoff()),
-        ack_failures: 0,
+        read_retry: Retry::default(),
+        ack_retry: Retry::default(),
+        dead_letter_retry: Retry::default(),
         unblock_refused: Rc::new(Cell::new(false)),
         retry_delay: None,
-        failures: 0,
+        acks_inflight: 0,
         queue: VecDeque::new(),
         running: FuturesUnordered::new(),
         read: None,
@@ -208,12 +208,14 @@ struct Loop {
     /// `true` while an XREADGROUP is on the wire (not connecting, not backing off).
     in_read: Rc<Cell<bool>>,
     cursor: Cursor,
-    backoff: Box<dyn Iterator<Item = Duration>>,
+    /// Failed reads, XACKs and dead-letter moves in a row, with their backoff.
+    read_retry: Retry,
+    ack_retry: Retry,
+    dead_letter_retry: Retry,
+    /// How long the next read waits first (after a failed one).
     retry_delay: Option<Duration>,
-    failures: u32,
-    /// Delays between XACK retries, and how many failed in a row.
-    ack_backoff: Box<dyn Iterator<Item = Duration>>,
-    ack_failures: u32,
+    /// Entries in the XACK batch on the wire.
+    acks_inflight: usize,
     /// CLIENT UNBLOCK was refused (ACL, managed service): stop waits out
     /// `block` instead.
     unblock_refused: Rc<Cell<bool>>,
@@ -571,14 +573,21 @@ impl Loop {
                 "dead-letter move abandoned: broker shut down; the entry stays pending"
             ),
             Err(e) => {
-                let delay = self.backoff.next().unwrap_or(Duration::from_secs(10));
-                tracing::error!(
-                    stream = %entry.stream, id = %entry.id, dlq = %entry.dlq, error = %e,
-                    retry_in_ms = delay.as_millis() as u64,
-                    "dead-letter move failed; retrying, the entry stays pending"
-                );
+                let (delay, log) = self.dead_letter_retry.failed();
+                if log {
+                    log_wait!(
+                        e.class(),
+                        stream = %entry.stream, id = %entry.id, dlq = %entry.dlq, error = %e,
+                        failures = self.dead_letter_retry.failures(),
+                        retry_in_ms = delay.as_millis() as u64,
+                        "dead-letter move failed; retrying, the entry stays pending and held"
+                    );
+                }
                 return self.send_dead_letter(entry, Some(delay));
             }
+        }
+        if res.is_ok() {
+            self.dead_letter_retry.succeeded();
         }
         self.held.remove(&entry.id);
     }
@@ -711,8 +720,7 @@ impl Loop {
             Ok(e) => e,
             Err(e) => return self.on_read_error(e),
         };
-        self.failures = 0;
-        self.backoff = Box::new(backoff());
+        self.read_retry.succeeded();
         if done.from_pel {
             match entries.last() {
                 Some(last) => self.cursor = Cursor::Pending(last.raw.id.0.clone()),
@@ -726,7 +734,7 @@ impl Loop {
     }
 
     fn on_read_error(&mut self, e: Error) {
-        self.failures += 1;
+        let (delay, log) = self.read_retry.failed();
         let class = e.class();
         if !class.is_transient() {
             tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, "read failed; consumer ends");
@@ -738,15 +746,13 @@ impl Loop {
         if self.deadline.is_some() {
             return;
         }
-        let delay = self.backoff.next().unwrap_or(Duration::from_secs(10));
         self.retry_delay = Some(delay);
-        // Log the first failure and then every doubling, not every retry.
-        if self.failures.is_power_of_two() {
+        if log {
             let (stream, consumer) = (&self.sub.names.name, &self.sub.consumer);
-            let retry_in_ms = delay.as_millis() as u64;
             log_wait!(
                 class,
-                %stream, %consumer, error = %e, failures = self.failures, retry_in_ms,
+                %stream, %consumer, error = %e, failures = self.read_retry.failures(),
+                retry_in_ms = delay.as_millis() as u64,
                 "read failed; retrying"
             );
         }
@@ -765,6 +771,7 @@ impl Loop {
 
     fn send_acks(&mut self, delay: Option<Duration>) {
         let ids = std::mem::take(&mut self.acks);
+        self.acks_inflight = ids.len();
         let names = &self.sub.names;
         let redis = self.redis.clone();
         let (stream, group) = (names.name.clone(), names.group.clone());
@@ -797,10 +804,9 @@ impl Loop {
             Ok(ids) => {
                 // An XACK never blocks: its time is a Redis round trip.
                 self.round_trip.add(took);
-                if self.ack_failures > 0 {
-                    tracing::info!(stream = %self.sub.names.name, failures = self.ack_failures, "XACK accepted again");
-                    self.ack_failures = 0;
-                    self.ack_backoff = Box::new(backoff());
+                let failures = self.ack_retry.succeeded();
+                if failures > 0 {
+                    tracing::info!(stream = %self.sub.names.name, failures, "XACK accepted again");
                 }
                 ids
             }
@@ -813,12 +819,11 @@ impl Loop {
                 ids
             }
             Err(AckError { error, ids }) => {
-                self.ack_failures += 1;
-                let delay = self.ack_backoff.next().unwrap_or(Duration::from_secs(10));
-                if self.ack_failures.is_power_of_two() {
+                let (delay, log) = self.ack_retry.failed();
+                if log {
                     let (stream, entries, retry_in_ms) =
                         (&self.sub.names.name, ids.len(), delay.as_millis() as u64);
-                    let failures = self.ack_failures;
+                    let failures = self.ack_retry.failures();
                     log_wait!(
                         error.class(),
                         %stream, entries, error = %error, failures, retry_in_ms,
@@ -1053,9 +1058,11 @@ impl Loop {
             self.report.timed_out = true;
         }
         if !self.acks.is_empty() || self.ack_inflight.is_some() || !self.dead_letters.is_empty() {
+            let acks =
+                self.acks.len() + self.ack_inflight.as_ref().map_or(0, |_| self.acks_inflight);
             tracing::warn!(
                 stream = %self.sub.names.name, consumer = %self.sub.consumer,
-                acks = self.acks.len(), dead_letter_moves = self.dead_letters.len(),
+                acks, dead_letter_moves = self.dead_letters.len(),
                 "drain deadline passed with acks or dead-letter moves not accepted by redis; those entries stay pending"
             );
             self.report.timed_out = true;
