@@ -203,3 +203,39 @@ fn a_waiting_redelivery_is_not_charged_for_a_neighbours_crash() {
         "entry 1 was dead-lettered without running: {dlq:?}"
     );
 }
+
+#[test]
+fn a_redelivery_claimed_at_start_runs_before_entries_read_beside_it() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    // Entry 1 was delivered to a consumer that died, and is idle long enough
+    // to be claimed; entry 2, which crashes its worker, waits behind it.
+    support::strand(&redis, "tasks", "workers", "dead", 1..2);
+    eventually_blocking("entry 1 idle past claim_idle", WAIT, || {
+        let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+            .arg("tasks")
+            .arg("workers")
+            .arg("-")
+            .arg("+")
+            .arg(1)
+            .query(&mut c)
+            .unwrap();
+        rows.first().is_some_and(|r| r.2 >= 600)
+    });
+    xadd(&mut c, "tasks", r#"{"id":2,"sleep_ms":500,"exit":true}"#);
+    let extra = [
+        ("RILLKIT_MAX_RETRIES", "1"),
+        ("RILLKIT_CONCURRENCY", "2"),
+        ("RILLKIT_CLAIM_IDLE_MS", "500"),
+    ];
+    // w1's first claim and its first read would both be in flight at once if
+    // reads did not wait for claims: entry 2 would start first, crash the
+    // worker, and charge entry 1 a delivery it never ran.
+    let mut w1 = Worker::spawn(&redis.url(), &env("w1", &extra));
+    assert_eq!(w1.wait_exit(WAIT), Some(9));
+    assert!(
+        w1.handled().contains(&(1, 2)),
+        "entry 1 ran (as its second delivery) before entry 2 crashed w1: {:?}",
+        w1.handled()
+    );
+}

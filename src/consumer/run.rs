@@ -351,6 +351,9 @@ impl Loop {
             || !self.queue.is_empty()
             || self.isolated
             || self.make_room
+            // A claim is on its way: what it brings is a redelivery, which
+            // must run alone, before anything newly fetched.
+            || (self.reclaim.is_some() && !self.reclaim_peek)
         {
             return None;
         }
