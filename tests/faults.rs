@@ -379,3 +379,88 @@ async fn a_drain_whose_acks_are_refused_times_out_and_leaves_the_entries_pending
         "still pending"
     );
 }
+
+/// The `CLIENT ID` of the connection blocked in XREADGROUP, once there is one.
+fn blocked_reader(server: &RedisServer) -> Option<i64> {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut server.conn())
+        .unwrap();
+    list.lines()
+        .find(|l| l.contains("cmd=xreadgroup") && l.contains("flags=b"))
+        .and_then(|l| {
+            l.split_whitespace()
+                .next()?
+                .strip_prefix("id=")?
+                .parse()
+                .ok()
+        })
+}
+
+#[actix_rt::test]
+async fn a_read_reply_lost_with_its_connection_charges_no_delivery() {
+    support::init_tracing();
+    let server = RedisServer::start();
+    let s = Stream::new("jobs", "g");
+    // (id, delivery count) of every run.
+    let seen: Arc<Mutex<Vec<(u64, u64)>>> = Default::default();
+    let seen2 = seen.clone();
+    let broker = Broker::builder(server.url())
+        .subscribe_message(
+            &s,
+            ConsumerOptions::default()
+                .consumer("c1")
+                .block(Duration::from_secs(5))
+                .max_retries(0)
+                // Far longer than the test: only the re-read brings them.
+                .claim_idle(Duration::from_secs(300)),
+            move |msg: Message| {
+                let job: Job = msg.decode(&rillkit::Json).unwrap();
+                seen2.lock().unwrap().push((job.id, msg.delivery_count));
+                async { Ok(()) }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let mut c = server.conn();
+    for id in 1..=5u64 {
+        let mut reader = None;
+        eventually("the consumer is blocked in its read", WAIT, || {
+            reader = blocked_reader(&server);
+            reader.is_some()
+        })
+        .await;
+        // The entry is delivered to the blocked read (it enters c1's PEL), and
+        // the connection is killed before the reply leaves the server.
+        let _: () = redis::pipe()
+            .cmd("XADD")
+            .arg("jobs")
+            .arg("*")
+            .arg("data")
+            .arg(format!(r#"{{"id":{id}}}"#))
+            .ignore()
+            .cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(reader.unwrap())
+            .ignore()
+            .query(&mut c)
+            .unwrap();
+        eventually("the entry ran after the reconnect", WAIT, || {
+            seen.lock().unwrap().iter().any(|(i, _)| *i == id)
+        })
+        .await;
+    }
+    eventually("all acked", WAIT, || {
+        pending_count(&mut c, "jobs", "g") == 0
+    })
+    .await;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        (1..=5).map(|id| (id, 1)).collect::<Vec<_>>(),
+        "each ran once, as its first delivery"
+    );
+    assert_eq!(stream_len(&mut c, "jobs-dlq"), 0, "nothing dead-lettered");
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}

@@ -2,8 +2,10 @@
 //! blocking XREADGROUP and runs the consumer loop, a single state machine that
 //! at once
 //!
-//! * reads: first its own pending entries from id `0`, one at a time, so a
-//!   restarted worker resumes its work; then new ones with `>`, fetching no
+//! * reads: first its own pending entries (`XPENDING … <consumer>`, then
+//!   `XCLAIM <self> … RETRYCOUNT`), so a restarted worker resumes its work and
+//!   a reconnected one runs what a lost reply or a failover left in its PEL;
+//!   then new ones with `>`, fetching no
 //!   faster than handlers start them (free slots plus what handlers get
 //!   through in one round trip, at most `count`);
 //! * asks its `ReclaimerActor` for idle entries of the group (retries, crashed

@@ -82,8 +82,33 @@ type DeadLetterDone = (Arc<DeadLetterEntry>, Result<Option<EntryId>, Error>);
 /// What one read produced.
 struct ReadDone {
     conn: Option<MultiplexedConnection>,
-    from_pel: bool,
+    /// For a re-read of its own PEL: the last pending entry it looked at
+    /// (`None`: it is past the last one).
+    pel: Option<Option<EntryId>>,
     result: Result<Vec<Delivered>, Error>,
+}
+
+/// The read to send: new entries, or a page of this consumer's own PEL.
+enum Read {
+    New(redis::Cmd),
+    Pel(PelRead),
+}
+
+/// One page of a re-read of this consumer's own pending entries.
+struct PelRead {
+    stream: Arc<str>,
+    group: Arc<str>,
+    consumer: Arc<str>,
+    /// Exclusive start (`0`: from the beginning).
+    after: String,
+    count: usize,
+    /// Entries it holds (awaiting an XACK or a dead-letter move): skipped.
+    held: HashSet<EntryId>,
+    /// Entries whose handler failed here and that wait for a retry.
+    released: HashSet<EntryId>,
+    /// The first re-read of this consumer loop: every entry found counts a
+    /// delivery (its earlier run, in an earlier life, never finished).
+    fresh: bool,
 }
 
 /// Where the next read starts: our own pending entries after `id`, or new
@@ -118,6 +143,8 @@ pub(crate) async fn consume(
         reclaim: None,
         reclaim_due: now,
         held: HashSet::new(),
+        released: HashSet::new(),
+        fresh: true,
         heartbeat_at: now,
         refreshing: Rc::new(Cell::new(false)),
         in_read: Rc::new(Cell::new(false)),
@@ -188,6 +215,11 @@ struct Loop {
     heartbeat_every: Duration,
     /// A refresh is in flight.
     refreshing: Rc<Cell<bool>>,
+    /// Entries whose handler failed here, waiting for a retry (at most
+    /// [`RELEASED_CAP`]).
+    released: HashSet<EntryId>,
+    /// Until its first re-read of its own PEL is done.
+    fresh: bool,
     /// Whether it held anything at the last turn of the loop.
     was_holding: bool,
     /// A redelivered entry is running alone.
@@ -417,6 +449,7 @@ impl Loop {
                 continue;
             };
             if self.held.insert(raw.id.clone()) {
+                self.released.remove(&raw.id);
                 self.queue.push_back(Queued {
                     id: raw.id,
                     fields,
@@ -528,6 +561,12 @@ impl Loop {
             );
             // Let it go idle, so a reclaimer takes it after `claim_idle`.
             self.held.remove(&msg.id);
+            if self.released.len() >= RELEASED_CAP {
+                // Claimed elsewhere long ago, most of them; forgetting one
+                // costs at most an uncounted early retry after a reconnect.
+                self.released.clear();
+            }
+            self.released.insert(msg.id);
         }
     }
 
@@ -597,25 +636,39 @@ impl Loop {
 
     fn start_read(&mut self, count: usize) {
         let s = &self.sub;
-        let cursor = self.cursor.clone();
-        let from_pel = matches!(cursor, Cursor::Pending(_));
-        let mut cmd = redis::cmd("XREADGROUP");
-        cmd.arg("GROUP")
-            .arg(&*s.names.group)
-            .arg(&*s.consumer)
-            .arg("COUNT")
-            .arg(count);
-        if !from_pel {
-            cmd.arg("BLOCK").arg(s.opts.block.as_millis() as u64);
-        }
-        cmd.arg("STREAMS").arg(&*s.names.name);
-        match &cursor {
-            Cursor::Pending(id) => cmd.arg(id.as_str()),
-            Cursor::New => cmd.arg(">"),
+        let read = match &self.cursor {
+            Cursor::New => {
+                let mut cmd = redis::cmd("XREADGROUP");
+                cmd.arg("GROUP")
+                    .arg(&*s.names.group)
+                    .arg(&*s.consumer)
+                    .arg("COUNT")
+                    .arg(count)
+                    .arg("BLOCK")
+                    .arg(s.opts.block.as_millis() as u64)
+                    .arg("STREAMS")
+                    .arg(&*s.names.name)
+                    .arg(">");
+                Read::New(cmd)
+            }
+            Cursor::Pending(after) => Read::Pel(PelRead {
+                stream: s.names.name.clone(),
+                group: s.names.group.clone(),
+                consumer: s.consumer.clone(),
+                after: after.clone(),
+                count,
+                // Skip what it holds; count a run for what it ran and
+                // released (a failed handler) and, on a fresh start, for
+                // everything (a crash in an earlier life).
+                held: self.held.clone(),
+                released: if self.fresh {
+                    HashSet::new()
+                } else {
+                    self.released.clone()
+                },
+                fresh: self.fresh,
+            }),
         };
-        let mut pending_cmd = redis::cmd("XPENDING");
-        pending_cmd.arg(&*s.names.name).arg(&*s.names.group);
-        let consumer = s.consumer.clone();
 
         let conn = self.conn.take();
         let connector = self.connector.clone();
@@ -638,67 +691,21 @@ impl Loop {
                     Err(e) => {
                         return ReadDone {
                             conn: None,
-                            from_pel,
+                            pel: None,
                             result: Err(e),
                         };
                     }
                 },
             };
-            // On the wire from here until the reply is complete (including the
-            // XPENDING below): a stop now must wait for it and hand back.
+            // On the wire from here until the reply is complete: a stop now
+            // must wait for it and hand back.
             in_read.set(true);
-            let r: redis::RedisResult<Value> = cmd.query_async(&mut conn).await;
-            let result = match r {
-                Ok(v) => reply::read_reply(v).map_err(|m| {
-                    Error::Redis(redis::RedisError::from((
-                        redis::ErrorKind::Parse,
-                        "XREADGROUP reply",
-                        m,
-                    )))
-                }),
-                Err(e) => Err(Error::from_redis(e)),
-            };
-            let result = match result {
-                Ok(entries) if from_pel && !entries.is_empty() => {
-                    // Reading our own PEL does not tell delivery counts: ask
-                    // XPENDING for exactly this range.
-                    let first = entries[0].id.clone();
-                    let last = entries[entries.len() - 1].id.clone();
-                    pending_cmd
-                        .arg(&first)
-                        .arg(&last)
-                        .arg(entries.len())
-                        .arg(&*consumer);
-                    match pending_cmd
-                        .query_async::<Vec<(String, String, u64, u64)>>(&mut conn)
-                        .await
-                    {
-                        Ok(rows) => {
-                            let counts: std::collections::HashMap<String, u64> =
-                                rows.into_iter().map(|(id, _, _, n)| (id, n)).collect();
-                            Ok(entries
-                                .into_iter()
-                                .map(|raw| Delivered {
-                                    delivery_count: counts
-                                        .get(raw.id.as_str())
-                                        .copied()
-                                        .unwrap_or(1)
-                                        .max(1),
-                                    raw,
-                                })
-                                .collect())
-                        }
-                        Err(e) => Err(Error::from_redis(e)),
-                    }
-                }
-                Ok(entries) => Ok(entries
-                    .into_iter()
-                    .map(|raw| Delivered {
-                        raw,
-                        delivery_count: 1,
-                    })
-                    .collect()),
-                Err(e) => Err(e),
+            let (result, pel) = match read {
+                Read::New(cmd) => (read_new(&mut conn, cmd).await, None),
+                Read::Pel(p) => match reread_pel(&mut conn, p).await {
+                    Ok((entries, last)) => (Ok(entries), Some(last)),
+                    Err(e) => (Err(e), None),
+                },
             };
             in_read.set(false);
             let keep = match &result {
@@ -707,7 +714,7 @@ impl Loop {
             };
             ReadDone {
                 conn: keep,
-                from_pel,
+                pel,
                 result,
             }
         }));
@@ -724,11 +731,13 @@ impl Loop {
             Err(e) => return self.on_read_error(e),
         };
         self.read_retry.succeeded();
-        if done.from_pel {
-            match entries.last() {
-                Some(last) => self.cursor = Cursor::Pending(last.raw.id.0.clone()),
-                None => self.cursor = Cursor::New,
+        match done.pel {
+            Some(Some(last)) => self.cursor = Cursor::Pending(last.0),
+            Some(None) => {
+                self.cursor = Cursor::New;
+                self.fresh = false;
             }
+            None => {}
         }
         self.enqueue(entries);
         if self.deadline.is_some() {
@@ -1111,6 +1120,112 @@ fn refuse_unblock(refused: &Cell<bool>, e: &Error, block: Duration) -> bool {
         );
     }
     true
+}
+
+/// How many released entries a consumer remembers.
+const RELEASED_CAP: usize = 10_000;
+
+/// `XREADGROUP … >`: new entries, each on its first delivery.
+async fn read_new(
+    conn: &mut MultiplexedConnection,
+    cmd: redis::Cmd,
+) -> Result<Vec<Delivered>, Error> {
+    let v: Value = cmd.query_async(conn).await.map_err(Error::from_redis)?;
+    let entries = reply::read_reply(v).map_err(|m| {
+        Error::Redis(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "XREADGROUP reply",
+            m,
+        )))
+    })?;
+    Ok(entries
+        .into_iter()
+        .map(|raw| Delivered {
+            raw,
+            delivery_count: 1,
+        })
+        .collect())
+}
+
+/// One page of this consumer's own pending entries, taken back with the
+/// delivery count of the run they are about to have. Answers them and the
+/// last pending entry looked at.
+///
+/// `XPENDING … <consumer>` lists them with their counts (changing nothing);
+/// `XCLAIM <self> 0 <ids> RETRYCOUNT <n>` returns their bodies, resets their
+/// idle time and sets the count to `n` exactly. An entry that never ran here
+/// (the reply of the read that delivered it was lost with its connection)
+/// keeps its count: a dropped connection charges no delivery. An entry whose
+/// handler failed here, or any entry on a fresh start (an earlier life of the
+/// consumer did not finish it), counts one more. Entries deleted meanwhile
+/// are dropped from the PEL by XCLAIM and not returned.
+async fn reread_pel(
+    conn: &mut MultiplexedConnection,
+    p: PelRead,
+) -> Result<(Vec<Delivered>, Option<EntryId>), Error> {
+    let start = if p.after == "0" {
+        "-".to_owned()
+    } else {
+        format!("({}", p.after)
+    };
+    let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg(&*p.stream)
+        .arg(&*p.group)
+        .arg(&start)
+        .arg("+")
+        .arg(p.count)
+        .arg(&*p.consumer)
+        .query_async(conn)
+        .await
+        .map_err(Error::from_redis)?;
+    let last = rows.last().map(|r| EntryId(r.0.clone()));
+    let mut by_count: std::collections::BTreeMap<u64, Vec<String>> = Default::default();
+    for (id, _, _, count) in rows {
+        let key = EntryId(id);
+        if p.held.contains(&key) {
+            continue;
+        }
+        let run = if p.fresh || p.released.contains(&key) {
+            count + 1
+        } else {
+            count.max(1)
+        };
+        by_count.entry(run).or_default().push(key.0);
+    }
+    let mut out = Vec::new();
+    for (run, ids) in by_count {
+        let v: Value = redis::cmd("XCLAIM")
+            .arg(&*p.stream)
+            .arg(&*p.group)
+            .arg(&*p.consumer)
+            .arg(0)
+            .arg(&ids)
+            .arg("RETRYCOUNT")
+            .arg(run)
+            .query_async(conn)
+            .await
+            .map_err(Error::from_redis)?;
+        let entries = reply::entries(v).map_err(|m| {
+            Error::Redis(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "XCLAIM reply",
+                m,
+            )))
+        })?;
+        out.extend(entries.into_iter().map(|raw| Delivered {
+            raw,
+            delivery_count: run,
+        }));
+    }
+    // In stream order, whatever their counts.
+    out.sort_by_key(|d| parse_id(&d.raw.id.0));
+    Ok((out, last))
+}
+
+/// An entry id as `(ms, seq)`, for ordering.
+fn parse_id(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
 }
 
 /// Opens a consumer's dedicated read connection (to the master of the
