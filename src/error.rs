@@ -178,6 +178,11 @@ impl Error {
         }
     }
 
+    /// A reply rillkit could not make sense of (`what`: which reply).
+    pub(crate) fn unparsable(what: &'static str, detail: String) -> Self {
+        Error::Redis((redis::ErrorKind::Parse, what, detail).into())
+    }
+
     pub(crate) fn from_redis(e: redis::RedisError) -> Self {
         if classify(&e) == Class::Connection {
             Error::Connect(e)

@@ -1131,13 +1131,7 @@ async fn read_new(
     cmd: redis::Cmd,
 ) -> Result<Vec<Delivered>, Error> {
     let v: Value = cmd.query_async(conn).await.map_err(Error::from_redis)?;
-    let entries = reply::read_reply(v).map_err(|m| {
-        Error::Redis(redis::RedisError::from((
-            redis::ErrorKind::Parse,
-            "XREADGROUP reply",
-            m,
-        )))
-    })?;
+    let entries = reply::read_reply(v).map_err(|m| Error::unparsable("XREADGROUP reply", m))?;
     Ok(entries
         .into_iter()
         .map(|raw| Delivered {
@@ -1205,13 +1199,7 @@ async fn reread_pel(
             .query_async(conn)
             .await
             .map_err(Error::from_redis)?;
-        let entries = reply::entries(v).map_err(|m| {
-            Error::Redis(redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "XCLAIM reply",
-                m,
-            )))
-        })?;
+        let entries = reply::entries(v).map_err(|m| Error::unparsable("XCLAIM reply", m))?;
         out.extend(entries.into_iter().map(|raw| Delivered {
             raw,
             delivery_count: run,

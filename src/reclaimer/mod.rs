@@ -133,7 +133,7 @@ impl Handler<Claim> for ReclaimerActor {
                 claim.arg(&r.0);
             }
             let entries = reply::entries(query(&redis, "xclaim", claim).await?)
-                .map_err(|m| Error::Redis((redis::ErrorKind::Parse, "XCLAIM reply", m).into()))?;
+                .map_err(|m| Error::unparsable("XCLAIM reply", m))?;
             let delivered = entries
                 .into_iter()
                 .filter_map(|raw: RawEntry| {
