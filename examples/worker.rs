@@ -6,6 +6,7 @@
 //! |----------|---------|------|
 //! | `REDIS_URL` | `redis://127.0.0.1:6379` | server (`rediss://` for TLS) |
 //! | `RILLKIT_SENTINEL` | unset | `<master>@<host:port>,<host:port>…`: find the master through Sentinel instead of `REDIS_URL` |
+//! | `RILLKIT_CLUSTER` | unset | `<host:port>,<host:port>…`: seed nodes of a Redis Cluster, instead of `REDIS_URL` (the dead-letter stream is then `{<stream>}-dlq`) |
 //! | `RILLKIT_TLS_CA` | unset | PEM file of the CA to trust (with `rediss://`, or TLS to Sentinel and master) |
 //! | `RILLKIT_STARTUP_TIMEOUT_MS` | 60000 | how long start waits for a server that is loading or not yet master |
 //! | `RILLKIT_STREAM` | `tasks` | stream key |
@@ -68,14 +69,18 @@ async fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let topology = match std::env::var("RILLKIT_SENTINEL") {
-        Ok(spec) => {
+    let topology = match (
+        std::env::var("RILLKIT_CLUSTER"),
+        std::env::var("RILLKIT_SENTINEL"),
+    ) {
+        (Ok(seeds), _) => Topology::cluster(seeds.split(',')),
+        (_, Ok(spec)) => {
             let (master, addrs) = spec.split_once('@').unwrap_or_else(|| {
                 panic!("RILLKIT_SENTINEL={spec:?} is not <master>@<host:port>,<host:port>…")
             });
             Topology::sentinel(master, addrs.split(','))
         }
-        Err(_) => Topology::standalone(
+        _ => Topology::standalone(
             std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
         ),
     };

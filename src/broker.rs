@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{oneshot, watch};
 
-use crate::connection::{Connector, Tls, Topology};
+use crate::connection::{Connector, Tls, Topology, default_dlq, dlq_slot_error};
 use crate::consumer::{ConsumerOptions, Subscription, default_consumer_name};
 use crate::error::{BoxError, ConfigError, Error, HookError, HookFailures};
 use crate::handler::{self, ErasedHandler, HandlerResult, Message};
@@ -271,8 +271,16 @@ impl BrokerBuilder {
             });
         }
         let mut subs: Vec<Arc<Subscription>> = Vec::with_capacity(self.subs.len());
-        for (names, opts, handler) in self.subs {
+        for (mut names, opts, handler) in self.subs {
             opts.validate(&names.name)?;
+            if connector.is_cluster() {
+                if names.dlq_default {
+                    names.dlq = default_dlq(&names.name).into();
+                }
+                if let Some(e) = dlq_slot_error(&names.name, &names.dlq) {
+                    return Err(e);
+                }
+            }
             let consumer: Arc<str> = match &opts.consumer {
                 Some(c) => c.as_str().into(),
                 None => default_consumer_name(&names.group).into(),

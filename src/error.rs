@@ -169,6 +169,15 @@ impl Error {
         }
     }
 
+    /// The server's error code (`MOVED`, `UNBLOCKED`…), when the server
+    /// answered one.
+    pub(crate) fn code(&self) -> Option<&str> {
+        match self {
+            Error::Redis(e) => e.code(),
+            _ => None,
+        }
+    }
+
     /// The process exit status this error maps to: a failed start or stop is 1,
     /// unless the shutdown outcome carried by a [`Error::Hook`] ranks higher.
     pub fn exit_code(&self) -> i32 {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::connection::{Topology, default_dlq};
 use crate::error::BoxError;
 
 /// Turns values into the bytes stored in an entry's data field and back.
@@ -50,7 +51,7 @@ impl Codec for Json {
 /// |------|---------|-------|
 /// | name | (required) | the stream key |
 /// | group | (required) | the consumer group consumers of this value join |
-/// | DLQ name | `<name>-dlq` | the dead-letter stream |
+/// | DLQ name | `<name>-dlq`; `{<name>}-dlq` under a cluster | the dead-letter stream |
 /// | length cap | none | `XADD <name> MAXLEN ~ <cap>` on publish |
 /// | data field | `data` | the field holding the encoded value |
 /// | codec | [`Json`] | how the data field is encoded |
@@ -71,6 +72,8 @@ pub struct Stream<C = Json> {
     name: Arc<str>,
     group: Arc<str>,
     dlq: Arc<str>,
+    /// Whether `dlq` is the default (set per topology at build).
+    dlq_default: bool,
     max_len: Option<usize>,
     field: Arc<str>,
     codec: C,
@@ -86,6 +89,7 @@ impl Stream<Json> {
             name: name.into(),
             group: group.into().into(),
             dlq: dlq.into(),
+            dlq_default: true,
             max_len: None,
             field: "data".into(),
             codec: Json,
@@ -102,9 +106,13 @@ impl<C: Codec> Stream<C> {
         }
     }
 
-    /// Sets the dead-letter stream's key (default `<name>-dlq`).
+    /// Sets the dead-letter stream's key (default `<name>-dlq`, and
+    /// `{<name>}-dlq` under a cluster). Under a cluster it must hash to the
+    /// stream's slot (share its hash tag), or
+    /// [`build`](crate::BrokerBuilder::build) fails.
     pub fn dlq_name(mut self, dlq: impl Into<String>) -> Self {
         self.dlq = dlq.into().into();
+        self.dlq_default = false;
         self
     }
 
@@ -128,6 +136,7 @@ impl<C: Codec> Stream<C> {
             name: self.name,
             group: self.group,
             dlq: self.dlq,
+            dlq_default: self.dlq_default,
             max_len: self.max_len,
             field: self.field,
             codec,
@@ -144,9 +153,33 @@ impl<C: Codec> Stream<C> {
         &self.group
     }
 
-    /// The dead-letter stream key.
+    /// The dead-letter stream key for a standalone or Sentinel server: the
+    /// name set with [`dlq_name`](Self::dlq_name), or `<name>-dlq`. Under a
+    /// cluster the default differs; see [`dlq_for`](Self::dlq_for).
     pub fn dlq(&self) -> &str {
         &self.dlq
+    }
+
+    /// The dead-letter stream key a broker on `topology` uses: the name set
+    /// with [`dlq_name`](Self::dlq_name), else `<name>-dlq`, or under a
+    /// cluster `{<name>}-dlq` (`<name>-dlq` when the name already holds a
+    /// hash tag), so that the stream and its dead-letter stream share a hash
+    /// slot.
+    ///
+    /// ```
+    /// use rillkit::{Stream, Topology};
+    ///
+    /// let orders = Stream::new("orders", "billing");
+    /// let cluster = Topology::cluster(["10.0.0.1:6379"]);
+    /// assert_eq!(orders.dlq_for(&cluster), "{orders}-dlq");
+    /// assert_eq!(orders.dlq_for(&Topology::standalone("redis://h")), "orders-dlq");
+    /// ```
+    pub fn dlq_for(&self, topology: &Topology) -> String {
+        if self.dlq_default && topology.is_cluster() {
+            default_dlq(&self.name)
+        } else {
+            self.dlq.to_string()
+        }
     }
 
     /// The length cap, in entries, if any.
@@ -169,6 +202,7 @@ impl<C: Codec> Stream<C> {
             name: self.name.clone(),
             group: self.group.clone(),
             dlq: self.dlq.clone(),
+            dlq_default: self.dlq_default,
             field: self.field.clone(),
             max_len: self.max_len,
         }
@@ -194,6 +228,8 @@ pub(crate) struct StreamNames {
     pub name: Arc<str>,
     pub group: Arc<str>,
     pub dlq: Arc<str>,
+    /// `dlq` is the default name (replaced at build under a cluster).
+    pub dlq_default: bool,
     pub field: Arc<str>,
     pub max_len: Option<usize>,
 }

@@ -22,12 +22,14 @@ macro_rules! log_wait {
 pub(crate) use log_wait;
 
 mod classify;
+mod cluster;
 mod pool;
 mod sentinel;
 mod topology;
 
 pub(crate) use classify::{Class, classify};
-pub(crate) use pool::Pool;
+pub(crate) use cluster::{default_dlq, dlq_slot_error};
+pub(crate) use pool::{Pool, Shared};
 pub(crate) use sentinel::Watcher;
 pub use topology::{Tls, Topology};
 
@@ -37,11 +39,13 @@ use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, Value};
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value,
+};
 use tokio::sync::watch;
 
 use crate::error::{ConfigError, Error};
-use topology::{Kind, redact_url};
+use topology::{Credentials, Kind, redact_url};
 
 /// How long a connection attempt may take before it counts as failed.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -116,6 +120,44 @@ struct Inner {
 enum Target {
     Standalone(Client),
     Sentinel(sentinel::Sentinels),
+    Cluster(cluster::Cluster),
+}
+
+/// `host:port` (IPv6 hosts in brackets or not) as its parts.
+fn parse_addr(addr: &str) -> Option<(String, u16)> {
+    addr.rsplit_once(':')
+        .and_then(|(h, p)| Some((h.trim_matches(['[', ']']), p.parse::<u16>().ok()?)))
+        .filter(|(h, _)| !h.is_empty())
+        .map(|(h, p)| (h.to_owned(), p))
+}
+
+/// Credentials as redis-rs carries them.
+fn settings(auth: &Credentials) -> RedisConnectionInfo {
+    let mut s = RedisConnectionInfo::default();
+    if let Some(u) = &auth.username {
+        s = s.set_username(u);
+    }
+    if let Some(p) = &auth.password {
+        s = s.set_password(p);
+    }
+    s
+}
+
+/// A client for one node (a sentinel, a master, a cluster node), with the
+/// given credentials and TLS.
+fn node_client(
+    host: &str,
+    port: u16,
+    settings: &RedisConnectionInfo,
+    tls: Option<&TlsSetup>,
+) -> redis::RedisResult<Client> {
+    let info = (host, port)
+        .into_connection_info()?
+        .set_redis_settings(settings.clone());
+    match tls {
+        Some(t) => t.client(info),
+        None => Client::open(info),
+    }
 }
 
 /// How TLS applies to a connection, once the configuration is checked.
@@ -223,6 +265,17 @@ impl Connector {
                     format!("master {master:?} via Sentinel"),
                 )
             }
+            Kind::Cluster { nodes, .. } => {
+                let tls = tls.map(TlsSetup::new);
+                if tls.is_some() {
+                    ensure_crypto_provider();
+                }
+                let c = cluster::Cluster::new(&topology.kind, tls)?;
+                (
+                    Target::Cluster(c),
+                    format!("cluster via {}", nodes.join(",")),
+                )
+            }
         };
         Ok(Connector {
             inner: Arc::new(Inner {
@@ -238,22 +291,68 @@ impl Connector {
         &self.inner.describe
     }
 
-    /// A client for the master of the moment (asks Sentinel).
-    pub(crate) async fn client(&self) -> Result<Client, Error> {
+    /// Whether the topology is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.inner.target, Target::Cluster(_))
+    }
+
+    /// A client for the master of the moment (asks Sentinel). `None` for a
+    /// cluster, which has no one master.
+    async fn client(&self) -> Result<Option<Client>, Error> {
         match &self.inner.target {
-            Target::Standalone(c) => Ok(c.clone()),
-            Target::Sentinel(s) => s.master_client().await,
+            Target::Standalone(c) => Ok(Some(c.clone())),
+            Target::Sentinel(s) => s.master_client().await.map(Some),
+            Target::Cluster(_) => Ok(None),
         }
     }
 
-    /// One connection to the master of the moment, one attempt, with the
-    /// given response timeout; checked with `ROLE` to be a master.
-    pub(crate) async fn connect(
+    /// `count` shared connections, one attempt: to the master of the moment
+    /// (asked once), each with the given response timeout and checked with
+    /// `ROLE`; for a cluster, one connection routed by slot (it holds a
+    /// connection to every master).
+    pub(crate) async fn shared(
         &self,
+        count: usize,
         response_timeout: Duration,
-    ) -> Result<MultiplexedConnection, Error> {
-        let client = self.client().await?;
-        connect_to(&client, response_timeout).await
+    ) -> Result<Vec<Shared>, Error> {
+        if let Target::Cluster(c) = &self.inner.target {
+            return Ok(vec![Shared::Cluster(c.shared().await?)]);
+        }
+        let client = self.client().await?.expect("not a cluster");
+        let mut conns = Vec::with_capacity(count);
+        for _ in 0..count {
+            conns.push(Shared::Node(connect_to(&client, response_timeout).await?));
+        }
+        Ok(conns)
+    }
+
+    /// A dedicated connection for blocking reads of `key`, one attempt, with
+    /// the given response timeout: to the master of the moment, or for a
+    /// cluster to the master that owns the key's slot (then also its
+    /// `host:port`, where `CLIENT UNBLOCK` must go).
+    pub(crate) async fn connect_reader(
+        &self,
+        key: &str,
+        response_timeout: Duration,
+    ) -> Result<(MultiplexedConnection, Option<String>), Error> {
+        match &self.inner.target {
+            Target::Cluster(c) => {
+                let (conn, node) = c.connect_for(key, response_timeout).await?;
+                Ok((conn, Some(node)))
+            }
+            _ => {
+                let client = self.client().await?.expect("not a cluster");
+                Ok((connect_to(&client, response_timeout).await?, None))
+            }
+        }
+    }
+
+    /// A read answered `MOVED`: the next reader connection for that slot
+    /// goes where it said.
+    pub(crate) fn redirected(&self, e: &Error) {
+        if let (Target::Cluster(c), Error::Redis(e)) = (&self.inner.target, e) {
+            c.moved(e);
+        }
     }
 
     /// Changes whenever a failover is announced.
@@ -271,7 +370,7 @@ impl Connector {
     /// The returned guard stops it when dropped.
     pub(crate) fn watch_failovers(&self) -> Option<sentinel::Watcher> {
         match &self.inner.target {
-            Target::Standalone(_) => None,
+            Target::Standalone(_) | Target::Cluster(_) => None,
             Target::Sentinel(s) => Some(s.watch(self.clone())),
         }
     }

@@ -10,19 +10,84 @@
 //! under Sentinel it reaches the new master. A failover announced by Sentinel
 //! takes the generation down too. Commands sent meanwhile wait for the next
 //! generation, up to the wait their caller allows.
+//!
+//! For a cluster the pool holds one [`Shared::Cluster`] connection: redis-rs's
+//! cluster connection, which holds a connection to every master and routes
+//! each command by slot.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio::sync::watch;
 
-use super::{Class, Connector, Retry, connect_to};
+use super::{Class, Connector, Retry, parse_addr};
 use crate::error::Error;
 
 /// Response timeout of the shared connections.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A shared connection: to one server, or to a whole cluster (routed by
+/// slot).
+#[derive(Clone)]
+pub(crate) enum Shared {
+    Node(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl Shared {
+    /// Sends `cmd` to the node at `node` (`host:port`) of a cluster, or to
+    /// the one server. Per-node commands (`CLIENT UNBLOCK <id>`: client ids
+    /// are per node) go this way.
+    pub(crate) async fn on_node(
+        &mut self,
+        cmd: &Cmd,
+        node: Option<&str>,
+    ) -> redis::RedisResult<Value> {
+        match (self, node.and_then(parse_addr)) {
+            (Shared::Cluster(c), Some((host, port))) => {
+                c.route_command(
+                    cmd.clone(),
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port }),
+                )
+                .await
+            }
+            (conn, _) => cmd.query_async(conn).await,
+        }
+    }
+}
+
+impl ConnectionLike for Shared {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Shared::Node(c) => c.req_packed_command(cmd),
+            Shared::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Shared::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            Shared::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Shared::Node(c) => c.get_db(),
+            Shared::Cluster(c) => c.get_db(),
+        }
+    }
+}
 
 #[derive(Clone)]
 pub(crate) struct Pool {
@@ -42,7 +107,7 @@ struct Inner {
 enum State {
     Up {
         generation: u64,
-        conns: Arc<[MultiplexedConnection]>,
+        conns: Arc<[Shared]>,
     },
     Down {
         since: Instant,
@@ -54,19 +119,11 @@ enum State {
 /// A connection lent for one command, with its generation (to report it).
 pub(crate) struct Lease {
     generation: u64,
-    pub(crate) conn: MultiplexedConnection,
+    pub(crate) conn: Shared,
 }
 
-async fn open_all(
-    connector: &Connector,
-    size: usize,
-) -> Result<Arc<[MultiplexedConnection]>, Error> {
-    let client = connector.client().await?;
-    let mut conns = Vec::with_capacity(size);
-    for _ in 0..size {
-        conns.push(connect_to(&client, RESPONSE_TIMEOUT).await?);
-    }
-    Ok(conns.into())
+async fn open_all(connector: &Connector, size: usize) -> Result<Arc<[Shared]>, Error> {
+    Ok(connector.shared(size, RESPONSE_TIMEOUT).await?.into())
 }
 
 impl Pool {
@@ -143,7 +200,7 @@ impl Pool {
     }
 
     /// The next connection of the generation, round robin.
-    fn lend(&self, generation: u64, conns: &[MultiplexedConnection]) -> Lease {
+    fn lend(&self, generation: u64, conns: &[Shared]) -> Lease {
         let i = self.inner.next.fetch_add(1, Ordering::Relaxed) % conns.len();
         Lease {
             generation,
@@ -161,7 +218,7 @@ impl Pool {
         f: F,
     ) -> Result<T, Error>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Shared) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let lease = self.get(wait).await?;

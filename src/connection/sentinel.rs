@@ -22,10 +22,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
+use redis::{Client, RedisConnectionInfo};
 
-use super::topology::{Credentials, Kind};
-use super::{CONNECT_TIMEOUT, Connector, Retry, TlsSetup, connect_to_sentinel};
+use super::topology::Kind;
+use super::{
+    CONNECT_TIMEOUT, Connector, Retry, TlsSetup, connect_to_sentinel, node_client, parse_addr,
+    settings,
+};
 use crate::error::{ConfigError, Error};
 
 pub(crate) struct Sentinels {
@@ -59,17 +62,6 @@ const CHANNELS: [&str; 3] = [
     "-failover-abort-slave-timeout",
 ];
 
-fn settings(auth: &Credentials) -> RedisConnectionInfo {
-    let mut s = RedisConnectionInfo::default();
-    if let Some(u) = &auth.username {
-        s = s.set_username(u);
-    }
-    if let Some(p) = &auth.password {
-        s = s.set_password(p);
-    }
-    s
-}
-
 fn invalid(reason: String) -> ConfigError {
     ConfigError::Invalid {
         stream: String::new(),
@@ -98,17 +90,10 @@ impl Sentinels {
         }
         let mut clients = Vec::with_capacity(sentinels.len());
         for addr in sentinels {
-            let (host, port) = addr
-                .rsplit_once(':')
-                .and_then(|(h, p)| Some((h.trim_matches(['[', ']']), p.parse::<u16>().ok()?)))
-                .filter(|(h, _)| !h.is_empty())
-                .ok_or_else(|| invalid(format!("{addr:?} is not host:port")))?;
-            let info = (host, port)
-                .into_connection_info()
-                .map_err(|e| invalid(format!("{addr:?}: {e}")))?
-                .set_redis_settings(settings(sentinel_auth));
-            let client =
-                client_for(info, tls.as_ref()).map_err(|e| invalid(format!("{addr:?}: {e}")))?;
+            let (host, port) =
+                parse_addr(addr).ok_or_else(|| invalid(format!("{addr:?} is not host:port")))?;
+            let client = node_client(&host, port, &settings(sentinel_auth), tls.as_ref())
+                .map_err(|e| invalid(format!("{addr:?}: {e}")))?;
             clients.push((addr.clone(), client));
         }
         Ok(Sentinels {
@@ -146,11 +131,8 @@ impl Sentinels {
                 Ok(Some((host, port))) => {
                     self.preferred.store(i, Ordering::Relaxed);
                     let (host, port) = self.follow_hint(host, port);
-                    let info = (host.as_str(), port)
-                        .into_connection_info()
-                        .map_err(Error::from_redis)?
-                        .set_redis_settings(self.master_settings.clone());
-                    return client_for(info, self.tls.as_ref()).map_err(Error::from_redis);
+                    return node_client(&host, port, &self.master_settings, self.tls.as_ref())
+                        .map_err(Error::from_redis);
                 }
                 Ok(None) => {
                     last = Some(Error::NoMaster {
@@ -201,16 +183,6 @@ impl Sentinels {
             })
             .collect();
         Watcher(tasks)
-    }
-}
-
-fn client_for(info: ConnectionInfo, tls: Option<&TlsSetup>) -> redis::RedisResult<Client> {
-    match tls {
-        Some(t) => t.client(info),
-        None => {
-            debug_assert!(matches!(info.addr(), ConnectionAddr::Tcp(..)));
-            Client::open(info)
-        }
     }
 }
 

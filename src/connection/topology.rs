@@ -16,6 +16,13 @@ use std::fmt;
 ///   announces it (`+switch-master`) or when a connection meets `READONLY`
 ///   or `UNBLOCKED … master -> replica`: every connection then moves to the
 ///   new master, and the process stays up.
+/// * [`Topology::cluster`]: a Redis Cluster found through seed nodes. Each
+///   stream lives on the node that owns its key's hash slot; rillkit reads
+///   there and routes every other command by slot, following `MOVED`, `ASK`
+///   and `TRYAGAIN` through slot migrations and failovers. The dead-letter
+///   stream must share its stream's slot: under a cluster the default
+///   dead-letter name is hash-tagged, `{orders}-dlq` (see
+///   [`Stream::dlq_for`](crate::Stream::dlq_for)).
 ///
 /// ```
 /// use rillkit::{Broker, Topology};
@@ -42,6 +49,10 @@ pub(crate) enum Kind {
         master_auth: Credentials,
         sentinel_auth: Credentials,
         db: i64,
+    },
+    Cluster {
+        nodes: Vec<String>,
+        auth: Credentials,
     },
 }
 
@@ -90,16 +101,51 @@ impl Topology {
         }
     }
 
-    /// Credentials for the master (`AUTH [username] password`). For a
-    /// standalone server, put them in the URL instead; this does nothing there.
+    /// A Redis Cluster reached through `seed_nodes` (`host:port` each; one
+    /// reachable node is enough, more survive one being down). The slot map
+    /// is read from the cluster (`CLUSTER SLOTS`) when the broker starts and
+    /// again whenever a slot moves.
+    ///
+    /// ```
+    /// use rillkit::{Broker, Topology};
+    ///
+    /// let topology = Topology::cluster(["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"])
+    ///     .master_credentials(Some("worker"), "s3cret");
+    /// let builder = Broker::with_topology(topology);
+    /// # let _ = builder;
+    /// ```
+    pub fn cluster<I, S>(seed_nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Topology {
+            kind: Kind::Cluster {
+                nodes: seed_nodes.into_iter().map(Into::into).collect(),
+                auth: Credentials::default(),
+            },
+        }
+    }
+
+    /// Credentials for the master (`AUTH [username] password`); for a
+    /// cluster, for every node. For a standalone server, put them in the URL
+    /// instead; this does nothing there.
     pub fn master_credentials(mut self, username: Option<&str>, password: &str) -> Self {
-        if let Kind::Sentinel { master_auth, .. } = &mut self.kind {
-            *master_auth = Credentials {
-                username: username.map(str::to_owned),
-                password: Some(password.to_owned()),
-            };
+        let creds = Credentials {
+            username: username.map(str::to_owned),
+            password: Some(password.to_owned()),
+        };
+        match &mut self.kind {
+            Kind::Sentinel { master_auth, .. } => *master_auth = creds,
+            Kind::Cluster { auth, .. } => *auth = creds,
+            Kind::Standalone { .. } => {}
         }
         self
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.kind, Kind::Cluster { .. })
     }
 
     /// Credentials for the sentinels (`sentinel requirepass` / sentinel ACL
@@ -115,7 +161,8 @@ impl Topology {
     }
 
     /// The database number on the master (`SELECT`, default 0). For a
-    /// standalone server it is the URL's path; this does nothing there.
+    /// standalone server it is the URL's path, and a cluster has database 0
+    /// only; this does nothing there.
     pub fn db(mut self, db: i64) -> Self {
         if let Kind::Sentinel { db: d, .. } = &mut self.kind {
             *d = db;
@@ -145,6 +192,11 @@ impl fmt::Debug for Topology {
                 .field("sentinel_auth", sentinel_auth)
                 .field("db", db)
                 .finish(),
+            Kind::Cluster { nodes, auth } => f
+                .debug_struct("Cluster")
+                .field("nodes", nodes)
+                .field("auth", auth)
+                .finish(),
         }
     }
 }
@@ -166,7 +218,8 @@ pub(crate) fn redact_url(url: &str) -> String {
 ///
 /// With a `rediss://` URL and no `Tls`, the server's certificate is checked
 /// against the system's trust store. For Sentinel, setting `Tls` makes every
-/// connection (to the sentinels and to the master) use TLS.
+/// connection (to the sentinels and to the master) use TLS; for a cluster,
+/// every connection to every node.
 ///
 /// rillkit uses rustls. When the process has no rustls crypto provider yet,
 /// rillkit installs `ring`'s at [`build`](crate::BrokerBuilder::build); an

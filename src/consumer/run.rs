@@ -1,6 +1,6 @@
 //! The consumer loop. See the parent module for what it does; this file is how.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashSet, VecDeque};
 use std::future::{Future, pending};
 use std::panic::AssertUnwindSafe;
@@ -148,7 +148,7 @@ pub(crate) async fn consume(
         heartbeat_at: now,
         refreshing: Rc::new(Cell::new(false)),
         in_read: Rc::new(Cell::new(false)),
-        client_id: Rc::new(Cell::new(None)),
+        reader: Rc::new(RefCell::new(None)),
         sub,
         epoch: connector.epoch(),
         connector,
@@ -235,8 +235,8 @@ struct Loop {
     round_trip: Ewma,
     /// The read connection, absent while (re)connecting.
     conn: Option<MultiplexedConnection>,
-    /// Its CLIENT ID, for CLIENT UNBLOCK.
-    client_id: Rc<Cell<Option<i64>>>,
+    /// Its CLIENT ID, and in a cluster the node it is on, for CLIENT UNBLOCK.
+    reader: Rc<RefCell<Option<Unblock>>>,
     /// `true` while an XREADGROUP is on the wire (not connecting, not backing off).
     in_read: Rc<Cell<bool>>,
     cursor: Cursor,
@@ -675,7 +675,8 @@ impl Loop {
         let block = s.opts.block;
         let delay = self.retry_delay.take();
         let in_read = self.in_read.clone();
-        let client_id = self.client_id.clone();
+        let reader = self.reader.clone();
+        let key = s.names.name.clone();
         let unblock_refused = self.unblock_refused.clone();
         self.read = Some(Box::pin(async move {
             if let Some(d) = delay {
@@ -683,9 +684,9 @@ impl Loop {
             }
             let mut conn = match conn {
                 Some(c) => c,
-                None => match connect_reader(&connector, block, &unblock_refused).await {
+                None => match connect_reader(&connector, &key, block, &unblock_refused).await {
                     Ok((c, id)) => {
-                        client_id.set(id);
+                        *reader.borrow_mut() = id;
                         c
                     }
                     Err(e) => {
@@ -709,7 +710,7 @@ impl Loop {
             };
             in_read.set(false);
             let keep = match &result {
-                Err(e) if e.class().reconnects() => None,
+                Err(e) if drops_reader(e) => None,
                 _ => Some(conn),
             };
             ReadDone {
@@ -747,7 +748,15 @@ impl Loop {
 
     fn on_read_error(&mut self, e: Error) {
         let (delay, log) = self.read_retry.failed();
-        let class = e.class();
+        let mut class = e.class();
+        if class == Class::GroupGone && self.connector.is_cluster() && e.code() == Some("UNBLOCKED")
+        {
+            // In a cluster a blocked read is cut short this way when a slot
+            // migration takes its key away (MIGRATE deletes it here): find
+            // the slot's owner again. A stream really deleted answers
+            // NOGROUP there, and its group is created again then.
+            class = Class::Routing;
+        }
         if !class.is_transient() {
             tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, "read failed; consumer ends");
             self.report.error = Some(e);
@@ -759,6 +768,21 @@ impl Loop {
             return;
         }
         self.retry_delay = Some(delay);
+        if class == Class::Routing {
+            // The stream's slot moved (a reshard) or is moving: the read
+            // connection was dropped; the next one goes to the slot's owner
+            // and re-reads this consumer's pending entries first.
+            self.connector.redirected(&e);
+            if log {
+                let (stream, consumer) = (&self.sub.names.name, &self.sub.consumer);
+                tracing::info!(
+                    %stream, %consumer, answer = %e, failures = self.read_retry.failures(),
+                    retry_in_ms = delay.as_millis() as u64,
+                    "the stream's hash slot moved; reading from its new owner"
+                );
+            }
+            return;
+        }
         if log {
             let (stream, consumer) = (&self.sub.names.name, &self.sub.consumer);
             log_wait!(
@@ -982,8 +1006,8 @@ impl Loop {
             self.unblock_at = None;
             return;
         }
-        if let Some(id) = self.client_id.get() {
-            let req = self.redis.send(Unblock(id));
+        if let Some(target) = self.reader.borrow().clone() {
+            let req = self.redis.send(target);
             let refused = self.unblock_refused.clone();
             let block = self.sub.opts.block;
             self.side.push(Box::pin(async move {
@@ -1001,7 +1025,7 @@ impl Loop {
     /// back in its PEL.
     fn drop_connection(&mut self) {
         self.conn = None;
-        self.client_id.set(None);
+        *self.reader.borrow_mut() = None;
         self.cursor = Cursor::Pending("0".into());
     }
 
@@ -1122,6 +1146,16 @@ fn refuse_unblock(refused: &Cell<bool>, e: &Error, block: Duration) -> bool {
     true
 }
 
+/// Whether a read that failed with `e` leaves its connection unusable or on
+/// the wrong server: broken, demoted, the slot moved elsewhere (`MOVED`,
+/// `ASK`), or its key gone (`UNBLOCKED`, which in a cluster is a migration).
+fn drops_reader(e: &Error) -> bool {
+    matches!(
+        e.class(),
+        Class::Connection | Class::RoleChange | Class::Routing | Class::GroupGone
+    )
+}
+
 /// How many released entries a consumer remembers.
 const RELEASED_CAP: usize = 10_000;
 
@@ -1217,22 +1251,27 @@ fn parse_id(id: &str) -> (u64, u64) {
 }
 
 /// Opens a consumer's dedicated read connection (to the master of the
-/// moment), whose response timeout is `block` plus a margin, and returns it
-/// with its `CLIENT ID` (for CLIENT UNBLOCK). When `CLIENT ID` is refused
-/// (ACL), the read works all the same; stopping then waits out `block`.
+/// moment; in a cluster, to the master that owns the stream's slot), whose
+/// response timeout is `block` plus a margin, and returns it with the
+/// `CLIENT UNBLOCK` that interrupts it (its `CLIENT ID`, and its node). When
+/// `CLIENT ID` is refused (ACL), the read works all the same; stopping then
+/// waits out `block`.
 async fn connect_reader(
     connector: &Connector,
+    stream: &str,
     block: Duration,
     unblock_refused: &Cell<bool>,
-) -> Result<(MultiplexedConnection, Option<i64>), Error> {
-    let mut conn = connector.connect(block + READ_TIMEOUT_MARGIN).await?;
+) -> Result<(MultiplexedConnection, Option<Unblock>), Error> {
+    let (mut conn, node) = connector
+        .connect_reader(stream, block + READ_TIMEOUT_MARGIN)
+        .await?;
     let id: Result<i64, Error> = redis::cmd("CLIENT")
         .arg("ID")
         .query_async(&mut conn)
         .await
         .map_err(Error::from_redis);
     match id {
-        Ok(id) => Ok((conn, Some(id))),
+        Ok(id) => Ok((conn, Some(Unblock { id, node }))),
         Err(e) if refuse_unblock(unblock_refused, &e, block) => Ok((conn, None)),
         Err(e) => Err(e),
     }

@@ -288,10 +288,15 @@ impl Handler<CreateGroup> for RedisActor {
 }
 
 /// `CLIENT UNBLOCK <client-id>`: wakes a consumer's blocked XREADGROUP as if
-/// its block had run out. Answers whether a client was unblocked.
-#[derive(Message)]
+/// its block had run out. Answers whether a client was unblocked. In a
+/// cluster, client ids are per node: it goes to the node (`host:port`) that
+/// holds the read.
+#[derive(Message, Clone)]
 #[rtype(result = "Result<bool, Error>")]
-pub(crate) struct Unblock(pub i64);
+pub(crate) struct Unblock {
+    pub id: i64,
+    pub node: Option<String>,
+}
 
 impl Handler<Unblock> for RedisActor {
     type Result = ResponseFuture<Result<bool, Error>>;
@@ -300,13 +305,13 @@ impl Handler<Unblock> for RedisActor {
         let pool = self.pool.clone();
         Box::pin(async move {
             let mut cmd = redis::cmd("CLIENT");
-            cmd.arg("UNBLOCK").arg(msg.0);
-            let n: i64 = pool
+            cmd.arg("UNBLOCK").arg(msg.id);
+            let n = pool
                 .run("client|unblock", COMMAND_WAIT, |mut conn| async move {
-                    cmd.query_async(&mut conn).await
+                    conn.on_node(&cmd, msg.node.as_deref()).await
                 })
                 .await?;
-            Ok(n == 1)
+            Ok(n == Value::Int(1))
         })
     }
 }

@@ -434,11 +434,13 @@ async fn connect(broker: &Broker, subs: &[Arc<Subscription>]) -> Result<Addr<Red
         e
     };
     let pool = wait_until_ready("PING", "ping", deadline, || async {
-        let mut c = connector.connect(conn::CONNECT_TIMEOUT).await?;
-        redis::cmd("PING")
-            .query_async::<String>(&mut c)
-            .await
-            .map_err(Error::from_redis)?;
+        // Every master of a cluster answers (redis-rs sends PING to each).
+        for mut c in connector.shared(1, conn::CONNECT_TIMEOUT).await? {
+            redis::cmd("PING")
+                .query_async::<redis::Value>(&mut c)
+                .await
+                .map_err(Error::from_redis)?;
+        }
         Pool::connect(connector.clone(), broker.pool_size()).await
     })
     .await

@@ -16,11 +16,14 @@ use std::time::{Duration, Instant};
 
 use process::Process;
 
+pub mod cluster;
 mod loading;
 mod process;
 pub mod sentinel;
 pub mod tls;
 
+#[allow(unused_imports)]
+pub use cluster::RedisCluster;
 #[allow(unused_imports)]
 pub use sentinel::SentinelGroup;
 #[allow(unused_imports)]

@@ -1,0 +1,354 @@
+//! Redis Cluster: hash slots, where a slot lives, and the two kinds of
+//! connection a broker holds to a cluster.
+//!
+//! * The shared connection is redis-rs's cluster connection: it keeps the
+//!   slot map, routes each command by its key's slot, pipelines a batch per
+//!   node, and follows `MOVED`, `ASK` (with `ASKING`) and `TRYAGAIN` itself
+//!   (a few tries; rillkit's own backoff takes over after that).
+//! * A consumer's blocking read runs on a dedicated connection to the master
+//!   that owns its stream's slot, found with `CLUSTER SLOTS` (asked of the
+//!   seed nodes and of every node learned since, in turn), or straight from
+//!   the address of the last `MOVED` for that slot. When the slot moves, the
+//!   read answers `UNBLOCKED` (its key left the node), `MOVED` or `ASK`; the
+//!   consumer drops the connection and opens one to the new owner.
+//!
+//! A multi-key script runs only when all its keys share a slot, so a stream
+//! and its dead-letter stream must: see [`dlq_slot_error`].
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::{RedisConnectionInfo, TlsMode, Value};
+
+use super::topology::Kind;
+use super::{CONNECT_TIMEOUT, TlsSetup, connect_to, node_client, open, parse_addr, settings};
+use crate::error::{ConfigError, Error};
+
+/// Hash slots in a cluster.
+pub(crate) const SLOTS: u16 = 16_384;
+
+/// The hash slot of `key`: CRC16 (XMODEM) of its hash tag (the part between
+/// the first `{` and the next `}`, when not empty) or of the whole key,
+/// modulo 16 384, as Redis computes it.
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|b| *b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|b| *b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(key)) % SLOTS
+}
+
+/// The default dead-letter stream of `stream` under a cluster: `<name>-dlq`
+/// when the name already holds a hash tag (it then hashes like the stream),
+/// else `{<name>}-dlq`.
+pub(crate) fn default_dlq(stream: &str) -> String {
+    let plain = format!("{stream}-dlq");
+    if key_slot(plain.as_bytes()) == key_slot(stream.as_bytes()) && stream.contains('{') {
+        plain
+    } else {
+        format!("{{{stream}}}-dlq")
+    }
+}
+
+/// The error `build()` returns when a stream and its dead-letter stream hash
+/// to different slots (the dead-letter move, one script over both keys, would
+/// fail with `CROSSSLOT`).
+pub(crate) fn dlq_slot_error(stream: &str, dlq: &str) -> Option<ConfigError> {
+    let (s, d) = (key_slot(stream.as_bytes()), key_slot(dlq.as_bytes()));
+    (s != d).then(|| ConfigError::Invalid {
+        stream: stream.to_owned(),
+        option: "dlq_name",
+        reason: format!(
+            "under Redis Cluster the dead-letter stream must share its stream's hash slot \
+             (the move to it is one script over both keys), but {stream:?} is in slot {s} and \
+             {dlq:?} in slot {d}; give both the same hash tag, e.g. {:?}, or leave the \
+             dead-letter name to its default",
+            default_dlq(stream)
+        ),
+    })
+}
+
+/// How many times the cluster connection follows a redirection or waits out
+/// `TRYAGAIN` for one command before answering the error.
+const CLUSTER_RETRIES: u32 = 6;
+
+pub(crate) struct Cluster {
+    client: ClusterClient,
+    /// Seed nodes first, then nodes learned from `CLUSTER SLOTS`.
+    nodes: Mutex<Vec<(String, u16)>>,
+    /// Credentials for every node.
+    settings: RedisConnectionInfo,
+    tls: Option<TlsSetup>,
+    /// Where the last `MOVED` said a slot went, tried first on the next
+    /// connect for that slot.
+    moved: Mutex<HashMap<u16, (String, u16)>>,
+}
+
+fn invalid(reason: String) -> ConfigError {
+    ConfigError::Invalid {
+        stream: String::new(),
+        option: "cluster",
+        reason,
+    }
+}
+
+impl Cluster {
+    pub(crate) fn new(kind: &Kind, tls: Option<TlsSetup>) -> Result<Self, ConfigError> {
+        let Kind::Cluster { nodes, auth } = kind else {
+            unreachable!("Cluster::new is called for the cluster topology only");
+        };
+        if nodes.is_empty() {
+            return Err(invalid("no seed node given".into()));
+        }
+        let mut seeds = Vec::with_capacity(nodes.len());
+        for addr in nodes {
+            seeds.push(
+                parse_addr(addr).ok_or_else(|| invalid(format!("{addr:?} is not host:port")))?,
+            );
+        }
+        let settings = settings(auth);
+        let mut builder = ClusterClientBuilder::new(
+            seeds
+                .iter()
+                .map(|(h, p)| format!("redis://{h}:{p}"))
+                .collect::<Vec<_>>(),
+        )
+        .connection_timeout(CONNECT_TIMEOUT)
+        .response_timeout(super::pool::RESPONSE_TIMEOUT)
+        .retries(CLUSTER_RETRIES)
+        .min_retry_wait(50)
+        .max_retry_wait(1_000);
+        if let Some(u) = &auth.username {
+            builder = builder.username(u);
+        }
+        if let Some(p) = &auth.password {
+            builder = builder.password(p);
+        }
+        if let Some(t) = &tls {
+            builder = builder.tls(if t.insecure {
+                TlsMode::Insecure
+            } else {
+                TlsMode::Secure
+            });
+            if let Some(certs) = &t.certs {
+                builder = builder.certs(certs.clone());
+            }
+        }
+        let client = builder
+            .build()
+            .map_err(|e| invalid(format!("{nodes:?}: {e}")))?;
+        Ok(Cluster {
+            client,
+            nodes: Mutex::new(seeds),
+            settings,
+            tls,
+            moved: Mutex::default(),
+        })
+    }
+
+    /// The shared connection, routed by slot, one attempt.
+    pub(crate) async fn shared(&self) -> Result<ClusterConnection, Error> {
+        self.client
+            .get_async_connection()
+            .await
+            .map_err(Error::Connect)
+    }
+
+    /// A dedicated connection to the master that owns `key`'s slot, with the
+    /// given response timeout, and that master's `host:port`.
+    pub(crate) async fn connect_for(
+        &self,
+        key: &str,
+        response_timeout: Duration,
+    ) -> Result<(MultiplexedConnection, String), Error> {
+        let slot = key_slot(key.as_bytes());
+        let hinted = self.moved.lock().expect("moved lock").remove(&slot);
+        let (host, port) = match hinted {
+            Some(addr) => addr,
+            None => self.owner(slot).await?,
+        };
+        let client =
+            node_client(&host, port, &self.settings, self.tls.as_ref()).map_err(Error::Connect)?;
+        let conn = connect_to(&client, response_timeout).await?;
+        Ok((conn, format!("{host}:{port}")))
+    }
+
+    /// Remembers where a `MOVED` answer said a slot went.
+    pub(crate) fn moved(&self, e: &redis::RedisError) {
+        if e.code() != Some("MOVED") {
+            return;
+        }
+        let Some((addr, slot)) = e.redirect_node() else {
+            return;
+        };
+        if let Some(owner) = parse_addr(addr) {
+            self.moved.lock().expect("moved lock").insert(slot, owner);
+        }
+    }
+
+    /// Asks the known nodes in turn, with `CLUSTER SLOTS`, which master owns
+    /// `slot`.
+    ///
+    /// # Errors
+    /// The last node's error when none answered; `CLUSTERDOWN` (busy: wait)
+    /// when the slot is not served.
+    async fn owner(&self, slot: u16) -> Result<(String, u16), Error> {
+        let nodes = self.nodes.lock().expect("nodes lock").clone();
+        let mut last = None;
+        for (host, port) in nodes {
+            let answer: Result<Value, Error> = async {
+                let client = node_client(&host, port, &self.settings, self.tls.as_ref())
+                    .map_err(Error::Connect)?;
+                let mut conn = open(&client, CONNECT_TIMEOUT).await?;
+                redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(Error::from_redis)
+            }
+            .await;
+            match answer.and_then(|v| {
+                parse_slots(v, &host).map_err(|m| Error::unparsable("CLUSTER SLOTS reply", m))
+            }) {
+                Ok(ranges) => {
+                    self.learn(&ranges);
+                    return ranges
+                        .into_iter()
+                        .find(|r| r.start <= slot && slot <= r.end)
+                        .map(|r| r.master)
+                        .ok_or_else(|| {
+                            Error::from_redis(redis::make_extension_error(
+                                "CLUSTERDOWN".into(),
+                                Some(format!("hash slot {slot} is not served")),
+                            ))
+                        });
+                }
+                Err(e) => {
+                    tracing::debug!(node = %format!("{host}:{port}"), error = %e, "cluster node did not answer CLUSTER SLOTS");
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("at least one seed node"))
+    }
+
+    /// Adds the masters of `ranges` to the nodes asked next time.
+    fn learn(&self, ranges: &[SlotRange]) {
+        let mut nodes = self.nodes.lock().expect("nodes lock");
+        for r in ranges {
+            if !nodes.contains(&r.master) {
+                nodes.push(r.master.clone());
+            }
+        }
+    }
+}
+
+/// One row of `CLUSTER SLOTS`: a range of slots and its master.
+#[derive(Debug, PartialEq)]
+struct SlotRange {
+    start: u16,
+    end: u16,
+    master: (String, u16),
+}
+
+/// Parses `CLUSTER SLOTS`: `[[start, end, [host, port, id, …], replicas…], …]`.
+/// An empty host means the node that answered.
+fn parse_slots(v: Value, asked: &str) -> Result<Vec<SlotRange>, String> {
+    let Value::Array(rows) = v else {
+        return Err(format!("expected an array, got {v:?}"));
+    };
+    let int = |v: &Value| match v {
+        Value::Int(i) => u16::try_from(*i).map_err(|_| format!("{i} is not a slot or port")),
+        other => Err(format!("expected an integer, got {other:?}")),
+    };
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let Value::Array(row) = row else {
+            return Err("a row is not an array".into());
+        };
+        let (Some(start), Some(end), Some(Value::Array(master))) =
+            (row.first(), row.get(1), row.get(2))
+        else {
+            return Err("a row has no master".into());
+        };
+        let host = match master.first() {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            other => return Err(format!("expected a host, got {other:?}")),
+        };
+        let host = if host.is_empty() || host == "?" {
+            asked.to_owned()
+        } else {
+            host
+        };
+        let port = int(master.get(1).ok_or("a master has no port")?)?;
+        out.push(SlotRange {
+            start: int(start)?,
+            end: int(end)?,
+            master: (host, port),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_computed_as_redis_does() {
+        // Values from `CLUSTER KEYSLOT`.
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"orders"), key_slot(b"{orders}-dlq"));
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        // An empty tag does not count: the whole key is hashed.
+        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
+        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"));
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+    }
+
+    #[test]
+    fn the_default_dead_letter_stream_shares_the_stream_slot() {
+        assert_eq!(default_dlq("orders"), "{orders}-dlq");
+        assert_eq!(default_dlq("{tenant1}:orders"), "{tenant1}:orders-dlq");
+        for name in ["orders", "a{b", "{tenant1}:orders", "{t}"] {
+            assert!(dlq_slot_error(name, &default_dlq(name)).is_none(), "{name}");
+        }
+        let e = dlq_slot_error("orders", "orders-dlq").expect("different slots");
+        assert!(e.to_string().contains("{orders}-dlq"), "{e}");
+    }
+
+    #[test]
+    fn cluster_slots_replies_are_parsed() {
+        let node = |h: &str, p: i64| {
+            Value::Array(vec![
+                Value::BulkString(h.as_bytes().to_vec()),
+                Value::Int(p),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let v = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                node("10.0.0.1", 7000),
+            ]),
+            Value::Array(vec![
+                Value::Int(5461),
+                Value::Int(16383),
+                node("", 7001),
+                node("10.0.0.3", 7002),
+            ]),
+        ]);
+        let ranges = parse_slots(v, "10.0.0.9").expect("parses");
+        assert_eq!(ranges[0].master, ("10.0.0.1".into(), 7000));
+        assert_eq!(ranges[1].master, ("10.0.0.9".into(), 7001), "empty host");
+        assert_eq!((ranges[1].start, ranges[1].end), (5461, 16383));
+        assert!(parse_slots(Value::Int(1), "x").is_err());
+    }
+}
