@@ -6,6 +6,8 @@
 //! RILLKIT_BENCH_N=20000 cargo bench --bench throughput
 //! ```
 //!
+//! Section 7 runs on a 3-master Redis Cluster of its own.
+//!
 //! Prints a table and, last, `consume_ratio=<rillkit entries/s ÷ raw entries/s>`.
 
 #[path = "../tests/support/mod.rs"]
@@ -194,6 +196,87 @@ async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
     let rate = n as f64 / t0.elapsed().as_secs_f64();
     assert!(broker.stop().await.unwrap().is_clean());
     rate
+}
+
+/// On a 3-master cluster: rillkit consuming `n_each` prefilled entries from
+/// each of `streams` (one subscription each, `count` 100) in one process;
+/// timed from `start()` until every entry is acked. Answers entries/s in all.
+async fn cluster_consume(cluster: &support::RedisCluster, streams: &[String], n_each: u64) -> f64 {
+    let handled = Arc::new(AtomicUsize::new(0));
+    let mut builder = Broker::with_topology(rillkit::Topology::cluster(cluster.seeds()));
+    let mut conns = Vec::new();
+    for name in streams {
+        let owner = cluster.owner_of_slot(cluster.slot_of(name));
+        let mut conn = connect(&cluster.nodes()[owner].url()).await;
+        prefill(&mut conn, name, n_each).await;
+        conns.push((name.clone(), conn));
+        let h = handled.clone();
+        builder = builder.subscribe(
+            &Stream::new(name, "rillkit"),
+            ConsumerOptions::default()
+                .count(100)
+                .block(Duration::from_millis(100)),
+            move |_: Entry| {
+                h.fetch_add(1, Ordering::Relaxed);
+                std::future::ready(Ok(()))
+            },
+        );
+    }
+    let broker = builder.build().unwrap();
+    let total = n_each * streams.len() as u64;
+    let t0 = Instant::now();
+    broker.start().await.unwrap();
+    wait_for("rillkit handled all", Duration::from_secs(600), || {
+        handled.load(Ordering::Relaxed) as u64 >= total
+    })
+    .await;
+    for (name, conn) in &mut conns {
+        while pending(conn, name, "rillkit").await > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    let rate = total as f64 / t0.elapsed().as_secs_f64();
+    assert!(broker.stop().await.unwrap().is_clean());
+    rate
+}
+
+/// How long `stop()` takes on a cluster with a read blocked (`block` 5 s) on
+/// each of three masters.
+async fn cluster_stop_ms(cluster: &support::RedisCluster, streams: &[String]) -> f64 {
+    let mut builder = Broker::with_topology(rillkit::Topology::cluster(cluster.seeds()));
+    for name in streams {
+        builder = builder.subscribe(
+            &Stream::new(name, "idle"),
+            ConsumerOptions::default().block(Duration::from_secs(5)),
+            |_: Entry| std::future::ready(Ok(())),
+        );
+    }
+    let broker = builder.build().unwrap();
+    broker.start().await.unwrap();
+    wait_for(
+        "a read blocked on every master",
+        Duration::from_secs(30),
+        || cluster.nodes().iter().all(|n| n.blocked_clients() >= 1),
+    )
+    .await;
+    let t0 = Instant::now();
+    assert!(broker.stop().await.unwrap().is_clean());
+    t0.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Stream names whose slots are on three different masters.
+fn streams_on_three_masters(cluster: &support::RedisCluster, prefix: &str) -> Vec<String> {
+    let mut by_owner = std::collections::BTreeMap::new();
+    for i in 0.. {
+        let name = format!("{prefix}-{i}");
+        by_owner
+            .entry(cluster.owner_of_slot(cluster.slot_of(&name)))
+            .or_insert(name);
+        if by_owner.len() == 3 {
+            return by_owner.into_values().collect();
+        }
+    }
+    unreachable!()
 }
 
 struct PublishRates {
@@ -447,6 +530,30 @@ fn main() {
             "   peak RSS at the end of the run",
             format!("{:.1} MiB", peak_rss_kib() as f64 / 1024.0),
         );
+        let cluster = support::RedisCluster::start();
+        let three = streams_on_three_masters(&cluster, "bench-cluster");
+        let each = (n / 4).max(1_000);
+        let one = cluster_consume(&cluster, &three[..1], each).await;
+        row(
+            &format!("7. cluster, 1 stream ({each} entries)"),
+            format!("{one:.0} e/s"),
+        );
+        let all = cluster_consume(
+            &cluster,
+            &streams_on_three_masters(&cluster, "bench-spread"),
+            each,
+        )
+        .await;
+        row(
+            &format!("   cluster, 3 streams on 3 masters ({each} each)"),
+            format!("{all:.0} e/s"),
+        );
+        row("   ratio to 1 stream", format!("{:.2}x", all / one));
+        row(
+            "   stop with a read blocked on each master (block 5 s)",
+            format!("{:.1} ms", cluster_stop_ms(&cluster, &three).await),
+        );
+        drop(cluster);
         println!("consume_ratio={:.2}", rk / raw);
     });
 }

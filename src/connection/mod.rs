@@ -120,7 +120,7 @@ struct Inner {
 enum Target {
     Standalone(Client),
     Sentinel(sentinel::Sentinels),
-    Cluster(cluster::Cluster),
+    Cluster(Box<cluster::Cluster>),
 }
 
 /// `host:port` (IPv6 hosts in brackets or not) as its parts.
@@ -272,7 +272,7 @@ impl Connector {
                 }
                 let c = cluster::Cluster::new(&topology.kind, tls)?;
                 (
-                    Target::Cluster(c),
+                    Target::Cluster(Box::new(c)),
                     format!("cluster via {}", nodes.join(",")),
                 )
             }
