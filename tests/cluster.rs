@@ -410,3 +410,31 @@ async fn a_stop_interrupts_the_blocked_read_on_the_node_that_holds_it() {
         );
     }
 }
+
+#[test]
+fn the_worker_example_runs_on_a_cluster_given_rillkit_cluster() {
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seeds().join(",");
+    let env = support::worker_env(
+        "w1",
+        &[
+            ("RILLKIT_CLUSTER", seeds.as_str()),
+            ("RILLKIT_MAX_RETRIES", "0"),
+            ("RILLKIT_BLOCK_MS", "500"),
+        ],
+    );
+    // REDIS_URL points nowhere: the cluster seeds are used instead.
+    let mut worker = support::Worker::spawn("redis://127.0.0.1:1", &env);
+    let mut conn = cluster.conn_for_key("tasks");
+    support::xadd(&mut conn, "tasks", r#"{"id":1}"#);
+    support::xadd(&mut conn, "tasks", r#"{"id":2,"fail":true}"#);
+    support::eventually_blocking("task 1 handled", WAIT, || {
+        worker.lines().iter().any(|l| l == "handled 1 delivery 1")
+    });
+    support::eventually_blocking("task 2 dead-lettered", WAIT, || {
+        stream_len(&mut conn, "{tasks}-dlq") == 1
+    });
+    worker.signal("TERM");
+    assert_eq!(worker.wait_exit(WAIT), Some(0), "{:?}", worker.log());
+    assert_eq!(pending_count(&mut conn, "tasks", "workers"), 0);
+}
