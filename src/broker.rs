@@ -257,8 +257,12 @@ impl BrokerBuilder {
     /// * [`ConfigError::Url`]: the URL does not parse as a Redis URL.
     /// * [`ConfigError::Invalid`]: `pool_size` is 0; TLS options with a
     ///   `redis://` URL; a Sentinel topology without sentinels, with an empty
-    ///   master name or an address that is not `host:port`; or a
-    ///   subscription's options are invalid (see [`ConsumerOptions`]).
+    ///   master name or an address that is not `host:port`; a cluster
+    ///   topology without seed nodes or with an address that is not
+    ///   `host:port`; under a cluster, a subscription whose dead-letter stream
+    ///   hashes to another slot than its stream (`option` `"dlq_name"`; the
+    ///   reason names a name that fits); or a subscription's options are
+    ///   invalid (see [`ConsumerOptions`]).
     /// * [`ConfigError::DuplicateConsumer`]: two subscriptions on one stream
     ///   use the same group and consumer name.
     pub fn build(self) -> Result<Broker, ConfigError> {
@@ -387,7 +391,7 @@ impl Broker {
     }
 
     /// Starts configuring a broker for Redis as `topology` describes it
-    /// (standalone or Sentinel).
+    /// (standalone, Sentinel or Cluster).
     pub fn with_topology(topology: Topology) -> BrokerBuilder {
         BrokerBuilder::new(topology)
     }

@@ -438,3 +438,86 @@ fn the_worker_example_runs_on_a_cluster_given_rillkit_cluster() {
     assert_eq!(worker.wait_exit(WAIT), Some(0), "{:?}", worker.log());
     assert_eq!(pending_count(&mut conn, "tasks", "workers"), 0);
 }
+
+#[actix_rt::test]
+async fn a_blocked_read_follows_its_stream_when_the_slot_migrates() {
+    support::init_tracing();
+    let cluster = RedisCluster::start();
+    let s = Stream::new("alerts", "ops");
+    let slot = cluster.slot_of("alerts");
+    let from = cluster.owner_of_slot(slot);
+    let to = (from + 2) % 3;
+    let seen: Seen = Default::default();
+    // A block far longer than the test waits: only the migration can end
+    // the blocked read.
+    let broker = Broker::with_topology(topology(&cluster))
+        .subscribe(
+            &s,
+            ConsumerOptions::default()
+                .consumer("c1")
+                .block(Duration::from_secs(300)),
+            counting(&seen),
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker
+        .publish(
+            &s,
+            &Job {
+                id: 1,
+                poison: false,
+            },
+        )
+        .await
+        .unwrap();
+    eventually("the first entry handled", WAIT, || {
+        seen.lock().unwrap().contains_key(&1)
+    })
+    .await;
+    eventually("the read blocked on the owner", WAIT, || {
+        cluster.nodes()[from].blocked_clients() == 1
+    })
+    .await;
+    let creates_before = cluster.command_calls_total("xgroup|create");
+
+    // MIGRATE deletes the key on the old owner, which answers the blocked
+    // read `UNBLOCKED the stream key no longer exists`.
+    cluster.migrate_slot(slot, to);
+    broker
+        .publish(
+            &s,
+            &Job {
+                id: 2,
+                poison: false,
+            },
+        )
+        .await
+        .unwrap();
+    eventually("the entry published after the move handled", WAIT, || {
+        seen.lock().unwrap().contains_key(&2)
+    })
+    .await;
+    eventually("the read blocked on the new owner", WAIT, || {
+        cluster.nodes()[to].blocked_clients() == 1 && cluster.nodes()[from].blocked_clients() == 0
+    })
+    .await;
+    assert_eq!(
+        cluster.command_calls_total("xgroup|create"),
+        creates_before,
+        "a migration is not a deleted stream: no group is created anywhere"
+    );
+    let mut conn = cluster.conn_for_key("alerts");
+    assert_eq!(pending_count(&mut conn, "alerts", "ops"), 0);
+    assert_eq!(
+        stream_len(&mut conn, "alerts"),
+        2,
+        "the group's entries moved with it"
+    );
+    let t0 = Instant::now();
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    assert!(
+        t0.elapsed() < Duration::from_secs(150),
+        "the read on the new owner was interrupted"
+    );
+}

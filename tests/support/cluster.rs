@@ -1,7 +1,10 @@
-//! A Redis Cluster of three masters (no replicas) on 127.0.0.1, created with
-//! `redis-cli --cluster create`, all killed on drop; and slot migration done
-//! the way an operator does it (`CLUSTER SETSLOT … IMPORTING`/`MIGRATING`,
-//! `MIGRATE`, `CLUSTER SETSLOT … NODE`), whole or step by step.
+//! A Redis Cluster of three masters on 127.0.0.1, without replicas
+//! ([`RedisCluster::start`]) or with one replica each
+//! ([`RedisCluster::start_with_replicas`]), created with `redis-cli --cluster
+//! create`, all killed on drop; slot migration done the way an operator does
+//! it (`CLUSTER SETSLOT … IMPORTING`/`MIGRATING`, `MIGRATE`, `CLUSTER SETSLOT
+//! … NODE`), whole or step by step; and a master's manual failover to its
+//! replica (`CLUSTER FAILOVER`, [`RedisCluster::failover`]).
 //!
 //! Set `RILLKIT_REDIS_CLI` to use another binary than `redis-cli` on the
 //! `PATH` (and `RILLKIT_REDIS_SERVER` for the servers, as everywhere).
@@ -16,8 +19,9 @@ use super::{RedisServer, free_port, info_field, try_conn};
 /// Number of hash slots in a Redis Cluster.
 pub const SLOTS: u16 = 16384;
 
-/// How long [`RedisCluster::start`] and [`Migration::finish`] wait for every
-/// node to agree before the harness gives up.
+/// How long [`RedisCluster::start`], [`Migration::finish`] and
+/// [`RedisCluster::failover`] wait for every node to agree before the harness
+/// gives up.
 const SETTLE: Duration = Duration::from_secs(30);
 
 /// How often the nodes' views are polled (each poll opens one connection per
@@ -32,9 +36,16 @@ fn redis_cli_bin() -> String {
     std::env::var("RILLKIT_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
 }
 
+/// Masters in every harness cluster.
+const MASTERS: usize = 3;
+
 /// One node's `CLUSTER SLOTS` as `(first slot, last slot, master port)`
 /// ranges, sorted; `None` when the node cannot be asked.
 type SlotMap = Vec<(u16, u16, u16)>;
+
+/// One node's `CLUSTER SLOTS` with the replicas too: `(first slot, last
+/// slot, master port, replica ports sorted)`, sorted.
+type FullSlotMap = Vec<(u16, u16, u16, Vec<u16>)>;
 
 /// The master port that owns `slot` in `map`.
 fn owner_in(map: &SlotMap, slot: u16) -> Option<u16> {
@@ -46,25 +57,61 @@ fn owner_in(map: &SlotMap, slot: u16) -> Option<u16> {
 /// `CLUSTER SLOTS` of the node on `port`, or `None` when it cannot be asked
 /// or answers something unexpected.
 fn slot_map(port: u16) -> Option<SlotMap> {
+    Some(
+        full_slot_map(port)?
+            .into_iter()
+            .map(|(first, last, master, _)| (first, last, master))
+            .collect(),
+    )
+}
+
+/// [`slot_map`] with each range's replicas (`CLUSTER SLOTS` lists the
+/// replicas not marked failed).
+fn full_slot_map(port: u16) -> Option<FullSlotMap> {
     let reply: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
         .arg("SLOTS")
         .query(&mut try_conn(port)?)
         .ok()?;
+    let node_port = |node: &redis::Value| -> Option<u16> {
+        // [ip, port, id, …]
+        let redis::Value::Array(node) = node else {
+            return None;
+        };
+        redis::from_redis_value_ref(node.get(1)?).ok()
+    };
     let mut map = reply
         .iter()
         .map(|range| {
-            // [first, last, [ip, port, id, …] of the master, replicas…]
+            // [first, last, master, replicas…]
             let first = redis::from_redis_value_ref(range.first()?).ok()?;
             let last = redis::from_redis_value_ref(range.get(1)?).ok()?;
-            let redis::Value::Array(master) = range.get(2)? else {
-                return None;
-            };
-            let port = redis::from_redis_value_ref(master.get(1)?).ok()?;
-            Some((first, last, port))
+            let master = node_port(range.get(2)?)?;
+            let mut replicas = range
+                .get(3..)
+                .unwrap_or_default()
+                .iter()
+                .map(node_port)
+                .collect::<Option<Vec<u16>>>()?;
+            replicas.sort_unstable();
+            Some((first, last, master, replicas))
         })
-        .collect::<Option<SlotMap>>()?;
+        .collect::<Option<FullSlotMap>>()?;
     map.sort_unstable();
     Some(map)
+}
+
+/// `INFO replication` of the node on `port`: its `role` (`master` or
+/// `slave`) and, for a replica, its master's port and whether the link to it
+/// is up (`master_link_status:up`).
+fn replication(port: u16) -> Option<(String, Option<u16>, bool)> {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut try_conn(port)?)
+        .ok()?;
+    let role = info_field(&info, "role")?;
+    let master_port = info_field(&info, "master_port").and_then(|p| p.parse().ok());
+    let link_up = info_field(&info, "master_link_status").as_deref() == Some("up");
+    Some((role, master_port, link_up))
 }
 
 /// `CLUSTER INFO`'s `cluster_state` on the node on `port`.
@@ -76,9 +123,12 @@ fn cluster_state(port: u16) -> Option<String> {
     info_field(&info, "cluster_state")
 }
 
-/// Three `redis-server --cluster-enabled yes` masters (no replicas,
-/// `cluster-node-timeout 5000`), their 16384 slots spread evenly by
-/// `redis-cli --cluster create`. Every node has its own `nodes.conf` in its
+/// Three `redis-server --cluster-enabled yes` masters
+/// (`cluster-node-timeout 5000`), their 16384 slots spread evenly by
+/// `redis-cli --cluster create`, without replicas ([`RedisCluster::start`])
+/// or with one each ([`RedisCluster::start_with_replicas`]: six nodes, which
+/// node replicates which master is `redis-cli`'s choice, see
+/// [`RedisCluster::replica_of`]). Every node has its own `nodes.conf` in its
 /// temp dir and its own free `--cluster-port` (the bus port), so the default
 /// port + 10000 cannot clash with anything.
 ///
@@ -89,7 +139,10 @@ fn cluster_state(port: u16) -> Option<String> {
 /// long). [`RedisCluster::migrate_slot`] of a slot with a few keys takes
 /// about 10 ms.
 pub struct RedisCluster {
+    /// Masters and replicas, in `redis-cli --cluster create`'s order.
     nodes: Vec<RedisServer>,
+    /// Replicas per master at creation (0 or 1).
+    replicas: usize,
     /// What `redis-cli --cluster create` printed, for failure messages.
     create_output: String,
 }
@@ -104,7 +157,22 @@ impl RedisCluster {
     /// settle in time; the message has `redis-cli`'s output, every node's
     /// view of the cluster, and every node's log.
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3)
+        Self::create(0)
+    }
+
+    /// Like [`RedisCluster::start`] with one replica per master: six nodes,
+    /// `--cluster-replicas 1`, settled when every node agrees on the slot
+    /// map (masters and replicas) and every replica's `master_link_status`
+    /// is `up`.
+    ///
+    /// # Panics
+    /// As [`RedisCluster::start`].
+    pub fn start_with_replicas() -> RedisCluster {
+        Self::create(1)
+    }
+
+    fn create(replicas: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..MASTERS * (1 + replicas))
             .map(|_| {
                 let bus_port = free_port().to_string();
                 RedisServer::start_with(&[
@@ -124,12 +192,13 @@ impl RedisCluster {
             .collect();
         let mut cluster = RedisCluster {
             nodes,
+            replicas,
             create_output: String::new(),
         };
         let mut cmd = Command::new(redis_cli_bin());
         cmd.args(["--cluster", "create"])
             .args(cluster.seeds())
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null());
         let out = cmd.output().unwrap_or_else(|e| {
             panic!("could not start redis-cli ({cmd:?}): {e} (set RILLKIT_REDIS_CLI)")
@@ -146,13 +215,15 @@ impl RedisCluster {
             cluster.diagnostics()
         );
         cluster.wait_until(
-            "the cluster settled (cluster_state:ok, all nodes agree)",
+            "the cluster settled (cluster_state:ok, all nodes agree, replicas linked)",
             || cluster.settled(),
         );
         cluster
     }
 
-    /// The three nodes, all masters.
+    /// Every node: the three masters, or with
+    /// [`RedisCluster::start_with_replicas`] the six nodes, masters and
+    /// replicas (which is which changes with a failover).
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
     }
@@ -198,10 +269,14 @@ impl RedisCluster {
     /// now: the one node whose own `CLUSTER SLOTS` gives the slot to itself.
     /// During a migration that is still the source (ownership changes only
     /// with [`Migration::finish`]), and right after one every node already
-    /// says so.
+    /// says so. A replica never claims a slot (its `CLUSTER SLOTS` names its
+    /// master), so this holds with replicas too; after
+    /// [`RedisCluster::failover`] returns, the owner is the promoted replica.
     ///
     /// # Panics
-    /// When not exactly one node claims the slot (e.g. its owner is stopped).
+    /// When not exactly one node claims the slot (e.g. its owner is stopped,
+    /// or in the instant of a failover where the promoted replica claims it
+    /// and the old master has not heard yet).
     pub fn owner_of_slot(&self, slot: u16) -> usize {
         let claimants: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| {
@@ -217,6 +292,114 @@ impl RedisCluster {
                 self.views()
             ),
         }
+    }
+
+    /// The index in [`RedisCluster::nodes`] of the replica of node `master`
+    /// now (from every node's `INFO replication`: `role:slave` and
+    /// `master_port`).
+    ///
+    /// # Panics
+    /// When not exactly one node replicates `master` (a cluster from
+    /// [`RedisCluster::start`] has none).
+    pub fn replica_of(&self, master: usize) -> usize {
+        let port = self.nodes[master].port;
+        let replicas: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| {
+                i != master
+                    && replication(self.nodes[i].port).is_some_and(|(role, of, _)| {
+                        role == "slave" && of == Some(port)
+                    })
+            })
+            .collect();
+        match replicas[..] {
+            [replica] => replica,
+            _ => panic!(
+                "{} nodes ({replicas:?}) replicate node {master} (port {port}):\n{}",
+                replicas.len(),
+                self.views()
+            ),
+        }
+    }
+
+    /// The index in [`RedisCluster::nodes`] of the master that node
+    /// `replica` replicates now (its `INFO replication` `master_port`).
+    ///
+    /// # Panics
+    /// When the node is not a replica of one of the nodes.
+    pub fn master_of(&self, replica: usize) -> usize {
+        let port = match replication(self.nodes[replica].port) {
+            Some((role, Some(port), _)) if role == "slave" => port,
+            other => panic!(
+                "node {replica} is not a replica ({other:?}):\n{}",
+                self.views()
+            ),
+        };
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .unwrap_or_else(|| panic!("node {replica} replicates port {port}, not a node"))
+    }
+
+    /// The graceful, manual failover of node `replica`'s master to it:
+    /// `CLUSTER FAILOVER` (no `FORCE`) sent to the replica, which has its
+    /// master stop writes, catches up with its replication offset (so no
+    /// acknowledged write is lost), wins the election and takes the
+    /// master's slots; the old master becomes its replica. Returns once
+    /// every node's `CLUSTER SLOTS` names `replica` master of every range
+    /// the old master owned, with how long that took from sending the
+    /// command.
+    ///
+    /// The old master's link to its new master may still be coming up then:
+    /// poll [`RedisCluster::settled`] to wait for that too.
+    ///
+    /// # Panics
+    /// When the node is not a replica with its link up, refuses the command,
+    /// or the nodes do not agree within 30 s.
+    pub fn failover(&self, replica: usize) -> Duration {
+        let master = self.master_of(replica);
+        let (old_port, new_port) = (self.nodes[master].port, self.nodes[replica].port);
+        let ranges: Vec<(u16, u16)> = slot_map(new_port)
+            .unwrap_or_else(|| panic!("node {replica} does not answer CLUSTER SLOTS"))
+            .into_iter()
+            .filter(|(_, _, owner)| *owner == old_port)
+            .map(|(first, last, _)| (first, last))
+            .collect();
+        assert!(
+            !ranges.is_empty(),
+            "node {master} (port {old_port}) owns no slots:\n{}",
+            self.views()
+        );
+        assert!(
+            self.nodes[replica].master_link_up(),
+            "node {replica}'s link to node {master} is down:\n{}",
+            self.views()
+        );
+        let t0 = Instant::now();
+        let _: () = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .query(&mut self.nodes[replica].conn())
+            .unwrap_or_else(|e| panic!("CLUSTER FAILOVER on node {replica}: {e}"));
+        self.wait_until(
+            &format!(
+                "every node names node {replica} (port {new_port}) master of {ranges:?}, \
+                 node {master}'s (port {old_port}) until the failover"
+            ),
+            || {
+                self.nodes.iter().all(|n| {
+                    slot_map(n.port).is_some_and(|m| {
+                        ranges
+                            .iter()
+                            .all(|(first, last)| m.contains(&(*first, *last, new_port)))
+                    })
+                })
+            },
+        );
+        t0.elapsed()
+    }
+
+    /// Whether node `node` says it is a master (`INFO replication`).
+    fn is_master(&self, node: usize) -> bool {
+        replication(self.nodes[node].port).is_some_and(|(role, _, _)| role == "master")
     }
 
     /// A plain synchronous connection to the node that owns `key`'s slot, to
@@ -279,16 +462,21 @@ impl RedisCluster {
 
     /// Whether the cluster is in a steady state: every node says
     /// `cluster_state:ok`, and every node's `CLUSTER SLOTS` covers all 16384
-    /// slots with exactly the three nodes as masters, the same on all.
+    /// slots with three of the nodes as masters, each with as many replicas
+    /// as it was created with, the same on all; and every replica's link to
+    /// its master is up (`master_link_status:up`).
     pub fn settled(&self) -> bool {
         let ports: BTreeSet<u16> = self.nodes.iter().map(|n| n.port).collect();
-        let mut first: Option<SlotMap> = None;
-        self.nodes.iter().all(|n| {
-            let Some(map) = slot_map(n.port) else {
+        let mut first: Option<FullSlotMap> = None;
+        let agreed = self.nodes.iter().all(|n| {
+            let Some(map) = full_slot_map(n.port) else {
                 return false;
             };
-            let covered: u32 = map.iter().map(|(a, b, _)| u32::from(b - a) + 1).sum();
-            let masters: BTreeSet<u16> = map.iter().map(|(_, _, p)| *p).collect();
+            let covered: u32 = map.iter().map(|(a, b, _, _)| u32::from(b - a) + 1).sum();
+            let masters: BTreeSet<u16> = map.iter().map(|(_, _, p, _)| *p).collect();
+            let replicas_ok = map.iter().all(|(_, _, _, r)| {
+                r.len() == self.replicas && r.iter().all(|p| ports.contains(p))
+            });
             let same = match &first {
                 None => {
                     first = Some(map.clone());
@@ -298,9 +486,26 @@ impl RedisCluster {
             };
             cluster_state(n.port).as_deref() == Some("ok")
                 && covered == u32::from(SLOTS)
-                && masters == ports
+                && masters.len() == MASTERS
+                && masters.is_subset(&ports)
+                && replicas_ok
                 && same
-        })
+        });
+        let masters: BTreeSet<u16> = first
+            .iter()
+            .flatten()
+            .map(|(_, _, p, _)| *p)
+            .collect();
+        agreed
+            && self
+                .nodes
+                .iter()
+                .filter(|n| !masters.contains(&n.port))
+                .all(|n| {
+                    replication(n.port).is_some_and(|(role, of, up)| {
+                        role == "slave" && of.is_some_and(|p| masters.contains(&p)) && up
+                    })
+                })
     }
 
     /// Polls `cond` every 50 ms for up to 30 s.
@@ -436,14 +641,16 @@ impl Migration {
     }
 
     /// Ends the migration: `CLUSTER SETSLOT <slot> NODE <target id>` on the
-    /// target, then the source, then the third node; then waits (up to 30 s)
+    /// target, then the source, then the other masters (replicas refuse
+    /// `SETSLOT` and learn from their masters); then waits (up to 30 s)
     /// until every node's `CLUSTER SLOTS` gives the slot to the target.
     ///
     /// # Panics
     /// When a node refuses (the source does while it still has keys of the
     /// slot) or the nodes do not agree in time.
     pub fn finish(&self, cluster: &RedisCluster) {
-        let others = (0..cluster.nodes.len()).filter(|&i| i != self.from && i != self.to);
+        let others = (0..cluster.nodes.len())
+            .filter(|&i| i != self.from && i != self.to && cluster.is_master(i));
         for node in [self.to, self.from].into_iter().chain(others) {
             cluster.setslot(node, self.slot, &["NODE", &self.to_id]);
         }
