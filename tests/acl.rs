@@ -32,29 +32,11 @@ struct Job {
 /// The `ACL SETUSER` line of the README's minimal-ACL block, split on
 /// whitespace.
 fn readme_acl() -> Vec<String> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
-    let text = std::fs::read_to_string(&path).expect("read README.md");
-    let (open, close) = ("<!-- minimal-acl -->", "<!-- /minimal-acl -->");
-    let start = text
-        .find(open)
-        .unwrap_or_else(|| panic!("README.md has no {open} marker"))
-        + open.len();
-    let len = text[start..]
-        .find(close)
-        .unwrap_or_else(|| panic!("README.md has no {close} marker after {open}"));
-    let lines: Vec<&str> = text[start..start + len]
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("ACL SETUSER"))
-        .collect();
-    let [line] = lines.as_slice() else {
-        panic!("expected one `ACL SETUSER` line between the markers, found {lines:?}");
-    };
-    let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
-    assert_eq!(words.get(2).map(String::as_str), Some(USER), "{line}");
+    let words = support::readme_acl_words();
+    assert_eq!(words.get(2).map(String::as_str), Some(USER), "{words:?}");
     assert!(
         words.iter().any(|w| *w == format!(">{PASSWORD}")),
-        "the README line sets the password >{PASSWORD}: {line}"
+        "the README line sets the password >{PASSWORD}: {words:?}"
     );
     words
 }

@@ -521,3 +521,77 @@ async fn a_blocked_read_follows_its_stream_when_the_slot_migrates() {
         "the read on the new owner was interrupted"
     );
 }
+
+/// The README's minimal ACL line plus what it says a cluster adds.
+const CLUSTER_ACL_EXTRA: [&str; 2] = ["+cluster|slots", "+asking"];
+
+#[actix_rt::test]
+async fn a_worker_with_the_readmes_minimal_acl_runs_on_a_cluster() {
+    support::init_tracing();
+    let cluster = RedisCluster::start();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("`{}`", CLUSTER_ACL_EXTRA.join(" "))),
+        "the README names what a cluster adds to the ACL"
+    );
+    let mut words = support::readme_acl_words();
+    words.extend(CLUSTER_ACL_EXTRA.iter().map(|w| w.to_string()));
+    let (user, password) = (words[2].clone(), "change-me");
+    for node in cluster.nodes() {
+        let mut cmd = redis::cmd("ACL");
+        for w in &words[1..] {
+            cmd.arg(w);
+        }
+        let () = cmd.query(&mut node.conn()).unwrap();
+    }
+    let s = Stream::new("invoices", "billing");
+    let seen: Seen = Default::default();
+    let broker =
+        Broker::with_topology(topology(&cluster).master_credentials(Some(&user), password))
+            .subscribe(
+                &s,
+                ConsumerOptions::default()
+                    .consumer("c1")
+                    .max_retries(0)
+                    .block(Duration::from_secs(60)),
+                counting(&seen),
+            )
+            .build()
+            .unwrap();
+    broker.start().await.unwrap();
+    broker
+        .publish(
+            &s,
+            &Job {
+                id: 1,
+                poison: false,
+            },
+        )
+        .await
+        .unwrap();
+    broker
+        .publish(
+            &s,
+            &Job {
+                id: 2,
+                poison: true,
+            },
+        )
+        .await
+        .unwrap();
+    let mut conn = cluster.conn_for_key("invoices");
+    eventually("one handled, one dead-lettered", WAIT, || {
+        seen.lock().unwrap().contains_key(&1) && stream_len(&mut conn, "{invoices}-dlq") == 1
+    })
+    .await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    assert_eq!(pending_count(&mut conn, "invoices", "billing"), 0);
+    for (i, node) in cluster.nodes().iter().enumerate() {
+        let log: Vec<redis::Value> = redis::cmd("ACL")
+            .arg("LOG")
+            .query(&mut node.conn())
+            .unwrap();
+        assert!(log.is_empty(), "node {i} refused a command: {log:?}");
+    }
+}

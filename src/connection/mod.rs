@@ -421,6 +421,19 @@ async fn check_role(conn: &mut MultiplexedConnection, client: &Client) -> Result
     }
 }
 
+/// Commands a connection sends before the one a step is about (redis-rs's
+/// cluster connection asks `CLUSTER SLOTS`; a reader asks `ROLE`).
+const CONNECT_COMMANDS: [&str; 3] = ["cluster|slots", "role", "asking"];
+
+/// The command a `NOPERM` answer names (`… to run the 'cluster|slots'
+/// command`), when it is one a connection sends by itself.
+fn refused_command(e: &Error) -> Option<&'static str> {
+    let text = e.to_string();
+    CONNECT_COMMANDS
+        .into_iter()
+        .find(|c| text.contains(&format!("'{c}'")))
+}
+
 /// Runs `op` until it succeeds, waiting with backoff while the server answers
 /// that it is starting (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, a
 /// replica), until `deadline`. Anything else fails at once: an unreachable
@@ -453,7 +466,7 @@ where
             Class::Permission if matches!(e, Error::Permission { .. }) => return Err(e),
             Class::Permission => {
                 return Err(Error::Permission {
-                    command,
+                    command: refused_command(&e).unwrap_or(command),
                     source: Box::new(e),
                 });
             }
@@ -481,6 +494,23 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_of_a_command_sent_on_connect_names_that_command() {
+        let noperm = |cmd: &str| {
+            Error::from_redis(redis::make_extension_error(
+                "NOPERM".into(),
+                Some(format!(
+                    "this user has no permissions to run the '{cmd}' command"
+                )),
+            ))
+        };
+        assert_eq!(
+            refused_command(&noperm("cluster|slots")),
+            Some("cluster|slots")
+        );
+        assert_eq!(refused_command(&noperm("xadd")), None, "the step's own");
+    }
 
     #[test]
     fn backoff_stays_within_100ms_and_10s_with_jitter() {

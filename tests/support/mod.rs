@@ -566,3 +566,27 @@ pub fn worker_env<'a>(consumer: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&
     v.extend_from_slice(extra);
     v
 }
+
+/// The words of the README's minimal ACL line (between `<!-- minimal-acl -->`
+/// and `<!-- /minimal-acl -->`), so tests run exactly what the README says.
+pub fn readme_acl_words() -> Vec<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let text = std::fs::read_to_string(&path).expect("read README.md");
+    let (open, close) = ("<!-- minimal-acl -->", "<!-- /minimal-acl -->");
+    let start = text
+        .find(open)
+        .unwrap_or_else(|| panic!("README.md has no {open} marker"))
+        + open.len();
+    let len = text[start..]
+        .find(close)
+        .unwrap_or_else(|| panic!("README.md has no {close} marker after {open}"));
+    let lines: Vec<&str> = text[start..start + len]
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("ACL SETUSER"))
+        .collect();
+    let [line] = lines.as_slice() else {
+        panic!("expected one `ACL SETUSER` line between the markers, found {lines:?}");
+    };
+    line.split_whitespace().map(str::to_owned).collect()
+}
