@@ -141,7 +141,7 @@ async fn main() {
         .build()
         .unwrap_or_else(|e| {
             eprintln!("invalid configuration: {e}");
-            std::process::exit(2);
+            std::process::exit(e.exit_code());
         });
 
     let code = match broker.run().await {

@@ -30,6 +30,23 @@ pub enum Error {
         #[source]
         source: redis::RedisError,
     },
+    /// The configuration is invalid (from
+    /// [`BrokerBuilder::build`](crate::BrokerBuilder::build), so `build()?`
+    /// works in a function returning `Result<_, rillkit::Error>`). Its exit
+    /// code is 78 (`EX_CONFIG`).
+    ///
+    /// ```no_run
+    /// use rillkit::{Broker, Error};
+    ///
+    /// #[actix::main]
+    /// async fn main() -> Result<(), Error> {
+    ///     let broker = Broker::builder("redis://127.0.0.1:6379").build()?;
+    ///     broker.start().await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// A Redis command failed (the server answered with an error).
     #[error("redis command failed: {0}")]
     Redis(#[source] redis::RedisError),
@@ -179,9 +196,11 @@ impl Error {
     }
 
     /// The process exit status this error maps to: a failed start or stop is 1,
-    /// unless the shutdown outcome carried by a [`Error::Hook`] ranks higher.
+    /// unless the shutdown outcome carried by a [`Error::Hook`] ranks higher;
+    /// an invalid configuration is 78 (`EX_CONFIG`).
     pub fn exit_code(&self) -> i32 {
         match self {
+            Error::Config(e) => e.exit_code(),
             Error::Hook(f) => f.outcome.map_or(1, |o| o.exit_code().max(1)),
             _ => 1,
         }
@@ -235,7 +254,9 @@ pub struct HookError {
 }
 
 /// An invalid broker or consumer configuration, found by
-/// [`BrokerBuilder::build`](crate::BrokerBuilder::build).
+/// [`BrokerBuilder::build`](crate::BrokerBuilder::build). Exit with
+/// [`exit_code`](Self::exit_code) (78, `EX_CONFIG`), which no drain outcome
+/// uses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -262,4 +283,16 @@ pub enum ConfigError {
         /// Consumer name.
         consumer: String,
     },
+}
+
+impl ConfigError {
+    /// `EX_CONFIG` from BSD's `sysexits.h`: the configuration is wrong, and
+    /// restarting the process will not help.
+    pub const EXIT_CODE: i32 = 78;
+
+    /// The process exit status for an invalid configuration: 78
+    /// ([`EXIT_CODE`](Self::EXIT_CODE)).
+    pub fn exit_code(&self) -> i32 {
+        Self::EXIT_CODE
+    }
 }

@@ -16,8 +16,40 @@ pub type HandlerResult = Result<(), HandlerError>;
 
 /// Why a handler did not succeed, and what rillkit does about it.
 ///
-/// Any `std::error::Error + Send + Sync` converts into
-/// [`HandlerError::Retry`], so `?` works in handlers.
+/// Anything that converts into a [`BoxError`] converts into
+/// [`HandlerError::Retry`], so `?` works in handlers on every
+/// `std::error::Error + Send + Sync`, `anyhow::Error`, `String`, `&str`, and
+/// `BoxError` (what [`Message::decode`] returns):
+///
+/// ```
+/// use rillkit::{BoxError, HandlerResult, Json, Message};
+///
+/// fn io() -> HandlerResult {
+///     std::fs::read("/no/such/file")?;
+///     Ok(())
+/// }
+/// fn any() -> HandlerResult {
+///     Err(anyhow::anyhow!("the ledger is down"))?
+/// }
+/// fn text() -> HandlerResult {
+///     Err(String::from("bad input"))?;
+///     Err("bad input")?
+/// }
+/// fn boxed() -> HandlerResult {
+///     Err::<(), BoxError>("boxed".into())?;
+///     Ok(())
+/// }
+/// fn decode(msg: &Message) -> HandlerResult {
+///     let _amount: u64 = msg.decode(&Json)?;
+///     Ok(())
+/// }
+/// for r in [io(), any(), text(), boxed()] {
+///     assert!(!r.unwrap_err().is_reject(), "`?` means retry");
+/// }
+/// # let _ = decode;
+/// ```
+///
+/// Use [`HandlerError::reject`] for an entry that can never succeed.
 #[derive(Debug)]
 pub enum HandlerError {
     /// The entry stays pending (no XACK) and is handled again once it has been
@@ -55,9 +87,9 @@ impl fmt::Display for HandlerError {
     }
 }
 
-impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
+impl<E: Into<BoxError>> From<E> for HandlerError {
     fn from(e: E) -> Self {
-        HandlerError::Retry(Box::new(e))
+        HandlerError::Retry(e.into())
     }
 }
 
