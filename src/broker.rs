@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{oneshot, watch};
 
 use crate::connection::{Connector, Tls, Topology, default_dlq, dlq_slot_error};
-use crate::consumer::{ConsumerOptions, Subscription, default_consumer_name};
+use crate::consumer::{ConsumerOptions, MAX_DURATION, Subscription, default_consumer_name};
 use crate::error::{BoxError, ConfigError, Error, HookError, HookFailures};
 use crate::handler::{self, ErasedHandler, HandlerResult, Message};
 use crate::hooks::{self, Hooks};
@@ -275,7 +275,21 @@ impl BrokerBuilder {
             });
         }
         let mut subs: Vec<Arc<Subscription>> = Vec::with_capacity(self.subs.len());
+        for (what, d) in [
+            ("startup_timeout", self.startup_timeout),
+            ("publish_timeout", self.publish_timeout),
+            ("shutdown_timeout", self.shutdown_timeout),
+        ] {
+            if d > MAX_DURATION {
+                return Err(ConfigError::Invalid {
+                    stream: String::new(),
+                    option: what,
+                    reason: "must be at most 365 days".into(),
+                });
+            }
+        }
         for (mut names, opts, handler) in self.subs {
+            names.validate()?;
             opts.validate(&names.name)?;
             if connector.is_cluster() {
                 if names.dlq_default {
@@ -586,7 +600,9 @@ impl Broker {
     /// [`publish_timeout`](BrokerBuilder::publish_timeout).
     ///
     /// # Errors
-    /// [`Error::Encode`]; [`Error::NotStarted`] before `start()`;
+    /// [`Error::Config`] for a stream whose names or length cap cannot work
+    /// (an empty name, `max_len(0)`); [`Error::Encode`];
+    /// [`Error::NotStarted`] before `start()`;
     /// [`Error::ShutDown`] once the connections are closed;
     /// [`Error::Unavailable`] when they did not come back within
     /// `publish_timeout`; [`Error::Connect`] or [`Error::Redis`] when Redis
@@ -656,6 +672,8 @@ impl Broker {
         payloads: Vec<Vec<u8>>,
     ) -> Result<Vec<EntryId>, Error> {
         let names = stream.names();
+        // A producer's `Stream` never went through `build()`.
+        names.validate()?;
         self.redis_addr()?
             .send(Publish {
                 stream: names.name,

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::connection::{Topology, default_dlq};
-use crate::error::BoxError;
+use crate::error::{BoxError, ConfigError};
 
 /// Turns values into the bytes stored in an entry's data field and back.
 ///
@@ -219,6 +219,46 @@ impl<C> fmt::Debug for Stream<C> {
             .field("field", &self.field)
             .field("codec", &std::any::type_name::<C>())
             .finish()
+    }
+}
+
+impl StreamNames {
+    /// Names that cannot work: empty ones, a dead-letter stream that is the
+    /// stream itself (every dead letter would be read again, forever), a
+    /// length cap of 0 (every entry trimmed as it is added).
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |option: &'static str, reason: &str| {
+            Err(ConfigError::Invalid {
+                stream: self.name.to_string(),
+                option,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.name.is_empty() {
+            return bad("name", "the stream name must not be empty");
+        }
+        if self.group.is_empty() {
+            return bad("group", "the consumer group name must not be empty");
+        }
+        if self.dlq.is_empty() {
+            return bad("dlq_name", "the dead-letter stream name must not be empty");
+        }
+        if self.dlq == self.name {
+            return bad(
+                "dlq_name",
+                "the dead-letter stream must not be the stream itself (each dead letter would be read and fail again, forever)",
+            );
+        }
+        if self.field.is_empty() {
+            return bad("data_field", "the data field name must not be empty");
+        }
+        if self.max_len == Some(0) {
+            return bad(
+                "max_len",
+                "must be at least 1 entry (MAXLEN 0 would trim every entry as soon as it is added)",
+            );
+        }
+        Ok(())
     }
 }
 

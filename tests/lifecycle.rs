@@ -537,3 +537,102 @@ fn invalid_configuration_is_rejected_by_build() {
         }
     ));
 }
+
+/// Each bad value is refused by `build()` naming the option and the bound,
+/// instead of failing later (an overflow panic in a restart loop, a
+/// dead-letter loop, publishes that vanish, a group with no name).
+#[test]
+fn build_names_the_option_and_the_bound_of_each_bad_value() {
+    use rillkit::ConfigError;
+    fn build_with(s: &Stream, o: ConsumerOptions) -> ConfigError {
+        Broker::builder("redis://127.0.0.1")
+            .subscribe(s, o, |_: u64| async { Ok(()) })
+            .build()
+            .unwrap_err()
+    }
+    let s = Stream::new("orders", "billing");
+    let d = ConsumerOptions::default;
+    let cases: Vec<(ConfigError, &str, &str)> = vec![
+        (
+            build_with(&s, d().block(Duration::from_secs(u64::MAX))),
+            "block",
+            "at most 24 h",
+        ),
+        (
+            build_with(&s, d().claim_idle(Duration::MAX)),
+            "claim_idle",
+            "at most 365 days",
+        ),
+        (
+            build_with(&s.clone().dlq_name("orders"), d()),
+            "dlq_name",
+            "not be the stream itself",
+        ),
+        (
+            build_with(&s.clone().max_len(0), d()),
+            "max_len",
+            "at least 1 entry",
+        ),
+        (
+            build_with(&Stream::new("", "billing"), d()),
+            "name",
+            "empty",
+        ),
+        (
+            build_with(&Stream::new("orders", ""), d()),
+            "group",
+            "empty",
+        ),
+        (
+            Broker::builder("redis://127.0.0.1")
+                .shutdown_timeout(Duration::MAX)
+                .build()
+                .unwrap_err(),
+            "shutdown_timeout",
+            "365 days",
+        ),
+    ];
+    for (err, option, bound) in cases {
+        match &err {
+            ConfigError::Invalid {
+                option: o, reason, ..
+            } => {
+                assert_eq!(*o, option, "{err}");
+                assert!(reason.contains(bound), "{option}: {err}");
+            }
+            other => panic!("{option}: expected Invalid, got {other:?}"),
+        }
+        assert_eq!(err.exit_code(), 78);
+        assert_eq!(Error::from(err).exit_code(), 78);
+    }
+    for (url, says) in [
+        ("localhost:6379", "scheme"),
+        ("http://localhost", "\"http\""),
+        ("redis://localhost:99999", "port"),
+        ("redis://localhost/orders", "database number"),
+    ] {
+        match Broker::builder(url).build().unwrap_err() {
+            ConfigError::Url(m) => assert!(m.contains(says), "{url}: {m}"),
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn publishing_to_a_stream_capped_at_zero_is_refused_not_lost() {
+    let redis = RedisServer::start();
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    broker.start().await.unwrap();
+    let err = broker
+        .publish(&Stream::new("events", "g").max_len(0), &1u64)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(
+        broker
+            .publish(&Stream::new("events", "g").max_len(1), &1u64)
+            .await
+            .is_ok()
+    );
+    broker.stop().await.unwrap();
+}

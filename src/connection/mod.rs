@@ -229,6 +229,8 @@ impl Connector {
     pub(crate) fn new(topology: &Topology, tls: Option<&Tls>) -> Result<Self, ConfigError> {
         let (target, describe) = match &topology.kind {
             Kind::Standalone { url } => {
+                topology::check_url(url)
+                    .map_err(|reason| ConfigError::Url(format!("{}: {reason}", redact_url(url))))?;
                 let info = url
                     .as_str()
                     .into_connection_info()

@@ -201,6 +201,36 @@ impl fmt::Debug for Topology {
     }
 }
 
+/// What is wrong with a standalone server's URL, part by part, before
+/// redis-rs (whose own error says only that it did not parse) sees it.
+pub(crate) fn check_url(url: &str) -> Result<(), String> {
+    let parsed = url::Url::parse(url).map_err(|e| match e {
+        url::ParseError::RelativeUrlWithoutBase => {
+            "no scheme: write redis://host:port (or rediss:// for TLS)".to_owned()
+        }
+        other => format!("{other}"),
+    })?;
+    match parsed.scheme() {
+        "redis" | "rediss" | "valkey" | "valkeys" => {}
+        "unix" | "redis+unix" => return Ok(()),
+        other => {
+            return Err(format!(
+                "the scheme {other:?} is not redis:// or rediss:// (or unix:// for a socket)"
+            ));
+        }
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err("the host is missing".into());
+    }
+    let path = parsed.path().trim_start_matches('/');
+    if !path.is_empty() && path.parse::<i64>().is_err() {
+        return Err(format!(
+            "the path /{path} is not a database number (redis://host:port/0)"
+        ));
+    }
+    Ok(())
+}
+
 /// A URL with its password replaced, for logs.
 pub(crate) fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -280,6 +310,30 @@ impl fmt::Debug for Tls {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn malformed_urls_say_which_part_is_wrong() {
+        let cases = [
+            ("127.0.0.1:6379", "scheme"),
+            ("localhost", "no scheme"),
+            ("http://h:6379", "\"http\""),
+            ("redis://h:notaport", "port"),
+            ("redis://h:6379/orders", "/orders is not a database number"),
+            ("redis://:6379", "host"),
+        ];
+        for (url, says) in cases {
+            let e = check_url(url).expect_err(url);
+            assert!(e.contains(says), "{url}: {e}");
+        }
+        for ok in [
+            "redis://127.0.0.1:6379",
+            "rediss://user:pw@h:6380/2",
+            "redis://h",
+            "unix:///tmp/redis.sock",
+        ] {
+            assert_eq!(check_url(ok), Ok(()), "{ok}");
+        }
+    }
 
     #[test]
     fn urls_are_logged_without_their_password() {

@@ -33,7 +33,7 @@ mod options;
 mod run;
 
 pub use options::ConsumerOptions;
-pub(crate) use options::default_consumer_name;
+pub(crate) use options::{MAX_DURATION, default_consumer_name};
 pub(crate) use run::{ConsumerReport, Delivered};
 
 use std::panic::AssertUnwindSafe;

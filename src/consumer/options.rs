@@ -62,7 +62,7 @@ impl ConsumerOptions {
     }
 
     /// Sets how long one XREADGROUP waits for new entries (`BLOCK`, in ms on
-    /// the wire; at least 1 ms). Stopping never waits for it: the blocked read
+    /// the wire; at least 1 ms, at most 24 h). Stopping never waits for it: the blocked read
     /// is interrupted with CLIENT UNBLOCK.
     pub fn block(mut self, block: Duration) -> Self {
         self.block = block;
@@ -102,6 +102,7 @@ impl ConsumerOptions {
     /// Sets how long an entry must have been idle in the pending entries list
     /// before it is taken over (XCLAIM min-idle-time) and handled again: the
     /// retry delay, and how soon a crashed consumer's entries are recovered.
+    /// At least 1 ms, at most 365 days.
     pub fn claim_idle(mut self, idle: Duration) -> Self {
         self.claim_idle = idle;
         self
@@ -167,6 +168,9 @@ impl ConsumerOptions {
         if self.block < Duration::from_millis(1) {
             return bad("block", "must be at least 1 ms");
         }
+        if self.block > MAX_BLOCK {
+            return bad("block", "must be at most 24 h (86 400 000 ms)");
+        }
         if self.count == 0 {
             return bad("count", "must be at least 1 entry");
         }
@@ -175,6 +179,9 @@ impl ConsumerOptions {
         }
         if self.claim_idle < Duration::from_millis(1) {
             return bad("claim_idle", "must be at least 1 ms");
+        }
+        if self.claim_idle > MAX_DURATION {
+            return bad("claim_idle", "must be at most 365 days");
         }
         if self.start_id.is_empty() {
             return bad("start_id", "must not be empty");
@@ -185,6 +192,15 @@ impl ConsumerOptions {
         Ok(())
     }
 }
+
+/// The longest `block`: a day. Longer reads only delay the moments a
+/// blocked read is renewed, and `block` plus the read's response margin must
+/// stay far from overflowing.
+const MAX_BLOCK: Duration = Duration::from_secs(86_400);
+
+/// The longest duration any option takes (365 days): deadlines are computed
+/// as now + the option, which must not overflow.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(365 * 86_400);
 
 /// `<group>-<hostname>-<pid>`.
 pub(crate) fn default_consumer_name(group: &str) -> String {
