@@ -634,5 +634,5 @@ async fn publishing_to_a_stream_capped_at_zero_is_refused_not_lost() {
             .await
             .is_ok()
     );
-    broker.stop().await.unwrap();
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
