@@ -20,14 +20,19 @@
 //!             println!("order {} for {}", o.id, o.total);
 //!             Ok(())
 //!         })
-//!         .build()
-//!         .expect("valid configuration");
+//!         .build()?;
 //!     broker.start().await?;
 //!     broker.publish(&orders, &Order { id: 1, total: 49.5 }).await?;
 //!     let outcome = broker.stop().await?;
 //!     std::process::exit(outcome.exit_code());
 //! }
 //! ```
+//!
+//! Configuration is set with builder methods named after the option
+//! (`count(100)`, `max_len(10_000)`) and read back with the same name
+//! prefixed by `get_` (`get_count()`, `get_max_len()`), on every type; values
+//! given to a constructor (`Stream::new`'s name and group) read back by their
+//! plain name (`name()`, `group()`).
 //!
 //! The wire format is one field `data` holding a JSON document, so any Redis
 //! client can produce for rillkit or read what it publishes. See the README for
@@ -61,7 +66,8 @@ pub use supervisor::RestartPolicy;
 /// The names most programs need: `use rillkit::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        Broker, ConsumerOptions, HandlerError, HandlerResult, Message, Stream, SupervisorOutcome,
+        Broker, ConsumerOptions, HandlerError, HandlerResult, Json, Message, Phase, Stream,
+        SupervisorOutcome,
     };
 }
 

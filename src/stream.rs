@@ -64,7 +64,7 @@ impl Codec for Json {
 ///
 /// let orders = Stream::new("orders", "billing").max_len(100_000);
 /// let audit = orders.with_group("audit");
-/// assert_eq!(orders.dlq(), "orders-dlq");
+/// assert_eq!(orders.get_dlq_name(), "orders-dlq");
 /// assert_eq!(audit.group(), "audit");
 /// ```
 #[derive(Clone)]
@@ -156,6 +156,12 @@ impl<C: Codec> Stream<C> {
     /// The dead-letter stream key for a standalone or Sentinel server: the
     /// name set with [`dlq_name`](Self::dlq_name), or `<name>-dlq`. Under a
     /// cluster the default differs; see [`dlq_for`](Self::dlq_for).
+    pub fn get_dlq_name(&self) -> &str {
+        &self.dlq
+    }
+
+    /// The dead-letter stream key. Renamed [`get_dlq_name`](Self::get_dlq_name).
+    #[deprecated(since = "0.1.0", note = "use get_dlq_name (getters are get_<setter>)")]
     pub fn dlq(&self) -> &str {
         &self.dlq
     }
@@ -182,17 +188,34 @@ impl<C: Codec> Stream<C> {
         }
     }
 
-    /// The length cap, in entries, if any.
+    /// The length cap set with [`max_len`](Self::max_len), in entries, if
+    /// any.
+    pub fn get_max_len(&self) -> Option<usize> {
+        self.max_len
+    }
+
+    /// The length cap. Renamed [`get_max_len`](Self::get_max_len).
+    #[deprecated(since = "0.1.0", note = "use get_max_len (getters are get_<setter>)")]
     pub fn length_cap(&self) -> Option<usize> {
         self.max_len
     }
 
-    /// The field holding the encoded value.
+    /// The field holding the encoded value, set with
+    /// [`data_field`](Self::data_field).
+    pub fn get_data_field(&self) -> &str {
+        &self.field
+    }
+
+    /// The data field. Renamed [`get_data_field`](Self::get_data_field).
+    #[deprecated(
+        since = "0.1.0",
+        note = "use get_data_field (getters are get_<setter>)"
+    )]
     pub fn field(&self) -> &str {
         &self.field
     }
 
-    /// The codec.
+    /// The codec, set with [`codec`](Self::codec).
     pub fn get_codec(&self) -> &C {
         &self.codec
     }

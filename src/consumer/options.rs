@@ -116,37 +116,39 @@ impl ConsumerOptions {
         self
     }
 
-    /// The consumer name, if set.
+    /// The consumer name, if set with [`consumer`](Self::consumer).
     pub fn get_consumer(&self) -> Option<&str> {
         self.consumer.as_deref()
     }
 
-    /// The XREADGROUP block time.
+    /// The XREADGROUP block time, set with [`block`](Self::block).
     pub fn get_block(&self) -> Duration {
         self.block
     }
 
-    /// The XREADGROUP count, in entries.
+    /// The XREADGROUP count, in entries, set with [`count`](Self::count).
     pub fn get_count(&self) -> usize {
         self.count
     }
 
-    /// The handler concurrency.
+    /// How many handlers run at once, set with
+    /// [`concurrency`](Self::concurrency).
     pub fn get_concurrency(&self) -> usize {
         self.concurrency
     }
 
-    /// The retry limit.
+    /// The retry limit, in runs after the first, set with
+    /// [`max_retries`](Self::max_retries).
     pub fn get_max_retries(&self) -> u64 {
         self.max_retries
     }
 
-    /// The claim idle time.
+    /// The claim idle time, set with [`claim_idle`](Self::claim_idle).
     pub fn get_claim_idle(&self) -> Duration {
         self.claim_idle
     }
 
-    /// The start id for a new group.
+    /// The start id for a new group, set with [`start_id`](Self::start_id).
     pub fn get_start_id(&self) -> &str {
         &self.start_id
     }
