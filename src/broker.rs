@@ -555,8 +555,12 @@ impl Broker {
     /// Starts the broker, waits, then stops it. Returns when SIGINT or SIGTERM
     /// arrives (if [`handle_signals`](BrokerBuilder::handle_signals) is on),
     /// when a stop is requested elsewhere, or when every subscription has
-    /// failed. A second SIGINT/SIGTERM during the drain exits the process with
-    /// status 1 at once.
+    /// failed. Signals are watched from the first instruction, before any
+    /// Redis I/O: one arriving during startup abandons the start after the
+    /// hook or command in progress, shuts down what had started
+    /// (`after_shutdown` hooks always run), and returns the clean outcome
+    /// (exit code 0: the operator asked to stop). A second SIGINT/SIGTERM,
+    /// during startup or the drain, exits the process with status 1 at once.
     ///
     /// # Errors
     /// As [`start`](Self::start) and [`stop`](Self::stop).
@@ -576,11 +580,29 @@ impl Broker {
     /// # Panics
     /// As [`start`](Self::start).
     pub async fn run_until<F: Future>(&self, trigger: F) -> Result<SupervisorOutcome, Error> {
-        self.start().await?;
+        // Signals are watched from the first instruction: a SIGTERM while
+        // Redis is still loading stops the start, it does not kill the
+        // process unlogged.
         let signals = self
             .inner
             .handle_signals
             .then(|| actix_rt::spawn(watch_signals(self.clone())));
+        match self.start().await {
+            Ok(()) => {}
+            Err(Error::StartAborted) => {
+                let result = self.stop().await;
+                if let Some(s) = signals {
+                    s.abort();
+                }
+                return result;
+            }
+            Err(e) => {
+                if let Some(s) = signals {
+                    s.abort();
+                }
+                return Err(e);
+            }
+        }
         tokio::select! {
             _ = trigger => {}
             () = self.wait_stop_requested() => {}
@@ -711,6 +733,16 @@ impl Broker {
         let _ = self.inner.redis.set(addr);
     }
 
+    /// Whether a stop has been requested.
+    pub(crate) fn stop_requested(&self) -> bool {
+        self.inner.stop_req.borrow().is_some()
+    }
+
+    /// The shared-connection actor, once `start()` has opened it.
+    pub(crate) fn redis_if_started(&self) -> Option<Addr<RedisActor>> {
+        self.inner.redis.get().cloned()
+    }
+
     pub(crate) async fn wait_stop_requested(&self) {
         let mut rx = self.inner.stop_req.subscribe();
         let _ = rx.wait_for(Option::is_some).await;
@@ -773,9 +805,14 @@ async fn watch_signals(broker: Broker) {
         tracing::error!("could not install SIGINT/SIGTERM handlers");
         return;
     };
+    let what = if broker.phase() == Phase::Starting {
+        "signal received during startup; abandoning the start"
+    } else {
+        "signal received; draining"
+    };
     tokio::select! {
-        _ = term.recv() => tracing::info!(signal = "SIGTERM", "signal received; draining"),
-        _ = int.recv() => tracing::info!(signal = "SIGINT", "signal received; draining"),
+        _ = term.recv() => tracing::info!(signal = "SIGTERM", "{what}"),
+        _ = int.recv() => tracing::info!(signal = "SIGINT", "{what}"),
     }
     broker.request_stop();
     tokio::select! {

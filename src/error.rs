@@ -70,6 +70,14 @@ pub enum Error {
     /// The broker has not been started yet (`start()` or `run()`).
     #[error("the broker is not started")]
     NotStarted,
+    /// A stop was requested (a signal under [`run`](crate::Broker::run), or
+    /// [`request_stop`](crate::Broker::request_stop)) before `start()`
+    /// finished: the start was abandoned after the hook or command in
+    /// progress, what had started was shut down (`after_shutdown` hooks ran),
+    /// and the broker is stopped. Its exit code is 0: the operator asked to
+    /// stop. [`run`](crate::Broker::run) returns the (clean) outcome instead.
+    #[error("a stop was requested during startup; the start was abandoned")]
+    StartAborted,
     /// `start()` was called on a broker that was already started.
     #[error("the broker was already started")]
     AlreadyStarted,
@@ -201,6 +209,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(e) => e.exit_code(),
+            Error::StartAborted => 0,
             Error::Hook(f) => f.outcome.map_or(1, |o| o.exit_code().max(1)),
             _ => 1,
         }

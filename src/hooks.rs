@@ -78,9 +78,17 @@ impl Hooks {
     /// all failures are returned; otherwise the first failure stops the list.
     /// Each failure is logged at ERROR.
     /// A panicking hook counts as a failed one.
+    ///
+    /// The startup stages stop before the next hook once a stop is requested
+    /// (a signal during startup).
     pub async fn run(&self, stage: Stage, broker: &Broker, keep_going: bool) -> Vec<HookError> {
         let mut failures = Vec::new();
+        let startup = matches!(stage, Stage::OnStartup | Stage::AfterStartup);
         for (index, h) in self.list(stage).iter().enumerate() {
+            if startup && broker.stop_requested() {
+                tracing::info!(stage = %stage, skipped = self.list(stage).len() - index, "stop requested during startup; skipping the remaining hooks");
+                break;
+            }
             let result = match std::panic::catch_unwind(AssertUnwindSafe(|| h(broker.clone()))) {
                 Ok(fut) => AssertUnwindSafe(fut).catch_unwind().await,
                 Err(panic) => Err(panic),

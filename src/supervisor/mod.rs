@@ -342,6 +342,20 @@ async fn lifecycle(
         e
     };
 
+    // A stop requested during startup (a signal): abandon the start after
+    // the hook or command in progress, close what was opened, run the
+    // after_shutdown hooks, and finish clean.
+    let abort_start = |broker: Broker, hooks: Hooks| async move {
+        tracing::info!("stop requested during startup; the start is abandoned");
+        if let Some(redis) = broker.redis_if_started() {
+            let _ = redis.send(Close).await;
+        }
+        broker.set_phase(Phase::Stopped);
+        let failures = hooks.run(Stage::AfterShutdown, &broker, true).await;
+        broker.finish(SupervisorOutcome::default(), failures);
+        Err(Error::StartAborted)
+    };
+
     // 1. on_startup hooks, before any Redis I/O.
     let failures = hooks.run(Stage::OnStartup, &broker, false).await;
     if !failures.is_empty() {
@@ -351,10 +365,20 @@ async fn lifecycle(
         });
         return report_start(Err(fail_start(&broker, e)));
     }
+    if broker.stop_requested() {
+        return report_start(abort_start(broker.clone(), hooks.clone()).await);
+    }
     // 2. PING (waiting for a server that is starting); then the shared pool.
-    let redis = match connect(&broker, &subs).await {
-        Ok(r) => r,
-        Err(e) => return report_start(Err(fail_start(&broker, e))),
+    let connected = tokio::select! {
+        r = connect(&broker, &subs) => Some(r),
+        () = broker.wait_stop_requested() => None,
+    };
+    let redis = match connected {
+        Some(Ok(r)) if !broker.stop_requested() => r,
+        Some(Err(e)) if !broker.stop_requested() => {
+            return report_start(Err(fail_start(&broker, e)));
+        }
+        _ => return report_start(abort_start(broker.clone(), hooks.clone()).await),
     };
     // 4. Consumers.
     let _ = me.send(StartConsumers(redis.clone())).await;

@@ -389,6 +389,19 @@ impl Worker {
     /// Starts the worker against `url` with extra `RILLKIT_*` variables and
     /// waits (up to 20 s) until its consumer has started.
     pub fn spawn(url: &str, env: &[(&str, &str)]) -> Worker {
+        let w = Worker::spawn_starting(url, env);
+        eventually_blocking("worker consumer started", Duration::from_secs(60), || {
+            w.stderr
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains("consumer started"))
+        });
+        w
+    }
+
+    /// Starts the worker without waiting for anything.
+    pub fn spawn_starting(url: &str, env: &[(&str, &str)]) -> Worker {
         use std::io::BufRead;
         let mut cmd = Command::new(worker_bin());
         cmd.env("REDIS_URL", url)
@@ -413,19 +426,11 @@ impl Worker {
                 e.lock().unwrap().push(line);
             }
         });
-        let w = Worker {
+        Worker {
             child,
             lines,
             stderr,
-        };
-        eventually_blocking("worker consumer started", Duration::from_secs(60), || {
-            w.stderr
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|l| l.contains("consumer started"))
-        });
-        w
+        }
     }
 
     pub fn pid(&self) -> u32 {
