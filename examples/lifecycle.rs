@@ -13,6 +13,8 @@ use rillkit::prelude::*;
 #[actix::main]
 async fn main() {
     tracing_subscriber::fmt()
+        // No colour codes when the log goes to a file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .with_env_filter("rillkit=info")
         .without_time()
         .with_target(false)

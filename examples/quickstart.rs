@@ -22,6 +22,8 @@ struct Order {
 #[actix::main]
 async fn main() {
     tracing_subscriber::fmt()
+        // No colour codes when the log goes to a file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .with_env_filter("rillkit=info")
         .init();
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());

@@ -63,6 +63,8 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 #[actix::main]
 async fn main() {
     tracing_subscriber::fmt()
+        // No colour codes when the log goes to a file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "rillkit=info".into()),

@@ -7,7 +7,7 @@ mod support;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rillkit::prelude::*;
 use rillkit::{Json, Topology};
@@ -164,12 +164,16 @@ async fn a_master_failover_mid_stream_loses_nothing_and_repeats_only_entries_in_
 
     // What is in the stream on the new master is what was handled.
     let in_stream = entries(&mut conn, "orders");
-    let seen = seen.lock().unwrap();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
     let stream_ids: BTreeSet<&str> = in_stream.iter().map(|(e, _)| e.as_str()).collect();
     let handled_ids: BTreeSet<&str> = seen.entries.keys().map(String::as_str).collect();
     assert_eq!(stream_ids, handled_ids, "every entry handled, nothing else");
     let jobs: BTreeSet<u64> = in_stream.iter().map(|(_, j)| *j).collect();
-    assert_eq!(jobs, (0..ENTRIES).collect(), "every job published once at least");
+    assert_eq!(
+        jobs,
+        (0..ENTRIES).collect(),
+        "every job published once at least"
+    );
     let doubles = in_stream.len() - jobs.len();
     assert!(
         doubles <= retried as usize,
@@ -201,4 +205,94 @@ async fn a_master_failover_mid_stream_loses_nothing_and_repeats_only_entries_in_
     })
     .await;
     assert_eq!(cluster.master_of(old_master), new_master);
+}
+
+#[actix_rt::test]
+async fn a_read_blocked_on_the_old_master_moves_to_the_new_one_and_a_stop_interrupts_it_there() {
+    support::init_tracing();
+    let cluster = Arc::new(RedisCluster::start_with_replicas());
+    let s = Stream::new("payments", "billing");
+    let slot = cluster.slot_of("payments");
+    let old_master = cluster.owner_of_slot(slot);
+    let replica = cluster.replica_of(old_master);
+    // Longer than WAIT (and its response timeout longer still): a read that
+    // the failover did not cut short would still be blocked on the old master
+    // when the waits below give up.
+    let block = Duration::from_secs(90);
+    let seen: Arc<Mutex<Seen>> = Default::default();
+    let record = seen.clone();
+    let broker = Broker::with_topology(Topology::cluster(cluster.seeds()))
+        .subscribe(
+            &s,
+            ConsumerOptions::default().consumer("c1").block(block),
+            move |job: Job| {
+                *record.lock().unwrap().jobs.entry(job.id).or_default() += 1;
+                std::future::ready(Ok(()))
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker.publish(&s, &Job { id: 0 }).await.unwrap();
+    eventually("job 0 handled", WAIT, || {
+        seen.lock().unwrap().jobs.contains_key(&0)
+    })
+    .await;
+    let old = &cluster.nodes()[old_master];
+    eventually("the read blocked on the old master", WAIT, || {
+        old.blocked_clients() >= 1
+    })
+    .await;
+    let (unblocked_before, moved_before) = (old.error_count("UNBLOCKED"), old.error_count("MOVED"));
+
+    let failover = {
+        let cluster = cluster.clone();
+        std::thread::spawn(move || cluster.failover(replica))
+    };
+    let failover_thread = &failover;
+    eventually("the failover is over", WAIT, || {
+        failover_thread.is_finished()
+    })
+    .await;
+    let took = failover.join().unwrap();
+    assert_eq!(cluster.owner_of_slot(slot), replica);
+    let new = &cluster.nodes()[replica];
+    eventually("the read blocked on the new master", WAIT, || {
+        new.blocked_clients() >= 1
+    })
+    .await;
+    let (unblocked, moved) = (
+        old.error_count("UNBLOCKED") - unblocked_before,
+        old.error_count("MOVED") - moved_before,
+    );
+    eprintln!(
+        "master failover (node {old_master} -> node {replica}) took {took:?}; the old master \
+         answered the blocked read's connection {unblocked} UNBLOCKED and {moved} MOVED"
+    );
+    assert!(
+        unblocked + moved >= 1,
+        "the old master cut the blocked read short"
+    );
+
+    for id in 1..=10 {
+        broker.publish(&s, &Job { id }).await.unwrap();
+    }
+    eventually("jobs 1-10 handled", WAIT, || {
+        seen.lock().unwrap().jobs.len() == 11
+    })
+    .await;
+    eventually("the read blocked on the new master again", WAIT, || {
+        new.blocked_clients() >= 1
+    })
+    .await;
+    let unblocks_before = new.command_calls("client|unblock");
+    let outcome = broker.stop().await.unwrap();
+    assert!(!outcome.timed_out);
+    assert_eq!(outcome.exit_code(), 0);
+    assert!(
+        new.command_calls("client|unblock") > unblocks_before,
+        "the stop sent CLIENT UNBLOCK to the new master"
+    );
+    assert_eq!(pending_count(&mut new.conn(), "payments", "billing"), 0);
+    assert!(seen.lock().unwrap().jobs.values().all(|n| *n == 1));
 }

@@ -778,7 +778,7 @@ impl Loop {
                 tracing::info!(
                     %stream, %consumer, answer = %e, failures = self.read_retry.failures(),
                     retry_in_ms = delay.as_millis() as u64,
-                    "the stream's hash slot moved; reading from its new owner"
+                    "the stream's hash slot moved or its master changed; reading from its owner now"
                 );
             }
             return;

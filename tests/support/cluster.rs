@@ -137,7 +137,11 @@ fn cluster_state(port: u16) -> Option<String> {
 /// a second while the nodes meet), and the nodes say `cluster_state:ok` only
 /// 2 s after they started (Redis keeps a fresh master out of `ok` that
 /// long). [`RedisCluster::migrate_slot`] of a slot with a few keys takes
-/// about 10 ms.
+/// about 10 ms. [`RedisCluster::start_with_replicas`] takes about 12 s:
+/// `redis-cli` takes ~3 s, the replicas sync at once, but a node lists a
+/// replica in its `CLUSTER SLOTS` only once a ping from that replica has told
+/// it a replication offset, which takes every node up to ~10 s more.
+/// [`RedisCluster::failover`] takes 50-110 ms.
 pub struct RedisCluster {
     /// Masters and replicas, in `redis-cli --cluster create`'s order.
     nodes: Vec<RedisServer>,
@@ -306,9 +310,8 @@ impl RedisCluster {
         let replicas: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| {
                 i != master
-                    && replication(self.nodes[i].port).is_some_and(|(role, of, _)| {
-                        role == "slave" && of == Some(port)
-                    })
+                    && replication(self.nodes[i].port)
+                        .is_some_and(|(role, of, _)| role == "slave" && of == Some(port))
             })
             .collect();
         match replicas[..] {
@@ -491,11 +494,7 @@ impl RedisCluster {
                 && replicas_ok
                 && same
         });
-        let masters: BTreeSet<u16> = first
-            .iter()
-            .flatten()
-            .map(|(_, _, p, _)| *p)
-            .collect();
+        let masters: BTreeSet<u16> = first.iter().flatten().map(|(_, _, p, _)| *p).collect();
         agreed
             && self
                 .nodes
@@ -666,5 +665,333 @@ impl Migration {
                 })
             },
         );
+    }
+}
+
+/// A Redis Cluster of three masters that speaks nothing but TLS, clients and
+/// cluster bus alike: every node runs with `--port 0 --tls-port <free>
+/// --tls-cluster yes --tls-auth-clients no` (`yes` for
+/// [`TlsCluster::start_mutual`]) and its own free `--cluster-port`, with one
+/// CA, server certificate (SAN `IP:127.0.0.1`) and client certificate, made
+/// by [`make_certs`](super::tls::make_certs), shared by all. A node presents
+/// the client certificate on its outgoing bus connections
+/// (`--tls-client-cert-file`): the accepting node always verifies its peer,
+/// and the server certificate is `serverAuth` only. Created with `redis-cli
+/// --tls --cacert <ca> --cluster create … --cluster-replicas 0
+/// --cluster-yes` (given 30 s: it waits for the nodes to meet without a
+/// deadline of its own); all killed on drop, each node's log printed when
+/// the test panics.
+///
+/// The harness itself asks the nodes over TLS with redis-rs's synchronous
+/// client (`rediss://` and the CA).
+///
+/// Measured here (2 cores, redis 7.0.15, other builds running):
+/// [`TlsCluster::start`] takes 2.3-2.6 s, like [`RedisCluster::start`]
+/// (`redis-cli` sleeps a second while the nodes meet, and a fresh master
+/// says `cluster_state:ok` only 2 s after it started); up to ~6.5 s while
+/// five other test clusters start at once.
+pub struct TlsCluster {
+    /// `ca.crt`, `server.{crt,key}` and `client.{crt,key}` (the nodes'
+    /// own for their outgoing bus connections, and a client's for
+    /// [`TlsCluster::start_mutual`]).
+    certs: tempfile::TempDir,
+    /// Whether clients must present a certificate.
+    mutual: bool,
+    /// The three masters; each process's port is its TLS port.
+    nodes: Vec<super::process::Process>,
+    /// What `redis-cli --cluster create` printed, for failure messages.
+    create_output: String,
+}
+
+impl TlsCluster {
+    /// Makes the certificates, starts the three nodes (each up once it
+    /// answers `PING` over TLS), creates the cluster and waits (up to 30 s)
+    /// until it has [settled](TlsCluster::settled).
+    ///
+    /// # Panics
+    /// When `openssl`, a node or `redis-cli` fails, or the cluster does not
+    /// settle in time; the message has `redis-cli`'s output and every node's
+    /// view of the cluster (the nodes' logs follow).
+    pub fn start() -> TlsCluster {
+        Self::start_inner(false)
+    }
+
+    /// Like [`TlsCluster::start`] but for mutual TLS: clients must present a
+    /// certificate signed by the CA (`--tls-auth-clients yes`); see
+    /// [`TlsCluster::client_cert_pem`].
+    pub fn start_mutual() -> TlsCluster {
+        Self::start_inner(true)
+    }
+
+    fn start_inner(mutual: bool) -> TlsCluster {
+        let certs = tempfile::tempdir().expect("temp dir");
+        super::tls::make_certs(certs.path());
+        let mut cluster = TlsCluster {
+            certs,
+            mutual,
+            nodes: Vec::with_capacity(MASTERS),
+            create_output: String::new(),
+        };
+        for _ in 0..MASTERS {
+            let mut node = super::process::Process::new("TLS cluster redis-server");
+            let d = cluster.certs.path();
+            let mut cmd = Command::new(super::redis_server_bin());
+            cmd.args(["--port", "0"])
+                .args(["--tls-port", &node.port.to_string()])
+                .args(["--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--tls-cert-file")
+                .arg(d.join("server.crt"))
+                .arg("--tls-key-file")
+                .arg(d.join("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(d.join("ca.crt"))
+                // Outgoing bus connections present a certificate (the
+                // accepting node always verifies a peer's), and the server
+                // one is `serverAuth` only.
+                .arg("--tls-client-cert-file")
+                .arg(d.join("client.crt"))
+                .arg("--tls-client-key-file")
+                .arg(d.join("client.key"))
+                .args(["--tls-auth-clients", if mutual { "yes" } else { "no" }])
+                .args(["--tls-cluster", "yes"])
+                .args(["--cluster-enabled", "yes"])
+                // Relative to `--dir`, the node's own temp dir.
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-port", &super::free_port().to_string()])
+                .args(["--cluster-node-timeout", "5000"])
+                .arg("--dir")
+                .arg(node.dir())
+                .arg("--logfile")
+                .arg(node.log_path());
+            node.spawn(cmd, |port| {
+                cluster.try_conn(port).is_some_and(|mut c| {
+                    redis::cmd("PING")
+                        .query::<String>(&mut c)
+                        .is_ok_and(|p| p == "PONG")
+                })
+            });
+            cluster.nodes.push(node);
+        }
+        // `redis-cli` waits for the nodes to meet without a deadline (they
+        // never do when their bus handshake fails): it gets one here, and
+        // writes to a file so a full pipe cannot stall it.
+        let out_path = cluster.certs.path().join("redis-cli.out");
+        let out_file = std::fs::File::create(&out_path).expect("create redis-cli.out");
+        let mut cmd = Command::new(redis_cli_bin());
+        cmd.arg("--tls").arg("--cacert").arg(cluster.ca_path());
+        if mutual {
+            cmd.arg("--cert")
+                .arg(cluster.certs.path().join("client.crt"))
+                .arg("--key")
+                .arg(cluster.certs.path().join("client.key"));
+        }
+        cmd.args(["--cluster", "create"])
+            .args(cluster.seeds())
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .stdout(out_file.try_clone().expect("clone redis-cli.out"))
+            .stderr(out_file);
+        let mut child = cmd.spawn().unwrap_or_else(|e| {
+            panic!("could not start redis-cli ({cmd:?}): {e} (set RILLKIT_REDIS_CLI)")
+        });
+        let deadline = Instant::now() + SETTLE;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for redis-cli") {
+                break Some(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(POLL);
+        };
+        cluster.create_output = std::fs::read_to_string(&out_path).unwrap_or_default();
+        match status {
+            Some(s) if s.success() => {}
+            Some(s) => panic!("{cmd:?} failed ({s}):\n{}", cluster.diagnostics()),
+            None => panic!(
+                "{cmd:?} still ran after {SETTLE:?} (killed):\n{}",
+                cluster.diagnostics()
+            ),
+        }
+        let deadline = Instant::now() + SETTLE;
+        while !cluster.settled() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {SETTLE:?} waiting for the TLS cluster to settle \
+                 (cluster_state:ok, all nodes agree)\n{}",
+                cluster.diagnostics()
+            );
+            std::thread::sleep(POLL);
+        }
+        cluster
+    }
+
+    /// The nodes' addresses, `127.0.0.1:<TLS port>`, to seed a cluster
+    /// client.
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect()
+    }
+
+    /// The nodes' TLS ports (nothing listens in the clear).
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|n| n.port).collect()
+    }
+
+    /// Path of the CA certificate (PEM) that signed every node's
+    /// certificate.
+    pub fn ca_path(&self) -> std::path::PathBuf {
+        self.certs.path().join("ca.crt")
+    }
+
+    /// The CA certificate, PEM.
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(self.ca_path()).expect("read ca.crt")
+    }
+
+    /// Whether clients must present a certificate.
+    pub fn is_mutual(&self) -> bool {
+        self.mutual
+    }
+
+    /// The client certificate, PEM, signed by the CA.
+    pub fn client_cert_pem(&self) -> Vec<u8> {
+        std::fs::read(self.certs.path().join("client.crt")).expect("read client.crt")
+    }
+
+    /// The client key, PKCS#8 PEM.
+    pub fn client_key_pem(&self) -> Vec<u8> {
+        std::fs::read(self.certs.path().join("client.key")).expect("read client.key")
+    }
+
+    /// A TLS connection (verified with the CA; with the client certificate
+    /// when [mutual](TlsCluster::start_mutual)) to 127.0.0.1:`port`, or
+    /// `None` while nothing accepts one.
+    fn try_conn(&self, port: u16) -> Option<redis::Connection> {
+        let certs = redis::TlsCertificates {
+            client_tls: self.mutual.then(|| redis::ClientTlsConfig {
+                client_cert: self.client_cert_pem(),
+                client_key: self.client_key_pem(),
+            }),
+            root_cert: Some(self.ca_pem()),
+        };
+        redis::Client::build_with_tls(format!("rediss://127.0.0.1:{port}"), certs)
+            .ok()?
+            .get_connection_with_timeout(Duration::from_millis(500))
+            .ok()
+    }
+
+    /// A synchronous TLS connection to node `node`, to check what is in
+    /// Redis without a cluster client.
+    ///
+    /// # Panics
+    /// When it cannot connect.
+    pub fn conn(&self, node: usize) -> redis::Connection {
+        let port = self.nodes[node].port;
+        self.try_conn(port)
+            .unwrap_or_else(|| panic!("no TLS connection to node {node} (port {port})"))
+    }
+
+    /// `CLUSTER SLOTS` of the node on `port` as in [`slot_map`], and its
+    /// `cluster_state`; `None` when it cannot be asked.
+    fn view(&self, port: u16) -> Option<(SlotMap, String)> {
+        let mut c = self.try_conn(port)?;
+        let reply: Vec<Vec<redis::Value>> =
+            redis::cmd("CLUSTER").arg("SLOTS").query(&mut c).ok()?;
+        let mut map = reply
+            .iter()
+            .map(|range| {
+                // [first, last, [ip, port, id, …], replicas…]
+                let first = redis::from_redis_value_ref(range.first()?).ok()?;
+                let last = redis::from_redis_value_ref(range.get(1)?).ok()?;
+                let redis::Value::Array(master) = range.get(2)? else {
+                    return None;
+                };
+                Some((
+                    first,
+                    last,
+                    redis::from_redis_value_ref(master.get(1)?).ok()?,
+                ))
+            })
+            .collect::<Option<SlotMap>>()?;
+        map.sort_unstable();
+        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).ok()?;
+        Some((map, super::info_field(&info, "cluster_state")?))
+    }
+
+    /// The index in [`TlsCluster::ports`] of the master that owns `key`'s
+    /// slot, as node 0 sees it (`CLUSTER KEYSLOT`, `CLUSTER SLOTS`).
+    ///
+    /// # Panics
+    /// When node 0 does not answer or no node owns the slot.
+    pub fn owner_of_key(&self, key: &str) -> usize {
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.conn(0))
+            .expect("CLUSTER KEYSLOT");
+        let (map, _) = self
+            .view(self.nodes[0].port)
+            .expect("node 0 answers CLUSTER SLOTS");
+        let port = owner_in(&map, slot).unwrap_or_else(|| panic!("slot {slot} has no owner"));
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .unwrap_or_else(|| panic!("slot {slot} is on port {port}, not a node"))
+    }
+
+    /// A synchronous TLS connection to the master that owns `key`'s slot.
+    pub fn conn_for_key(&self, key: &str) -> redis::Connection {
+        self.conn(self.owner_of_key(key))
+    }
+
+    /// Whether every node says `cluster_state:ok` and the same `CLUSTER
+    /// SLOTS`, covering all 16384 slots with the three nodes as masters.
+    pub fn settled(&self) -> bool {
+        let ports: BTreeSet<u16> = self.ports().into_iter().collect();
+        let views: Option<Vec<(SlotMap, String)>> =
+            self.nodes.iter().map(|n| self.view(n.port)).collect();
+        let Some(views) = views else {
+            return false;
+        };
+        let (first, _) = &views[0];
+        let covered: u32 = first.iter().map(|(a, b, _)| u32::from(b - a) + 1).sum();
+        let masters: BTreeSet<u16> = first.iter().map(|(_, _, p)| *p).collect();
+        covered == u32::from(SLOTS)
+            && masters == ports
+            && views.iter().all(|(m, state)| m == first && state == "ok")
+    }
+
+    /// `redis-cli --cluster create`'s output and every node's
+    /// `cluster_state` and `CLUSTER NODES`, for a failing test's message
+    /// (the nodes' logs are printed when they are dropped in a panic).
+    pub fn diagnostics(&self) -> String {
+        let views: String = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let mut c = self.try_conn(n.port);
+                let nodes: Option<String> = c
+                    .as_mut()
+                    .and_then(|c| redis::cmd("CLUSTER").arg("NODES").query(c).ok());
+                let state = self.view(n.port).map(|(_, s)| s);
+                format!(
+                    "---- node {i} (TLS port {}): cluster_state {} ----\n{}",
+                    n.port,
+                    state.as_deref().unwrap_or("?"),
+                    nodes.as_deref().unwrap_or("(CLUSTER NODES failed)\n"),
+                )
+            })
+            .collect();
+        format!(
+            "---- redis-cli --tls --cluster create ----\n{}{views}",
+            self.create_output
+        )
     }
 }

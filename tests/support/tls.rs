@@ -205,8 +205,14 @@ fn cli(dir: &Path, port: u16, client_cert: bool, args: &[&str]) -> Output {
         .expect("run redis-cli (is it on the PATH?)")
 }
 
-/// Makes `ca.{crt,key}`, `server.{crt,key}` and `client.{crt,key}` in `dir`.
-fn make_certs(dir: &Path) {
+/// Makes `ca.{crt,key}`, `server.{crt,key}` and `client.{crt,key}` in `dir`
+/// (see [`TlsRedis`] for what they are). The server certificate names
+/// `127.0.0.1` and `localhost`, so one set serves every server on this host
+/// (e.g. all the nodes of a [`TlsCluster`](super::cluster::TlsCluster)).
+///
+/// # Panics
+/// When `openssl` fails.
+pub fn make_certs(dir: &Path) {
     std::fs::write(dir.join("openssl.cnf"), OPENSSL_CNF).expect("write openssl.cnf");
     let openssl = |args: &[&str]| {
         let out = Command::new("openssl")
