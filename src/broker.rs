@@ -442,11 +442,13 @@ impl Broker {
     /// * [`Error::Hook`]: an `on_startup` or `after_startup` hook failed.
     /// * [`Error::AlreadyStarted`], [`Error::ShutDown`]: the broker was
     ///   started or stopped before.
-    ///
-    /// # Panics
-    /// When called outside an actix `System` (use `#[actix::main]`,
-    /// `#[actix_web::main]` or `actix::System::new().block_on`).
+    /// * [`Error::StartAborted`]: a stop was requested during startup.
+    /// * [`Error::NoActixSystem`]: called outside an actix `System` (under
+    ///   `#[tokio::main]`, use [`start_on_own_thread`](Self::start_on_own_thread)).
     pub async fn start(&self) -> Result<(), Error> {
+        if actix_rt::System::try_current().is_none() {
+            return Err(Error::NoActixSystem);
+        }
         let mut from = Phase::Configured;
         self.inner.phase.send_if_modified(|p| {
             from = *p;
@@ -471,6 +473,65 @@ impl Broker {
             .unwrap_or_default();
         let (tx, rx) = oneshot::channel();
         Supervisor::new(self.clone(), hooks, subs, self.inner.restart, tx).start();
+        rx.await.unwrap_or(Err(Error::ShutDown))
+    }
+
+    /// Starts the broker in an actix `System` of its own, on a thread of its
+    /// own (named `rillkit`), for programs that are not actix programs
+    /// (`#[tokio::main]`, or no async runtime at all). Returns once
+    /// [`start`](Self::start) has finished there; the thread ends when the
+    /// broker has stopped.
+    ///
+    /// The `Broker` handle is `Send + Sync`: publish, stop and read the phase
+    /// from any thread or runtime. Handlers, hooks and everything they
+    /// capture move to that thread (the builder already asks them to be
+    /// `Send + Sync`); the futures they return run there and need not be
+    /// `Send`. Signals are not watched: stop the broker from your program
+    /// (for instance on `tokio::signal::ctrl_c()`).
+    ///
+    /// ```no_run
+    /// use rillkit::prelude::*;
+    ///
+    /// #[tokio::main(flavor = "current_thread")]
+    /// async fn main() -> Result<(), rillkit::Error> {
+    ///     let orders = Stream::new("orders", "billing");
+    ///     let broker = Broker::builder("redis://127.0.0.1:6379")
+    ///         .subscribe(&orders, ConsumerOptions::default(), |id: u64| async move {
+    ///             println!("order {id}");
+    ///             Ok(())
+    ///         })
+    ///         .build()?;
+    ///     broker.start_on_own_thread().await?;
+    ///     broker.publish(&orders, &1u64).await?;
+    ///     tokio::signal::ctrl_c().await.ok();
+    ///     let outcome = broker.stop().await?;
+    ///     std::process::exit(outcome.exit_code());
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); [`Error::ShutDown`] if the thread could not
+    /// be spawned.
+    pub async fn start_on_own_thread(&self) -> Result<(), Error> {
+        let (tx, rx) = oneshot::channel();
+        let broker = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("rillkit".into())
+            .spawn(move || {
+                actix::System::new().block_on(async move {
+                    let started = broker.start().await;
+                    let ok = started.is_ok();
+                    let _ = tx.send(started);
+                    if ok {
+                        let mut done = broker.inner.done.subscribe();
+                        let _ = done.wait_for(|d| *d).await;
+                    }
+                });
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "could not spawn the broker's thread");
+            return Err(Error::ShutDown);
+        }
         rx.await.unwrap_or(Err(Error::ShutDown))
     }
 
@@ -565,8 +626,6 @@ impl Broker {
     /// # Errors
     /// As [`start`](Self::start) and [`stop`](Self::stop).
     ///
-    /// # Panics
-    /// As [`start`](Self::start).
     pub async fn run(&self) -> Result<SupervisorOutcome, Error> {
         self.run_until(std::future::pending::<()>()).await
     }
@@ -577,8 +636,6 @@ impl Broker {
     /// # Errors
     /// As [`start`](Self::start) and [`stop`](Self::stop).
     ///
-    /// # Panics
-    /// As [`start`](Self::start).
     pub async fn run_until<F: Future>(&self, trigger: F) -> Result<SupervisorOutcome, Error> {
         // Signals are watched from the first instruction: a SIGTERM while
         // Redis is still loading stops the start, it does not kill the
