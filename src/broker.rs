@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, watch};
 use crate::connection::{Connector, Tls, Topology, default_dlq, dlq_slot_error};
 use crate::consumer::{ConsumerOptions, MAX_DURATION, Subscription, default_consumer_name};
 use crate::error::{BoxError, ConfigError, Error, HookError, HookFailures};
-use crate::handler::{self, ErasedHandler, HandlerResult, Message};
+use crate::handler::{self, Delivery, ErasedHandler, HandlerResult, Message};
 use crate::hooks::{self, Hooks};
 use crate::outcome::SupervisorOutcome;
 use crate::redis::{Publish, Query, RedisActor};
@@ -115,6 +115,29 @@ impl BrokerBuilder {
         Fut: Future<Output = HandlerResult> + 'static,
     {
         let h = handler::typed(stream.get_codec().clone(), handler);
+        self.subs.push((stream.names(), options, h));
+        self
+    }
+
+    /// Subscribes a typed handler that also receives the delivery's context
+    /// ([`Delivery`](crate::Delivery): entry id, delivery count, stream,
+    /// group, consumer, and a [`Broker`] handle to publish onward with).
+    /// Decoding and dead-lettering are as for [`subscribe`](Self::subscribe):
+    /// an entry that does not decode into `T` goes to the dead-letter stream
+    /// without reaching the handler.
+    pub fn subscribe_with_context<T, C, F, Fut>(
+        mut self,
+        stream: &Stream<C>,
+        options: ConsumerOptions,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        C: Codec,
+        F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + 'static,
+    {
+        let h = handler::typed_with_context(stream.get_codec().clone(), handler);
         self.subs.push((stream.names(), options, h));
         self
     }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use futures::future::LocalBoxFuture;
 use serde::de::DeserializeOwned;
 
+use crate::Broker;
 use crate::error::BoxError;
 use crate::stream::{Codec, EntryId};
 
@@ -145,6 +146,85 @@ impl Message {
     }
 }
 
+/// What a typed handler subscribed with
+/// [`subscribe_with_context`](crate::BrokerBuilder::subscribe_with_context)
+/// learns about the delivery beside the decoded value: the entry id (key
+/// idempotency on it), the server's delivery count (notice a retry), where it
+/// came from, and a [`Broker`] handle to publish onward with.
+///
+/// ```
+/// use rillkit::prelude::*;
+/// use rillkit::Delivery;
+///
+/// let payments = Stream::new("payments", "ledger");
+/// let receipts = Stream::new("receipts", "mailer");
+/// let builder = Broker::builder("redis://127.0.0.1:6379").subscribe_with_context(
+///     &payments,
+///     ConsumerOptions::default(),
+///     move |amount: u64, d: Delivery| {
+///         let receipts = receipts.clone();
+///         async move {
+///             if d.is_redelivery() {
+///                 println!("{} again (run {})", d.id, d.delivery_count);
+///             }
+///             d.broker().publish(&receipts, &amount).await?;
+///             Ok(())
+///         }
+///     },
+/// );
+/// # let _ = builder;
+/// ```
+#[derive(Clone)]
+pub struct Delivery {
+    /// The entry id.
+    pub id: EntryId,
+    /// The stream key.
+    pub stream: Arc<str>,
+    /// The consumer group it was read in.
+    pub group: Arc<str>,
+    /// The consumer that holds it in the pending entries list.
+    pub consumer: Arc<str>,
+    /// How many times Redis has delivered it to a consumer of this group,
+    /// counting this delivery (1 on the first run): the server's count.
+    pub delivery_count: u64,
+    broker: Broker,
+}
+
+impl Delivery {
+    /// The broker that delivered the entry, to publish onward with.
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    /// `true` when this is not the first delivery of the entry.
+    pub fn is_redelivery(&self) -> bool {
+        self.delivery_count > 1
+    }
+
+    fn of(msg: &Message, broker: &Broker) -> Self {
+        Delivery {
+            id: msg.id.clone(),
+            stream: msg.stream.clone(),
+            group: msg.group.clone(),
+            consumer: msg.consumer.clone(),
+            delivery_count: msg.delivery_count,
+            broker: broker.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("id", &self.id)
+            .field("stream", &self.stream)
+            .field("group", &self.group)
+            .field("consumer", &self.consumer)
+            .field("delivery_count", &self.delivery_count)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Why an entry cannot reach its handler. Such entries go to the dead-letter
 /// stream at once and are acked.
 #[derive(Debug)]
@@ -171,8 +251,21 @@ pub(crate) enum Prepared {
     Undeliverable(Undeliverable),
 }
 
-/// A type-erased handler: turns a message into the future that handles it.
-pub(crate) type ErasedHandler = Arc<dyn Fn(&Message) -> Prepared + Send + Sync>;
+/// A type-erased handler: turns a message (delivered by a broker) into the
+/// future that handles it.
+pub(crate) type ErasedHandler = Arc<dyn Fn(&Message, &Broker) -> Prepared + Send + Sync>;
+
+/// The data field decoded into `T`, or why it cannot be.
+fn decode_data<T: DeserializeOwned, C: Codec>(
+    codec: &C,
+    msg: &Message,
+) -> Result<T, Undeliverable> {
+    match msg.data() {
+        None => Err(Undeliverable::NoData),
+        Some([]) => Err(Undeliverable::EmptyData),
+        Some(data) => codec.decode::<T>(data).map_err(Undeliverable::Decode),
+    }
+}
 
 pub(crate) fn typed<T, C, F, Fut>(codec: C, f: F) -> ErasedHandler
 where
@@ -181,17 +274,27 @@ where
     F: Fn(T) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = HandlerResult> + 'static,
 {
-    Arc::new(move |msg: &Message| {
-        let value = match msg.data() {
-            None => return Prepared::Undeliverable(Undeliverable::NoData),
-            Some([]) => return Prepared::Undeliverable(Undeliverable::EmptyData),
-            Some(data) => match codec.decode::<T>(data) {
-                Ok(v) => v,
-                Err(e) => return Prepared::Undeliverable(Undeliverable::Decode(e)),
-            },
-        };
-        Prepared::Run(Box::pin(f(value)))
-    })
+    Arc::new(
+        move |msg: &Message, _: &Broker| match decode_data(&codec, msg) {
+            Ok(value) => Prepared::Run(Box::pin(f(value))),
+            Err(why) => Prepared::Undeliverable(why),
+        },
+    )
+}
+
+pub(crate) fn typed_with_context<T, C, F, Fut>(codec: C, f: F) -> ErasedHandler
+where
+    T: DeserializeOwned + 'static,
+    C: Codec,
+    F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + 'static,
+{
+    Arc::new(
+        move |msg: &Message, broker: &Broker| match decode_data(&codec, msg) {
+            Ok(value) => Prepared::Run(Box::pin(f(value, Delivery::of(msg, broker)))),
+            Err(why) => Prepared::Undeliverable(why),
+        },
+    )
 }
 
 pub(crate) fn whole<F, Fut>(f: F) -> ErasedHandler
@@ -199,5 +302,5 @@ where
     F: Fn(Message) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = HandlerResult> + 'static,
 {
-    Arc::new(move |msg: &Message| Prepared::Run(Box::pin(f(msg.clone()))))
+    Arc::new(move |msg: &Message, _: &Broker| Prepared::Run(Box::pin(f(msg.clone()))))
 }

@@ -57,7 +57,7 @@ pub use broker::{Broker, BrokerBuilder, Phase};
 pub use connection::{Tls, Topology};
 pub use consumer::ConsumerOptions;
 pub use error::{BoxError, ConfigError, Error, HookError, HookFailures};
-pub use handler::{HandlerError, HandlerResult, Message};
+pub use handler::{Delivery, HandlerError, HandlerResult, Message};
 pub use hooks::Stage;
 pub use outcome::SupervisorOutcome;
 pub use stream::{Codec, EntryId, Json, Stream};
@@ -66,8 +66,8 @@ pub use supervisor::RestartPolicy;
 /// The names most programs need: `use rillkit::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        Broker, ConsumerOptions, HandlerError, HandlerResult, Json, Message, Phase, Stream,
-        SupervisorOutcome,
+        Broker, ConsumerOptions, Delivery, HandlerError, HandlerResult, Json, Message, Phase,
+        Stream, SupervisorOutcome,
     };
 }
 

@@ -115,7 +115,7 @@ impl Actor for ConsumerActor {
         let stop = self.stop.subscribe();
         let run = run::consume(
             self.sub.clone(),
-            self.broker.connector().clone(),
+            self.broker.clone(),
             self.redis.clone(),
             self.reclaimer.clone(),
             stop,

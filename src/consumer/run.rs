@@ -129,7 +129,7 @@ async fn maybe<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
 
 pub(crate) async fn consume(
     sub: Arc<Subscription>,
-    connector: Connector,
+    broker: crate::Broker,
     redis: Addr<RedisActor>,
     reclaimer: Addr<ReclaimerActor>,
     stop: watch::Receiver<Option<Instant>>,
@@ -150,8 +150,9 @@ pub(crate) async fn consume(
         in_read: Rc::new(Cell::new(false)),
         reader: Rc::new(RefCell::new(None)),
         sub,
-        epoch: connector.epoch(),
-        connector,
+        epoch: broker.connector().epoch(),
+        connector: broker.connector().clone(),
+        broker,
         redis,
         conn: None,
         cursor: Cursor::Pending("0".into()),
@@ -198,6 +199,8 @@ pub(crate) async fn consume(
 struct Loop {
     sub: Arc<Subscription>,
     connector: Connector,
+    /// The broker, for handlers that ask for it.
+    broker: crate::Broker,
     /// Changes when a failover is announced: the read connection moves.
     epoch: watch::Receiver<u64>,
     redis: Addr<RedisActor>,
@@ -495,7 +498,8 @@ impl Loop {
             self.dead_letter(msg, err);
             return;
         }
-        let prepared = std::panic::catch_unwind(AssertUnwindSafe(|| (s.handler)(&msg)));
+        let prepared =
+            std::panic::catch_unwind(AssertUnwindSafe(|| (s.handler)(&msg, &self.broker)));
         match prepared {
             Ok(Prepared::Run(fut)) => {
                 self.running.push(Box::pin(async move {
