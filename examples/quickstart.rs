@@ -2,7 +2,7 @@
 //! process exits with the outcome's exit code.
 //!
 //! ```sh
-//! cargo run --example quickstart            # REDIS_URL defaults to redis://127.0.0.1:6379
+//! cargo run --example quickstart   # REDIS_URL, else 127.0.0.1:6379, else its own redis-server
 //! ```
 
 use std::sync::Arc;
@@ -26,7 +26,24 @@ async fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .with_env_filter("rillkit=info")
         .init();
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    // REDIS_URL, else a server on 127.0.0.1:6379, else a throwaway
+    // redis-server of our own (rillkit's `test-util` feature).
+    let mut own_server = None;
+    let url = match std::env::var("REDIS_URL") {
+        Ok(url) => url,
+        Err(_) if std::net::TcpStream::connect("127.0.0.1:6379").is_ok() => {
+            "redis://127.0.0.1:6379".into()
+        }
+        Err(_) => {
+            let server = rillkit::test_util::RedisServer::start()
+                .expect("no Redis on 127.0.0.1:6379, and redis-server could not be started");
+            println!(
+                "no Redis on 127.0.0.1:6379; started redis-server at {}",
+                server.url()
+            );
+            own_server.insert(server).url()
+        }
+    };
 
     let orders = Stream::new("quickstart-orders", "billing");
     let handled = Arc::new(AtomicUsize::new(0));
@@ -55,6 +72,7 @@ async fn main() {
 
     if let Err(e) = broker.start().await {
         eprintln!("start failed: {e}");
+        drop(own_server);
         std::process::exit(e.exit_code());
     }
     let batch = [
@@ -103,5 +121,6 @@ async fn main() {
             e.exit_code()
         }
     };
+    drop(own_server);
     std::process::exit(code);
 }

@@ -201,7 +201,7 @@ impl Delivery {
         self.delivery_count > 1
     }
 
-    fn of(msg: &Message, broker: &Broker) -> Self {
+    pub(crate) fn of(msg: &Message, broker: &Broker) -> Self {
         Delivery {
             id: msg.id.clone(),
             stream: msg.stream.clone(),

@@ -52,6 +52,9 @@ mod reclaimer;
 mod redis;
 mod stream;
 mod supervisor;
+#[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod test_util;
 
 pub use broker::{Broker, BrokerBuilder, Phase};
 pub use connection::{Tls, Topology};
