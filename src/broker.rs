@@ -886,7 +886,7 @@ async fn watch_signals(broker: Broker) {
         return;
     };
     let what = if broker.phase() == Phase::Starting {
-        "signal received during startup; abandoning the start"
+        "signal received during startup; abandoning the start, or draining if it is done"
     } else {
         "signal received; draining"
     };
