@@ -58,7 +58,7 @@ pub mod test_util;
 
 pub use broker::{Broker, BrokerBuilder, Phase};
 pub use connection::{Tls, Topology};
-pub use consumer::ConsumerOptions;
+pub use consumer::{ConsumerOptions, RetryBackoff};
 pub use error::{BoxError, ConfigError, Error, HookError, HookFailures};
 pub use handler::{Delivery, HandlerError, HandlerResult, Message};
 pub use hooks::Stage;

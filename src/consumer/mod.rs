@@ -32,7 +32,7 @@
 mod options;
 mod run;
 
-pub use options::ConsumerOptions;
+pub use options::{ConsumerOptions, RetryBackoff};
 pub(crate) use options::{MAX_DURATION, default_consumer_name};
 pub(crate) use run::{ConsumerReport, Delivered};
 

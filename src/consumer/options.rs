@@ -12,7 +12,8 @@ use crate::error::ConfigError;
 /// | [`count`](Self::count) | 10 entries | `XREADGROUP … COUNT <n>`, the most one read fetches |
 /// | [`concurrency`](Self::concurrency) | 1 handler | handlers running at once |
 /// | [`max_retries`](Self::max_retries) | 3 | runs after the first; then the dead-letter stream |
-/// | [`claim_idle`](Self::claim_idle) | 30 s | min idle time before XCLAIM takes an entry over |
+/// | [`claim_idle`](Self::claim_idle) | 30 s | min idle time before XCLAIM takes an entry over: crash recovery |
+/// | [`retry_backoff`](Self::retry_backoff) | 1 s doubling, up to `claim_idle`, jittered | the wait before a failed entry runs again |
 /// | [`start_id`](Self::start_id) | `0` | `XGROUP CREATE <stream> <group> <id>` for a new group |
 ///
 /// ```
@@ -35,6 +36,7 @@ pub struct ConsumerOptions {
     pub(crate) max_retries: u64,
     pub(crate) claim_idle: Duration,
     pub(crate) start_id: String,
+    pub(crate) retry_backoff: RetryBackoff,
 }
 
 impl Default for ConsumerOptions {
@@ -47,6 +49,7 @@ impl Default for ConsumerOptions {
             max_retries: 3,
             claim_idle: Duration::from_secs(30),
             start_id: "0".to_owned(),
+            retry_backoff: RetryBackoff::default(),
         }
     }
 }
@@ -114,6 +117,20 @@ impl ConsumerOptions {
     pub fn start_id(mut self, id: impl Into<String>) -> Self {
         self.start_id = id.into();
         self
+    }
+
+    /// Sets how long a failed entry waits before it runs again (see
+    /// [`RetryBackoff`]; default: 1 s doubling up to `claim_idle`, with
+    /// jitter). Its cap may not exceed [`claim_idle`](Self::claim_idle),
+    /// which stays the crash-recovery time.
+    pub fn retry_backoff(mut self, backoff: RetryBackoff) -> Self {
+        self.retry_backoff = backoff;
+        self
+    }
+
+    /// The retry backoff, set with [`retry_backoff`](Self::retry_backoff).
+    pub fn get_retry_backoff(&self) -> RetryBackoff {
+        self.retry_backoff
     }
 
     /// The consumer name, if set with [`consumer`](Self::consumer).
@@ -185,6 +202,28 @@ impl ConsumerOptions {
         if self.claim_idle > MAX_DURATION {
             return bad("claim_idle", "must be at most 365 days");
         }
+        if self.retry_backoff.initial.is_zero() && self.retry_backoff.factor != 1 {
+            return bad(
+                "retry_backoff",
+                "an exponential backoff must start above 0 ms (use RetryBackoff::none() for no wait)",
+            );
+        }
+        if self.retry_backoff.factor == 0 {
+            return bad("retry_backoff", "the factor must be at least 1");
+        }
+        if let Some(max) = self.retry_backoff.max {
+            if max > self.claim_idle {
+                return Err(ConfigError::Invalid {
+                    stream: stream.to_owned(),
+                    option: "retry_backoff",
+                    reason: format!(
+                        "its cap ({} ms) must not exceed claim_idle ({} ms), the crash-recovery time",
+                        max.as_millis(),
+                        self.claim_idle.as_millis()
+                    ),
+                });
+            }
+        }
         if self.start_id.is_empty() {
             return bad("start_id", "must not be empty");
         }
@@ -208,4 +247,117 @@ pub(crate) const MAX_DURATION: Duration = Duration::from_secs(365 * 86_400);
 pub(crate) fn default_consumer_name(group: &str) -> String {
     let host = gethostname::gethostname();
     format!("{group}-{}-{}", host.to_string_lossy(), std::process::id())
+}
+
+/// How long a failed entry waits before it runs again, from the server's
+/// delivery count of the run that failed: `initial × factor^(n − 1)`, capped
+/// (by default at the subscription's `claim_idle`), and with jitter (a
+/// random point in the upper half of that wait, so entries that failed
+/// together do not all come back at once).
+///
+/// The wait happens in the consumer that saw the failure: the entry stays
+/// held there (refreshed, so no other consumer takes it over), then runs again
+/// beside other entries, with its delivery count raised by `XCLAIM …
+/// RETRYCOUNT`. If the process dies meanwhile, the entry is recovered like
+/// any other after `claim_idle`. At a drain, a waiting entry is handed back to
+/// the group so that another consumer takes it once the rest of its wait is
+/// over (`XCLAIM … IDLE <claim_idle − remaining> JUSTID`).
+///
+/// ```
+/// use std::time::Duration;
+/// use rillkit::RetryBackoff;
+///
+/// let b = RetryBackoff::exponential(Duration::from_millis(200))
+///     .factor(3)
+///     .max(Duration::from_secs(5))
+///     .jitter(false);
+/// assert_eq!(b.delay(1, Duration::from_secs(30)), Duration::from_millis(200));
+/// assert_eq!(b.delay(3, Duration::from_secs(30)), Duration::from_millis(1800));
+/// assert_eq!(b.delay(9, Duration::from_secs(30)), Duration::from_secs(5));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryBackoff {
+    initial: Duration,
+    factor: u32,
+    max: Option<Duration>,
+    jitter: bool,
+}
+
+impl Default for RetryBackoff {
+    /// 1 s doubling, capped at `claim_idle`, with jitter.
+    fn default() -> Self {
+        RetryBackoff::exponential(Duration::from_secs(1))
+    }
+}
+
+impl RetryBackoff {
+    /// `initial` after the first failed run, doubling after each further one,
+    /// capped at `claim_idle`, with jitter.
+    pub fn exponential(initial: Duration) -> Self {
+        RetryBackoff {
+            initial,
+            factor: 2,
+            max: None,
+            jitter: true,
+        }
+    }
+
+    /// The same wait after every failed run.
+    pub fn fixed(delay: Duration) -> Self {
+        RetryBackoff {
+            initial: delay,
+            factor: 1,
+            max: None,
+            jitter: false,
+        }
+    }
+
+    /// No wait: a failed entry runs again at once.
+    pub fn none() -> Self {
+        RetryBackoff::fixed(Duration::ZERO)
+    }
+
+    /// The factor each further failed run multiplies the wait by (default 2).
+    pub fn factor(mut self, factor: u32) -> Self {
+        self.factor = factor;
+        self
+    }
+
+    /// The longest wait (default: the subscription's `claim_idle`, which it
+    /// may not exceed).
+    pub fn max(mut self, max: Duration) -> Self {
+        self.max = Some(max);
+        self
+    }
+
+    /// Whether each wait is a random point in the upper half of the computed
+    /// one (default: on for [`exponential`](Self::exponential)).
+    pub fn jitter(mut self, on: bool) -> Self {
+        self.jitter = on;
+        self
+    }
+
+    /// The wait, without jitter, after the run with delivery count
+    /// `delivery_count` failed, for a subscription whose `claim_idle` is
+    /// `claim_idle` (the default cap).
+    pub fn delay(&self, delivery_count: u64, claim_idle: Duration) -> Duration {
+        let cap = self.max.unwrap_or(claim_idle).min(claim_idle);
+        let exp = u32::try_from(delivery_count.saturating_sub(1)).unwrap_or(u32::MAX);
+        let mult = self.factor.checked_pow(exp).unwrap_or(u32::MAX);
+        self.initial.checked_mul(mult).unwrap_or(cap).min(cap)
+    }
+
+    /// [`delay`](Self::delay) with the jitter applied, `seed` standing in for
+    /// a random number.
+    pub(crate) fn wait(&self, delivery_count: u64, claim_idle: Duration, seed: u64) -> Duration {
+        let d = self.delay(delivery_count, claim_idle);
+        if !self.jitter || d.is_zero() {
+            return d;
+        }
+        let half = d / 2;
+        let span = u64::try_from((d - half).as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        half + Duration::from_nanos(seed % span)
+    }
 }

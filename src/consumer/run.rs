@@ -17,6 +17,8 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 
 use super::Subscription;
+
+mod retry;
 use crate::connection::{Class, Connector, READ_TIMEOUT_MARGIN, Retry, log_wait};
 use crate::error::Error;
 use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
@@ -59,6 +61,9 @@ struct Queued {
     id: EntryId,
     fields: Vec<(Vec<u8>, Vec<u8>)>,
     delivery_count: u64,
+    /// Its last run failed here (a handler error or a caught panic), so it
+    /// need not run alone: it is not the kind that kills the process.
+    retried_here: bool,
 }
 
 /// A handler run that has ended (or panicked).
@@ -102,10 +107,9 @@ struct PelRead {
     /// Exclusive start (`0`: from the beginning).
     after: String,
     count: usize,
-    /// Entries it holds (awaiting an XACK or a dead-letter move): skipped.
+    /// Entries it holds (awaiting an XACK, a dead-letter move or their
+    /// retry): skipped.
     held: HashSet<EntryId>,
-    /// Entries whose handler failed here and that wait for a retry.
-    released: HashSet<EntryId>,
     /// The first re-read of this consumer loop: every entry found counts a
     /// delivery (its earlier run, in an earlier life, never finished).
     fresh: bool,
@@ -143,7 +147,8 @@ pub(crate) async fn consume(
         reclaim: None,
         reclaim_due: now,
         held: HashSet::new(),
-        released: HashSet::new(),
+        waiting: retry::Waiting::default(),
+        retry_claims: FuturesUnordered::new(),
         fresh: true,
         heartbeat_at: now,
         refreshing: Rc::new(Cell::new(false)),
@@ -218,9 +223,11 @@ struct Loop {
     heartbeat_every: Duration,
     /// A refresh is in flight.
     refreshing: Rc<Cell<bool>>,
-    /// Entries whose handler failed here, waiting for a retry (at most
-    /// [`RELEASED_CAP`]).
-    released: HashSet<EntryId>,
+    /// Entries whose handler failed here, held while they wait out their
+    /// retry backoff (see `retry.rs`).
+    waiting: retry::Waiting,
+    /// Waiting entries on their way back (XCLAIM … RETRYCOUNT).
+    retry_claims: FuturesUnordered<LocalBoxFuture<'static, retry::ClaimedBack>>,
     /// Until its first re-read of its own PEL is done.
     fresh: bool,
     /// Whether it held anything at the last turn of the loop.
@@ -302,12 +309,14 @@ impl Loop {
                 && self.acks.is_empty()
                 && self.dead_letters.is_empty()
                 && self.side.is_empty()
+                && self.retry_claims.is_empty()
             {
                 return;
             }
 
             let deadline = self.deadline.map(tokio::time::Instant::from_std);
             let unblock_at = self.unblock_at;
+            let retry_at = self.waiting.next_due().filter(|_| self.deadline.is_none());
             tokio::select! {
                 done = maybe(&mut self.read) => {
                     self.read = None;
@@ -320,6 +329,10 @@ impl Loop {
                 }
                 Some(done) = self.dead_letters.next(), if !self.dead_letters.is_empty() => self.on_dead_lettered(done),
                 Some(()) = self.side.next(), if !self.side.is_empty() => {}
+                () = tokio::time::sleep_until(retry_at.unwrap_or_else(far_future)), if retry_at.is_some() => {
+                    self.retry_due();
+                }
+                Some(back) = self.retry_claims.next(), if !self.retry_claims.is_empty() => self.on_retry_claimed(back),
                 claimed = maybe(&mut self.reclaim) => {
                     self.reclaim = None;
                     self.on_claimed(claimed);
@@ -350,16 +363,19 @@ impl Loop {
 
     /// Starts queued entries while handler slots are free.
     ///
-    /// A redelivered entry (delivery count > 1) runs alone: it waits until the
-    /// running handlers finished, and nothing else starts while it runs. If it
-    /// is the kind that kills the process, the crash then costs only its own
-    /// delivery count, never its neighbours'.
+    /// A redelivered entry (delivery count > 1) whose last run may have ended
+    /// without a result (a crash, found in the PEL or claimed from another
+    /// consumer) runs alone: it waits until the running handlers finished,
+    /// and nothing else starts while it runs. If it is the kind that kills the
+    /// process, the crash then costs only its own delivery count, never its
+    /// neighbours'. An entry whose handler failed here runs beside others: a
+    /// downstream outage must not serialise a consumer of many handlers.
     fn start_queued(&mut self) {
         while self.running.len() < self.sub.opts.concurrency && !self.isolated {
             let Some(front) = self.queue.front() else {
                 break;
             };
-            let alone = front.delivery_count > 1;
+            let alone = front.delivery_count > 1 && !front.retried_here;
             if alone && !self.running.is_empty() {
                 break;
             }
@@ -452,11 +468,11 @@ impl Loop {
                 continue;
             };
             if self.held.insert(raw.id.clone()) {
-                self.released.remove(&raw.id);
                 self.queue.push_back(Queued {
                     id: raw.id,
                     fields,
                     delivery_count,
+                    retried_here: false,
                 });
             } else {
                 tracing::debug!(id = %raw.id, "entry already held; not queued twice");
@@ -473,6 +489,7 @@ impl Loop {
             id,
             fields,
             delivery_count,
+            retried_here: _,
         } = q;
         let s = &self.sub;
         let msg = Message {
@@ -530,8 +547,8 @@ impl Loop {
     fn on_finished(&mut self, fin: Finished) {
         let Finished { msg, result, took } = fin;
         self.handler_time.add(took);
-        if msg.delivery_count > 1 {
-            // The redelivery that ran alone is done.
+        if self.isolated {
+            // The redelivery that ran alone is done (nothing runs beside it).
             self.isolated = false;
         }
         let error = match result {
@@ -559,18 +576,13 @@ impl Loop {
             );
             self.dead_letter(msg, error);
         } else {
+            let (stream, id, delivery_count) =
+                (msg.stream.clone(), msg.id.clone(), msg.delivery_count);
+            let wait = self.schedule_retry(msg);
             tracing::warn!(
-                stream = %msg.stream, id = %msg.id, delivery_count = msg.delivery_count, error = %error,
-                "handler failed; the entry stays pending for a retry"
+                %stream, %id, delivery_count, error = %error, retry_in_ms = wait.as_millis() as u64,
+                "handler failed; the entry runs again after its backoff"
             );
-            // Let it go idle, so a reclaimer takes it after `claim_idle`.
-            self.held.remove(&msg.id);
-            if self.released.len() >= RELEASED_CAP {
-                // Claimed elsewhere long ago, most of them; forgetting one
-                // costs at most an uncounted early retry after a reconnect.
-                self.released.clear();
-            }
-            self.released.insert(msg.id);
         }
     }
 
@@ -661,15 +673,10 @@ impl Loop {
                 consumer: s.consumer.clone(),
                 after: after.clone(),
                 count,
-                // Skip what it holds; count a run for what it ran and
-                // released (a failed handler) and, on a fresh start, for
-                // everything (a crash in an earlier life).
+                // Skip what it holds (entries waiting for their retry
+                // included); on a fresh start count a run for everything (a
+                // crash in an earlier life).
                 held: self.held.clone(),
-                released: if self.fresh {
-                    HashSet::new()
-                } else {
-                    self.released.clone()
-                },
                 fresh: self.fresh,
             }),
         };
@@ -989,6 +996,7 @@ impl Loop {
         }
         self.deadline = Some(deadline);
         self.hand_back();
+        self.hand_back_waiting();
         if self.read.is_some() {
             if self.in_read.get() {
                 self.unblock();
@@ -1160,9 +1168,6 @@ fn drops_reader(e: &Error) -> bool {
     )
 }
 
-/// How many released entries a consumer remembers.
-const RELEASED_CAP: usize = 10_000;
-
 /// `XREADGROUP … >`: new entries, each on its first delivery.
 async fn read_new(
     conn: &mut MultiplexedConnection,
@@ -1187,9 +1192,10 @@ async fn read_new(
 /// `XCLAIM <self> 0 <ids> RETRYCOUNT <n>` returns their bodies, resets their
 /// idle time and sets the count to `n` exactly. An entry that never ran here
 /// (the reply of the read that delivered it was lost with its connection)
-/// keeps its count: a dropped connection charges no delivery. An entry whose
-/// handler failed here, or any entry on a fresh start (an earlier life of the
-/// consumer did not finish it), counts one more. Entries deleted meanwhile
+/// keeps its count: a dropped connection charges no delivery. Any entry on a
+/// fresh start (an earlier life of the consumer did not finish it) counts one
+/// more. (Entries whose handler failed here are held while they wait for
+/// their retry, so the re-read skips them.) Entries deleted meanwhile
 /// are dropped from the PEL by XCLAIM and not returned.
 async fn reread_pel(
     conn: &mut MultiplexedConnection,
@@ -1217,11 +1223,7 @@ async fn reread_pel(
         if p.held.contains(&key) {
             continue;
         }
-        let run = if p.fresh || p.released.contains(&key) {
-            count + 1
-        } else {
-            count.max(1)
-        };
+        let run = if p.fresh { count + 1 } else { count.max(1) };
         by_count.entry(run).or_default().push(key.0);
     }
     let mut out = Vec::new();

@@ -1,0 +1,231 @@
+//! Retry backoff ([`RetryBackoff`](crate::RetryBackoff)): an entry whose
+//! handler failed (an error or a caught panic) before its last run waits in
+//! the consumer that saw it fail, held — so the heartbeat keeps it fresh and
+//! no reclaimer takes it over — for `retry_backoff(n)`. Then
+//! `XCLAIM <self> 0 <ids> RETRYCOUNT <n + 1> JUSTID` counts the coming run
+//! on the server, and the entry is queued as a redelivery that need not run
+//! alone.
+//!
+//! A crash while it waits leaves it in the PEL, recovered after `claim_idle`
+//! like any other. A drain hands it back to the group:
+//! `XCLAIM <self> 0 <ids> IDLE <claim_idle − remaining> JUSTID` (the count
+//! unchanged), so another consumer's reclaimer takes it once the rest of its
+//! wait is over.
+
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+use std::time::Duration;
+
+use redis::Value;
+use tokio::time::Instant;
+
+use super::Loop;
+use crate::error::Error;
+use crate::handler::Message;
+use crate::redis::Query;
+use crate::stream::EntryId;
+
+/// Entries waiting out their backoff, by when they are due.
+#[derive(Default)]
+pub(super) struct Waiting(BTreeMap<Instant, Vec<Message>>);
+
+/// Waiting entries taken back (or not) with `XCLAIM … RETRYCOUNT`: the
+/// entries and what Redis answered (the ids still pending).
+pub(super) type ClaimedBack = (Vec<Message>, Result<Value, Error>);
+
+/// After a failed take-back, how long before trying again.
+const TAKE_BACK_RETRY: Duration = Duration::from_millis(500);
+
+impl Waiting {
+    /// When the first waiting entry is due.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        self.0.keys().next().copied()
+    }
+
+    fn push(&mut self, due: Instant, msg: Message) {
+        self.0.entry(due).or_default().push(msg);
+    }
+
+    /// Every entry due by `now`.
+    fn take_due(&mut self, now: Instant) -> Vec<Message> {
+        let later = self.0.split_off(&(now + Duration::from_nanos(1)));
+        std::mem::replace(&mut self.0, later)
+            .into_values()
+            .flatten()
+            .collect()
+    }
+
+    /// Everything, with when it was due.
+    fn take_all(&mut self) -> BTreeMap<Instant, Vec<Message>> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+/// A random number for the jitter (std's hasher keys are random per
+/// process and per call).
+fn seed(id: &EntryId) -> u64 {
+    std::collections::hash_map::RandomState::new().hash_one(id)
+}
+
+impl Loop {
+    /// The handler of `msg` failed before its last run: keep it held and
+    /// bring it back after its backoff. Answers the wait.
+    pub(super) fn schedule_retry(&mut self, msg: Message) -> Duration {
+        let o = &self.sub.opts;
+        let wait = o
+            .retry_backoff
+            .wait(msg.delivery_count, o.claim_idle, seed(&msg.id));
+        self.held.insert(msg.id.clone());
+        self.waiting.push(Instant::now() + wait, msg);
+        wait
+    }
+
+    /// Takes the entries whose wait is over back with `XCLAIM … RETRYCOUNT
+    /// <the coming run> JUSTID`, one command per count.
+    pub(super) fn retry_due(&mut self) {
+        let due = self.waiting.take_due(Instant::now());
+        let mut by_count: BTreeMap<u64, Vec<Message>> = BTreeMap::new();
+        for m in due {
+            by_count.entry(m.delivery_count + 1).or_default().push(m);
+        }
+        let s = &self.sub;
+        for (run, msgs) in by_count {
+            let mut cmd = redis::cmd("XCLAIM");
+            cmd.arg(&*s.names.name)
+                .arg(&*s.names.group)
+                .arg(&*s.consumer)
+                .arg(0)
+                .arg(msgs.iter().map(|m| &m.id).collect::<Vec<_>>())
+                .arg("RETRYCOUNT")
+                .arg(run)
+                .arg("JUSTID");
+            let req = self.redis.send(Query("xclaim", cmd));
+            self.retry_claims.push(Box::pin(async move {
+                let answer = req.await.unwrap_or(Err(Error::ShutDown));
+                (msgs, answer)
+            }));
+        }
+    }
+
+    /// Queues what came back (with its new count, beside other entries);
+    /// forgets what is no longer pending (acked or deleted elsewhere); waits
+    /// again a little when Redis did not answer.
+    pub(super) fn on_retry_claimed(&mut self, (msgs, answer): ClaimedBack) {
+        let ids = match answer {
+            Ok(Value::Array(ids)) => ids,
+            Ok(other) => {
+                tracing::warn!(reply = ?other, "unexpected XCLAIM reply; retrying the take-back");
+                Vec::new()
+            }
+            Err(Error::ShutDown) => return,
+            Err(e) => {
+                tracing::warn!(
+                    stream = %self.sub.names.name, entries = msgs.len(), error = %e,
+                    retry_in_ms = TAKE_BACK_RETRY.as_millis() as u64,
+                    "taking failed entries back for their retry failed; trying again"
+                );
+                let due = Instant::now() + TAKE_BACK_RETRY;
+                for m in msgs {
+                    self.waiting.push(due, m);
+                }
+                return;
+            }
+        };
+        let back: std::collections::HashSet<EntryId> = ids
+            .into_iter()
+            .filter_map(|v| match v {
+                Value::BulkString(b) => String::from_utf8(b).ok().map(EntryId),
+                Value::SimpleString(s) => Some(EntryId(s)),
+                _ => None,
+            })
+            .collect();
+        for m in msgs {
+            if !back.contains(&m.id) {
+                tracing::info!(stream = %m.stream, id = %m.id, "entry waiting for its retry is no longer pending (acked or deleted elsewhere)");
+                self.held.remove(&m.id);
+                continue;
+            }
+            self.queue.push_back(super::Queued {
+                id: m.id,
+                fields: m.fields.to_vec(),
+                delivery_count: m.delivery_count + 1,
+                retried_here: true,
+            });
+        }
+        if self.deadline.is_some() {
+            self.hand_back();
+        }
+    }
+
+    /// At a drain: every waiting entry back to the group, claimable by any
+    /// consumer once the rest of its wait is over (`XCLAIM … IDLE
+    /// <claim_idle − remaining> JUSTID`, the count unchanged).
+    pub(super) fn hand_back_waiting(&mut self) {
+        let now = Instant::now();
+        let s = &self.sub;
+        for (due, msgs) in self.waiting.take_all() {
+            let remaining = due.saturating_duration_since(now);
+            let idle = s.opts.claim_idle.saturating_sub(remaining);
+            let ids: Vec<EntryId> = msgs.into_iter().map(|m| m.id).collect();
+            for id in &ids {
+                self.held.remove(id);
+            }
+            let n = ids.len();
+            let mut cmd = redis::cmd("XCLAIM");
+            cmd.arg(&*s.names.name)
+                .arg(&*s.names.group)
+                .arg(&*s.consumer)
+                .arg(0)
+                .arg(&ids)
+                .arg("IDLE")
+                .arg(idle.as_millis() as u64)
+                .arg("JUSTID");
+            let req = self.redis.send(Query("xclaim", cmd));
+            let stream = s.names.name.clone();
+            self.side.push(Box::pin(async move {
+                match req.await {
+                    Ok(Ok(_)) => tracing::info!(stream = %stream, entries = n, remaining_ms = remaining.as_millis() as u64, "handed entries waiting for their retry back to the group"),
+                    Ok(Err(e)) => tracing::warn!(stream = %stream, entries = n, error = %e, "hand-back failed; entries are reclaimed after claim_idle"),
+                    Err(_) => {}
+                }
+            }));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn msg(id: &str) -> Message {
+        Message {
+            id: EntryId(id.into()),
+            stream: "s".into(),
+            group: "g".into(),
+            consumer: "c".into(),
+            delivery_count: 1,
+            fields: Arc::from([]),
+            data_field: "data".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn entries_come_due_in_order_and_only_when_due() {
+        let mut w = Waiting::default();
+        let now = Instant::now();
+        w.push(now + Duration::from_millis(20), msg("2-0"));
+        w.push(now, msg("1-0"));
+        w.push(now + Duration::from_secs(60), msg("3-0"));
+        assert_eq!(w.next_due(), Some(now));
+        let due: Vec<String> = w
+            .take_due(now + Duration::from_millis(20))
+            .into_iter()
+            .map(|m| m.id.0)
+            .collect();
+        assert_eq!(due, ["1-0", "2-0"]);
+        assert_eq!(w.next_due(), Some(now + Duration::from_secs(60)));
+        assert_eq!(w.take_all().len(), 1);
+        assert_eq!(w.next_due(), None);
+    }
+}
