@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{oneshot, watch};
 
-use crate::connection::{Connector, Tls, Topology, default_dlq, dlq_slot_error};
+use crate::connection::{Connector, Timeouts, Tls, Topology, default_dlq, dlq_slot_error};
 use crate::consumer::{ConsumerOptions, MAX_DURATION, Subscription, default_consumer_name};
 use crate::error::{BoxError, ConfigError, Error, HookError, HookFailures};
 use crate::handler::{self, Delivery, ErasedHandler, HandlerResult, Message};
@@ -76,6 +76,7 @@ pub struct BrokerBuilder {
     shutdown_timeout: Duration,
     handle_signals: bool,
     restart: RestartPolicy,
+    timeouts: Timeouts,
 }
 
 impl BrokerBuilder {
@@ -85,6 +86,7 @@ impl BrokerBuilder {
             tls: None,
             startup_timeout: Duration::from_secs(60),
             publish_timeout: Duration::from_secs(5),
+            timeouts: Timeouts::default(),
             hooks: Hooks::default(),
             subs: Vec::new(),
             pool_size: 4,
@@ -239,6 +241,24 @@ impl BrokerBuilder {
         self
     }
 
+    /// Sets how long opening a connection may take — TCP connect, TLS and
+    /// `HELLO`/`AUTH` — before the attempt counts as failed (default 5 s).
+    /// At start a failed attempt fails `start()`; later it is retried with
+    /// backoff.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.connect = timeout;
+        self
+    }
+
+    /// Sets how long a command on a shared connection waits for its reply
+    /// before the connection counts as broken and is opened again (default
+    /// 10 s). A consumer's blocking `XREADGROUP` waits `block` plus 5 s
+    /// instead.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.response = timeout;
+        self
+    }
+
     /// Sets how many shared connections carry publishes, acks and the other
     /// non-blocking commands (default 4). Each consumer has its own read
     /// connection on top.
@@ -289,7 +309,19 @@ impl BrokerBuilder {
     /// * [`ConfigError::DuplicateConsumer`]: two subscriptions on one stream
     ///   use the same group and consumer name.
     pub fn build(self) -> Result<Broker, ConfigError> {
-        let connector = Connector::new(&self.topology, self.tls.as_ref())?;
+        for (what, d) in [
+            ("connect_timeout", self.timeouts.connect),
+            ("response_timeout", self.timeouts.response),
+        ] {
+            if d < Duration::from_millis(1) || d > MAX_DURATION {
+                return Err(ConfigError::Invalid {
+                    stream: String::new(),
+                    option: what,
+                    reason: "must be at least 1 ms and at most 365 days".into(),
+                });
+            }
+        }
+        let connector = Connector::new(&self.topology, self.tls.as_ref(), self.timeouts)?;
         if self.pool_size == 0 {
             return Err(ConfigError::Invalid {
                 stream: String::new(),

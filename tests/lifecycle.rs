@@ -591,6 +591,22 @@ fn build_names_the_option_and_the_bound_of_each_bad_value() {
             "shutdown_timeout",
             "365 days",
         ),
+        (
+            Broker::builder("redis://127.0.0.1")
+                .connect_timeout(Duration::ZERO)
+                .build()
+                .unwrap_err(),
+            "connect_timeout",
+            "at least 1 ms",
+        ),
+        (
+            Broker::builder("redis://127.0.0.1")
+                .response_timeout(Duration::MAX)
+                .build()
+                .unwrap_err(),
+            "response_timeout",
+            "365 days",
+        ),
     ];
     for (err, option, bound) in cases {
         match &err {
@@ -635,4 +651,22 @@ async fn publishing_to_a_stream_capped_at_zero_is_refused_not_lost() {
             .is_ok()
     );
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
+#[actix_rt::test]
+async fn the_connect_timeout_is_an_option() {
+    // A server that accepts connections and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", listener.local_addr().unwrap());
+    let broker = Broker::builder(url)
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let err = broker.start().await.unwrap_err();
+    let took = t0.elapsed();
+    assert!(err.is_connection(), "{err:?}");
+    // Well under the 5 s default: the option took effect.
+    assert!(took < Duration::from_secs(4), "start failed after {took:?}");
+    drop(listener);
 }

@@ -25,7 +25,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{RedisConnectionInfo, TlsMode, Value};
 
 use super::topology::Kind;
-use super::{CONNECT_TIMEOUT, TlsSetup, connect_to, node_client, open, parse_addr, settings};
+use super::{Timeouts, TlsSetup, connect_to, node_client, open, parse_addr, settings};
 use crate::error::{ConfigError, Error};
 
 /// Hash slots in a cluster.
@@ -87,6 +87,7 @@ pub(crate) struct Cluster {
     /// Where the last `MOVED` said a slot went, tried first on the next
     /// connect for that slot.
     moved: Mutex<HashMap<u16, (String, u16)>>,
+    timeouts: Timeouts,
 }
 
 fn invalid(reason: String) -> ConfigError {
@@ -98,7 +99,11 @@ fn invalid(reason: String) -> ConfigError {
 }
 
 impl Cluster {
-    pub(crate) fn new(kind: &Kind, tls: Option<TlsSetup>) -> Result<Self, ConfigError> {
+    pub(crate) fn new(
+        kind: &Kind,
+        tls: Option<TlsSetup>,
+        timeouts: Timeouts,
+    ) -> Result<Self, ConfigError> {
         let Kind::Cluster { nodes, auth } = kind else {
             unreachable!("Cluster::new is called for the cluster topology only");
         };
@@ -118,8 +123,8 @@ impl Cluster {
                 .map(|(h, p)| format!("redis://{h}:{p}"))
                 .collect::<Vec<_>>(),
         )
-        .connection_timeout(CONNECT_TIMEOUT)
-        .response_timeout(super::pool::RESPONSE_TIMEOUT)
+        .connection_timeout(timeouts.connect)
+        .response_timeout(timeouts.response)
         .retries(CLUSTER_RETRIES)
         .min_retry_wait(50)
         .max_retry_wait(1_000);
@@ -148,6 +153,7 @@ impl Cluster {
             settings,
             tls,
             moved: Mutex::default(),
+            timeouts,
         })
     }
 
@@ -174,7 +180,7 @@ impl Cluster {
         };
         let client =
             node_client(&host, port, &self.settings, self.tls.as_ref()).map_err(Error::Connect)?;
-        let conn = connect_to(&client, response_timeout).await?;
+        let conn = connect_to(&client, self.timeouts.connect, response_timeout).await?;
         Ok((conn, format!("{host}:{port}")))
     }
 
@@ -204,7 +210,8 @@ impl Cluster {
             let answer: Result<Value, Error> = async {
                 let client = node_client(&host, port, &self.settings, self.tls.as_ref())
                     .map_err(Error::Connect)?;
-                let mut conn = open(&client, CONNECT_TIMEOUT).await?;
+                let t = self.timeouts.connect;
+                let mut conn = open(&client, t, t).await?;
                 redis::cmd("CLUSTER")
                     .arg("SLOTS")
                     .query_async(&mut conn)

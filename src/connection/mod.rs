@@ -47,8 +47,31 @@ use tokio::sync::watch;
 use crate::error::{ConfigError, Error};
 use topology::{Credentials, Kind, redact_url};
 
-/// How long a connection attempt may take before it counts as failed.
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a connection attempt may take before it counts as failed, unless
+/// configured ([`BrokerBuilder::connect_timeout`](crate::BrokerBuilder::connect_timeout)).
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a shared connection waits for a reply, unless configured
+/// ([`BrokerBuilder::response_timeout`](crate::BrokerBuilder::response_timeout)).
+pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The connect and response timeouts every connection uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    /// A TCP connect plus the TLS and `HELLO`/`AUTH` handshakes.
+    pub connect: Duration,
+    /// A reply on a shared connection (a blocking read waits `block` plus
+    /// [`READ_TIMEOUT_MARGIN`] instead).
+    pub response: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: DEFAULT_CONNECT_TIMEOUT,
+            response: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+}
 /// A blocking read's connection waits this much longer than its `block`.
 pub(crate) const READ_TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
 
@@ -115,6 +138,7 @@ struct Inner {
     epoch: watch::Sender<u64>,
     /// Where, for logs (no password).
     describe: String,
+    timeouts: Timeouts,
 }
 
 enum Target {
@@ -226,7 +250,11 @@ fn ensure_crypto_provider() {
 
 impl Connector {
     /// Checks the configuration; no I/O.
-    pub(crate) fn new(topology: &Topology, tls: Option<&Tls>) -> Result<Self, ConfigError> {
+    pub(crate) fn new(
+        topology: &Topology,
+        tls: Option<&Tls>,
+        timeouts: Timeouts,
+    ) -> Result<Self, ConfigError> {
         let (target, describe) = match &topology.kind {
             Kind::Standalone { url } => {
                 topology::check_url(url)
@@ -261,7 +289,7 @@ impl Connector {
                 if tls.is_some() {
                     ensure_crypto_provider();
                 }
-                let s = sentinel::Sentinels::new(&topology.kind, tls)?;
+                let s = sentinel::Sentinels::new(&topology.kind, tls, timeouts)?;
                 (
                     Target::Sentinel(s),
                     format!("master {master:?} via Sentinel"),
@@ -272,7 +300,7 @@ impl Connector {
                 if tls.is_some() {
                     ensure_crypto_provider();
                 }
-                let c = cluster::Cluster::new(&topology.kind, tls)?;
+                let c = cluster::Cluster::new(&topology.kind, tls, timeouts)?;
                 (
                     Target::Cluster(Box::new(c)),
                     format!("cluster via {}", nodes.join(",")),
@@ -284,6 +312,7 @@ impl Connector {
                 target,
                 epoch: watch::channel(0).0,
                 describe,
+                timeouts,
             }),
         })
     }
@@ -291,6 +320,11 @@ impl Connector {
     /// Where connections go, for logs.
     pub(crate) fn describe(&self) -> &str {
         &self.inner.describe
+    }
+
+    /// The connect and response timeouts.
+    pub(crate) fn timeouts(&self) -> Timeouts {
+        self.inner.timeouts
     }
 
     /// Whether the topology is a Redis Cluster.
@@ -323,7 +357,9 @@ impl Connector {
         let client = self.client().await?.expect("not a cluster");
         let mut conns = Vec::with_capacity(count);
         for _ in 0..count {
-            conns.push(Shared::Node(connect_to(&client, response_timeout).await?));
+            conns.push(Shared::Node(
+                connect_to(&client, self.inner.timeouts.connect, response_timeout).await?,
+            ));
         }
         Ok(conns)
     }
@@ -344,7 +380,8 @@ impl Connector {
             }
             _ => {
                 let client = self.client().await?.expect("not a cluster");
-                Ok((connect_to(&client, response_timeout).await?, None))
+                let connect = self.inner.timeouts.connect;
+                Ok((connect_to(&client, connect, response_timeout).await?, None))
             }
         }
     }
@@ -381,21 +418,29 @@ impl Connector {
 /// One connection to `client`'s server, one attempt, checked to be a master.
 pub(crate) async fn connect_to(
     client: &Client,
+    connect_timeout: Duration,
     response_timeout: Duration,
 ) -> Result<MultiplexedConnection, Error> {
-    let mut conn = open(client, response_timeout).await?;
+    let mut conn = open(client, connect_timeout, response_timeout).await?;
     check_role(&mut conn, client).await?;
     Ok(conn)
 }
 
 /// One connection to a sentinel, one attempt.
-async fn connect_to_sentinel(client: &Client) -> Result<MultiplexedConnection, Error> {
-    open(client, CONNECT_TIMEOUT).await
+async fn connect_to_sentinel(
+    client: &Client,
+    connect_timeout: Duration,
+) -> Result<MultiplexedConnection, Error> {
+    open(client, connect_timeout, connect_timeout).await
 }
 
-async fn open(client: &Client, response_timeout: Duration) -> Result<MultiplexedConnection, Error> {
+async fn open(
+    client: &Client,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> Result<MultiplexedConnection, Error> {
     let cfg = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_connection_timeout(Some(connect_timeout))
         .set_response_timeout(Some(response_timeout));
     client
         .get_multiplexed_async_connection_with_config(&cfg)

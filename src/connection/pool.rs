@@ -28,9 +28,6 @@ use tokio::sync::watch;
 use super::{Class, Connector, Retry, parse_addr};
 use crate::error::Error;
 
-/// Response timeout of the shared connections.
-pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// A shared connection: to one server, or to a whole cluster (routed by
 /// slot).
 #[derive(Clone)]
@@ -123,7 +120,8 @@ pub(crate) struct Lease {
 }
 
 async fn open_all(connector: &Connector, size: usize) -> Result<Arc<[Shared]>, Error> {
-    Ok(connector.shared(size, RESPONSE_TIMEOUT).await?.into())
+    let response = connector.timeouts().response;
+    Ok(connector.shared(size, response).await?.into())
 }
 
 impl Pool {

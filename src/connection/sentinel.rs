@@ -26,8 +26,7 @@ use redis::{Client, RedisConnectionInfo};
 
 use super::topology::Kind;
 use super::{
-    CONNECT_TIMEOUT, Connector, Retry, TlsSetup, connect_to_sentinel, node_client, parse_addr,
-    settings,
+    Connector, Retry, Timeouts, TlsSetup, connect_to_sentinel, node_client, parse_addr, settings,
 };
 use crate::error::{ConfigError, Error};
 
@@ -42,6 +41,7 @@ pub(crate) struct Sentinels {
     preferred: AtomicUsize,
     /// The replica being promoted, while a failover is under way.
     hint: Arc<Mutex<Option<Hint>>>,
+    timeouts: Timeouts,
 }
 
 /// The address of the replica a failover is promoting, and when it was
@@ -71,7 +71,11 @@ fn invalid(reason: String) -> ConfigError {
 }
 
 impl Sentinels {
-    pub(crate) fn new(kind: &Kind, tls: Option<TlsSetup>) -> Result<Self, ConfigError> {
+    pub(crate) fn new(
+        kind: &Kind,
+        tls: Option<TlsSetup>,
+        timeouts: Timeouts,
+    ) -> Result<Self, ConfigError> {
         let Kind::Sentinel {
             master,
             sentinels,
@@ -103,6 +107,7 @@ impl Sentinels {
             tls,
             preferred: AtomicUsize::new(0),
             hint: Arc::default(),
+            timeouts,
         })
     }
 
@@ -118,7 +123,7 @@ impl Sentinels {
         for i in (0..n).map(|k| (first + k) % n) {
             let (addr, sentinel) = &self.sentinels[i];
             let answer: Result<Option<(String, u16)>, Error> = async {
-                let mut conn = connect_to_sentinel(sentinel).await?;
+                let mut conn = connect_to_sentinel(sentinel, self.timeouts.connect).await?;
                 redis::cmd("SENTINEL")
                     .arg("get-master-addr-by-name")
                     .arg(&self.master)
@@ -208,7 +213,8 @@ async fn listen(
     let mut retry = Retry::default();
     loop {
         let subscribed = async {
-            let mut pubsub = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub())
+            let connect_timeout = connector.timeouts().connect;
+            let mut pubsub = tokio::time::timeout(connect_timeout, client.get_async_pubsub())
                 .await
                 .map_err(|_| "connect timed out".to_owned())?
                 .map_err(|e| e.to_string())?;

@@ -26,7 +26,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::sync::oneshot;
 
 use crate::broker::{Broker, Phase};
-use crate::connection::{self as conn, Class, Pool, wait_until_ready};
+use crate::connection::{Class, Pool, wait_until_ready};
 use crate::consumer::{ConsumerActor, ConsumerExited, Drain, Subscription};
 use crate::error::{Error, HookFailures};
 use crate::hooks::{Hooks, Stage};
@@ -459,7 +459,7 @@ async fn connect(broker: &Broker, subs: &[Arc<Subscription>]) -> Result<Addr<Red
     };
     let pool = wait_until_ready("PING", "ping", deadline, || async {
         // Every master of a cluster answers (redis-rs sends PING to each).
-        for mut c in connector.shared(1, conn::CONNECT_TIMEOUT).await? {
+        for mut c in connector.shared(1, connector.timeouts().connect).await? {
             redis::cmd("PING")
                 .query_async::<redis::Value>(&mut c)
                 .await
