@@ -670,3 +670,80 @@ async fn the_connect_timeout_is_an_option() {
     assert!(took < Duration::from_secs(4), "start failed after {took:?}");
     drop(listener);
 }
+
+/// Consumer hygiene (issue 10): a worker restarted under a fresh default name
+/// (`<group>-<hostname>-<pid>`) does not leave its old name behind; a
+/// consumer that still holds pending entries is never deleted.
+#[actix_rt::test]
+async fn a_clean_stop_leaves_the_group_unless_entries_are_pending() {
+    fn consumers(c: &mut redis::Connection) -> Vec<String> {
+        let rows: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg("s")
+            .arg("g")
+            .query(c)
+            .unwrap();
+        rows.iter()
+            .map(|r| redis::from_redis_value_ref(&r[1]).unwrap())
+            .collect()
+    }
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let s = Stream::new("s", "g");
+    for i in 0..5u64 {
+        let handled = Arc::new(AtomicUsize::new(0));
+        let h = handled.clone();
+        let broker = Broker::builder(redis.url())
+            .subscribe(
+                &s,
+                ConsumerOptions::default()
+                    .consumer(format!("w-{i}"))
+                    .block(Duration::from_millis(50)),
+                move |_: u64| {
+                    h.fetch_add(1, Ordering::SeqCst);
+                    async { Ok(()) }
+                },
+            )
+            .build()
+            .unwrap();
+        broker.start().await.unwrap();
+        broker.publish(&s, &i).await.unwrap();
+        eventually("handled and acked", Duration::from_secs(10), || {
+            handled.load(Ordering::SeqCst) == 1 && support::pending_count(&mut c, "s", "g") == 0
+        })
+        .await;
+        assert_eq!(consumers(&mut c), vec![format!("w-{i}")]);
+        assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    }
+    assert!(
+        consumers(&mut c).is_empty(),
+        "5 clean cycles left nobody behind"
+    );
+
+    // A consumer whose handler is abandoned at the drain deadline keeps its
+    // pending entry, and stays.
+    let broker = Broker::builder(redis.url())
+        .shutdown_timeout(Duration::from_millis(100))
+        .subscribe(
+            &s,
+            ConsumerOptions::default().consumer("slow"),
+            |_: u64| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok(())
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker.publish(&s, &99u64).await.unwrap();
+    eventually("the slow handler holds it", Duration::from_secs(10), || {
+        support::pending_count(&mut c, "s", "g") == 1
+    })
+    .await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 3);
+    assert_eq!(
+        consumers(&mut c),
+        vec!["slow".to_owned()],
+        "it holds an entry"
+    );
+}

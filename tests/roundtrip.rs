@@ -181,20 +181,25 @@ async fn two_brokers_in_one_group_split_the_work_without_duplicates() {
         pending_count(&mut c, "jobs", "workers") == 0
     })
     .await;
+    // Both consumers joined: XINFO CONSUMERS shows both names while they run.
+    let consumers = |c: &mut redis::Connection| -> usize {
+        let info: Vec<redis::Value> = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg("jobs")
+            .arg("workers")
+            .query(c)
+            .unwrap();
+        info.len()
+    };
+    assert_eq!(consumers(&mut c), 2);
     assert!(w1.stop().await.unwrap().is_clean());
     assert!(w2.stop().await.unwrap().is_clean());
     let ids = seen.lock().unwrap().clone();
     let unique: HashSet<u64> = ids.iter().copied().collect();
     assert_eq!(ids.len(), 200, "no entry handled twice");
     assert_eq!(unique.len(), 200);
-    // Both consumers got work: XINFO CONSUMERS shows both names.
-    let info: Vec<redis::Value> = redis::cmd("XINFO")
-        .arg("CONSUMERS")
-        .arg("jobs")
-        .arg("workers")
-        .query(&mut c)
-        .unwrap();
-    assert_eq!(info.len(), 2);
+    // A clean stop with nothing pending leaves the group as it was.
+    assert_eq!(consumers(&mut c), 0, "stopped consumers left the group");
 }
 
 #[actix_rt::test]

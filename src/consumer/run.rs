@@ -25,7 +25,7 @@ use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
 use crate::reclaimer::{self, Claim, ReclaimerActor};
 use crate::redis::reply::{self, RawEntry};
 use crate::redis::{
-    Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Query, RedisActor, Unblock,
+    Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Eval, Query, RedisActor, Unblock,
 };
 use crate::stream::EntryId;
 
@@ -197,6 +197,10 @@ pub(crate) async fn consume(
         let _ = tx.send(());
     }
     lp.run(stop).await;
+    let r = &lp.report;
+    if r.error.is_none() && r.panic.is_none() && !r.timed_out {
+        lp.leave_group().await;
+    }
     tracing::info!(stream = %lp.sub.names.name, consumer = %lp.sub.consumer, "consumer stopped");
     lp.report
 }
@@ -1120,6 +1124,60 @@ impl Loop {
         self.isolated = false;
         self.read = None;
         self.reclaim = None;
+    }
+}
+
+/// KEYS: stream. ARGV: group, consumer. Deletes the consumer from the group
+/// (`XGROUP DELCONSUMER`) only when it holds no pending entry, checked in the
+/// same script. Answers 1 when deleted, 0 when it holds entries, -1 when it
+/// was not there.
+const LEAVE_GROUP_LUA: &str = r#"
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
+if #p > 0 then return 0 end
+local consumers = redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+for _, c in ipairs(consumers) do
+  for i = 1, #c, 2 do
+    if c[i] == 'name' and c[i + 1] == ARGV[2] then
+      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+      return 1
+    end
+  end
+end
+return -1
+"#;
+
+static LEAVE_GROUP: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(LEAVE_GROUP_LUA));
+
+impl Loop {
+    /// After a clean drain: deletes this consumer from its group when it
+    /// holds no pending entry (one script: checked and deleted atomically),
+    /// so workers restarted under fresh names (the default
+    /// `<group>-<hostname>-<pid>`) do not pile up in `XINFO CONSUMERS`. A
+    /// consumer that holds entries stays, and they are recovered as usual.
+    async fn leave_group(&self) {
+        let s = &self.sub;
+        let req = self.redis.send(Eval {
+            script: &LEAVE_GROUP,
+            keys: vec![s.names.name.as_bytes().to_vec()],
+            args: vec![
+                s.names.group.as_bytes().to_vec(),
+                s.consumer.as_bytes().to_vec(),
+            ],
+        });
+        match req.await {
+            Ok(Ok(Value::Int(1))) => {
+                tracing::debug!(stream = %s.names.name, consumer = %s.consumer, "consumer left its group (it held no pending entries)")
+            }
+            Ok(Ok(Value::Int(0))) => {
+                tracing::info!(stream = %s.names.name, consumer = %s.consumer, "consumer stays in its group: it still holds pending entries")
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(stream = %s.names.name, consumer = %s.consumer, error = %e, "could not remove the consumer from its group; it stays listed")
+            }
+            Err(_) => {}
+        }
     }
 }
 

@@ -316,6 +316,37 @@ impl Handler<Unblock> for RedisActor {
     }
 }
 
+/// A Lua script (`EVALSHA`, loaded on `NOSCRIPT`) on a shared connection.
+/// Under a cluster every key must share one hash slot.
+#[derive(Message)]
+#[rtype(result = "Result<Value, Error>")]
+pub(crate) struct Eval {
+    pub script: &'static redis::Script,
+    pub keys: Vec<Vec<u8>>,
+    pub args: Vec<Vec<u8>>,
+}
+
+impl Handler<Eval> for RedisActor {
+    type Result = ResponseFuture<Result<Value, Error>>;
+
+    fn handle(&mut self, msg: Eval, _: &mut Self::Context) -> Self::Result {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let mut call = msg.script.prepare_invoke();
+            for k in &msg.keys {
+                call.key(k.as_slice());
+            }
+            for a in &msg.args {
+                call.arg(a.as_slice());
+            }
+            pool.run("evalsha", COMMAND_WAIT, |mut conn| async move {
+                call.invoke_async(&mut conn).await
+            })
+            .await
+        })
+    }
+}
+
 /// Any other command on a shared connection (PING, XPENDING, XCLAIM…), with
 /// its ACL name (`"xclaim"`), which a refusal names.
 #[derive(Message)]
