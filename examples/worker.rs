@@ -9,6 +9,8 @@
 //! | `RILLKIT_CLUSTER` | unset | `<host:port>,<host:port>…`: seed nodes of a Redis Cluster, instead of `REDIS_URL` (the dead-letter stream is then `{<stream>}-dlq`) |
 //! | `RILLKIT_TLS_CA` | unset | PEM file of the CA to trust (with `rediss://`, or TLS to Sentinel and master) |
 //! | `RILLKIT_STARTUP_TIMEOUT_MS` | 60000 | how long start waits for a server that is loading or not yet master |
+//! | `RILLKIT_RETAIN` | unset | `acked`: trim what every group has acked ([`Stream::retain_acked`](rillkit::Stream::retain_acked)) |
+//! | `RILLKIT_DLQ_MAXLEN` | unset | cap of the dead-letter stream, in entries |
 //! | `RILLKIT_STREAM` | `tasks` | stream key |
 //! | `RILLKIT_GROUP` | `workers` | consumer group |
 //! | `RILLKIT_CONSUMER` | `<group>-<hostname>-<pid>` | consumer name |
@@ -86,10 +88,21 @@ async fn main() {
             std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
         ),
     };
-    let stream = Stream::new(
+    let mut stream = Stream::new(
         env_or("RILLKIT_STREAM", "tasks".to_string()),
         env_or("RILLKIT_GROUP", "workers".to_string()),
     );
+    match std::env::var("RILLKIT_RETAIN").as_deref() {
+        Ok("acked") => stream = stream.retain_acked(),
+        Ok(other) => panic!("RILLKIT_RETAIN={other:?}: the one policy is `acked`"),
+        Err(_) => {}
+    }
+    if let Ok(cap) = std::env::var("RILLKIT_DLQ_MAXLEN") {
+        stream = stream.dlq_max_len(
+            cap.parse()
+                .expect("RILLKIT_DLQ_MAXLEN is a number of entries"),
+        );
+    }
     let mut opts = ConsumerOptions::default()
         .block(Duration::from_millis(env_or("RILLKIT_BLOCK_MS", 5000)))
         .count(env_or("RILLKIT_COUNT", 10))

@@ -77,6 +77,7 @@ pub struct BrokerBuilder {
     handle_signals: bool,
     restart: RestartPolicy,
     timeouts: Timeouts,
+    retention_period: Duration,
 }
 
 impl BrokerBuilder {
@@ -87,6 +88,7 @@ impl BrokerBuilder {
             startup_timeout: Duration::from_secs(60),
             publish_timeout: Duration::from_secs(5),
             timeouts: Timeouts::default(),
+            retention_period: Duration::from_secs(5),
             hooks: Hooks::default(),
             subs: Vec::new(),
             pool_size: 4,
@@ -241,6 +243,14 @@ impl BrokerBuilder {
         self
     }
 
+    /// Sets how often streams with
+    /// [`Stream::retain_acked`](crate::Stream::retain_acked) are trimmed of
+    /// what every group has acked (default 5 s).
+    pub fn retention_period(mut self, period: Duration) -> Self {
+        self.retention_period = period;
+        self
+    }
+
     /// Sets how long opening a connection may take — TCP connect, TLS and
     /// `HELLO`/`AUTH` — before the attempt counts as failed (default 5 s).
     /// At start a failed attempt fails `start()`; later it is retried with
@@ -312,6 +322,7 @@ impl BrokerBuilder {
         for (what, d) in [
             ("connect_timeout", self.timeouts.connect),
             ("response_timeout", self.timeouts.response),
+            ("retention_period", self.retention_period),
         ] {
             if d < Duration::from_millis(1) || d > MAX_DURATION {
                 return Err(ConfigError::Invalid {
@@ -379,6 +390,7 @@ impl BrokerBuilder {
             inner: Arc::new(Inner {
                 connector,
                 startup_timeout: self.startup_timeout,
+                retention_period: self.retention_period,
                 publish_timeout: self.publish_timeout,
                 pool_size: self.pool_size,
                 shutdown_timeout: self.shutdown_timeout,
@@ -398,6 +410,7 @@ impl BrokerBuilder {
 struct Inner {
     connector: Connector,
     startup_timeout: Duration,
+    retention_period: Duration,
     publish_timeout: Duration,
     pool_size: usize,
     shutdown_timeout: Duration,
@@ -823,6 +836,10 @@ impl Broker {
 
     pub(crate) fn connector(&self) -> &Connector {
         &self.inner.connector
+    }
+
+    pub(crate) fn retention_period(&self) -> Duration {
+        self.inner.retention_period
     }
 
     pub(crate) fn startup_timeout(&self) -> Duration {

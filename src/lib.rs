@@ -50,6 +50,7 @@ mod hooks;
 mod outcome;
 mod reclaimer;
 mod redis;
+mod retention;
 mod stream;
 mod supervisor;
 #[cfg(feature = "test-util")]

@@ -75,6 +75,8 @@ pub struct Stream<C = Json> {
     /// Whether `dlq` is the default (set per topology at build).
     dlq_default: bool,
     max_len: Option<usize>,
+    dlq_max_len: Option<usize>,
+    retain_acked: bool,
     field: Arc<str>,
     codec: C,
 }
@@ -91,6 +93,8 @@ impl Stream<Json> {
             dlq: dlq.into(),
             dlq_default: true,
             max_len: None,
+            dlq_max_len: None,
+            retain_acked: false,
             field: "data".into(),
             codec: Json,
         }
@@ -119,9 +123,45 @@ impl<C: Codec> Stream<C> {
     /// Caps the stream at about `entries` entries: publishes send
     /// `XADD … MAXLEN ~ entries`. Trimming is approximate (whole macro nodes), as
     /// Redis does it.
+    ///
+    /// **It can drop work**: the cap trims the oldest entries whether or not
+    /// any group has read or acked them, silently. To remove only what every
+    /// group is done with, use [`retain_acked`](Self::retain_acked) instead.
     pub fn max_len(mut self, entries: usize) -> Self {
         self.max_len = Some(entries);
         self
+    }
+
+    /// Trims, every few seconds (the broker's
+    /// [`retention_period`](crate::BrokerBuilder::retention_period), 5 s by
+    /// default), the entries every consumer group has acked: everything older
+    /// than the oldest entry some group still needs — its oldest pending
+    /// entry, or the first it has not read yet. One script computes that from
+    /// `XINFO GROUPS` and `XPENDING` and runs `XTRIM … MINID ~` up to it, so an
+    /// entry some group has not read or not acked is never removed. A stream
+    /// with no group is never trimmed. Runs in brokers that subscribe to the
+    /// stream.
+    pub fn retain_acked(mut self) -> Self {
+        self.retain_acked = true;
+        self
+    }
+
+    /// Caps the dead-letter stream at about `entries` entries: each move to
+    /// it sends `XADD … MAXLEN ~ entries`, and the dead letters that removes
+    /// (the oldest) are counted and logged at WARN. Default: no cap.
+    pub fn dlq_max_len(mut self, entries: usize) -> Self {
+        self.dlq_max_len = Some(entries);
+        self
+    }
+
+    /// The dead-letter cap set with [`dlq_max_len`](Self::dlq_max_len).
+    pub fn get_dlq_max_len(&self) -> Option<usize> {
+        self.dlq_max_len
+    }
+
+    /// Whether [`retain_acked`](Self::retain_acked) is set.
+    pub fn get_retain_acked(&self) -> bool {
+        self.retain_acked
     }
 
     /// Sets the field that holds the encoded value (default `data`).
@@ -138,6 +178,8 @@ impl<C: Codec> Stream<C> {
             dlq: self.dlq,
             dlq_default: self.dlq_default,
             max_len: self.max_len,
+            dlq_max_len: self.dlq_max_len,
+            retain_acked: self.retain_acked,
             field: self.field,
             codec,
         }
@@ -228,6 +270,8 @@ impl<C: Codec> Stream<C> {
             dlq_default: self.dlq_default,
             field: self.field.clone(),
             max_len: self.max_len,
+            dlq_max_len: self.dlq_max_len,
+            retain_acked: self.retain_acked,
         }
     }
 }
@@ -275,6 +319,12 @@ impl StreamNames {
         if self.field.is_empty() {
             return bad("data_field", "the data field name must not be empty");
         }
+        if self.dlq_max_len == Some(0) {
+            return bad(
+                "dlq_max_len",
+                "must be at least 1 entry (a cap of 0 would drop every dead letter)",
+            );
+        }
         if self.max_len == Some(0) {
             return bad(
                 "max_len",
@@ -295,6 +345,8 @@ pub(crate) struct StreamNames {
     pub dlq_default: bool,
     pub field: Arc<str>,
     pub max_len: Option<usize>,
+    pub dlq_max_len: Option<usize>,
+    pub retain_acked: bool,
 }
 
 /// An entry id as Redis gives it: `<ms since the epoch>-<sequence>`, for

@@ -25,7 +25,8 @@ use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
 use crate::reclaimer::{self, Claim, ReclaimerActor};
 use crate::redis::reply::{self, RawEntry};
 use crate::redis::{
-    Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Eval, Query, RedisActor, Unblock,
+    Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Eval, Moved, Query, RedisActor,
+    Unblock,
 };
 use crate::stream::EntryId;
 
@@ -82,7 +83,7 @@ type ClaimDone = Result<(Vec<Delivered>, bool), Error>;
 type AckDone = (Result<Vec<EntryId>, AckError>, Duration);
 
 /// A dead-letter move that came back: the entry and what Redis said.
-type DeadLetterDone = (Arc<DeadLetterEntry>, Result<Option<EntryId>, Error>);
+type DeadLetterDone = (Arc<DeadLetterEntry>, Result<Option<Moved>, Error>);
 
 /// What one read produced.
 struct ReadDone {
@@ -605,6 +606,7 @@ impl Loop {
             delivery_count: msg.delivery_count,
             fields: msg.fields,
             error,
+            dlq_max_len: names.dlq_max_len,
         });
         self.send_dead_letter(entry, None);
     }
@@ -624,8 +626,15 @@ impl Loop {
     }
 
     fn on_dead_lettered(&mut self, (entry, res): DeadLetterDone) {
-        match res {
-            Ok(Some(_)) => {}
+        match &res {
+            Ok(Some(moved)) if moved.trimmed > 0 => tracing::warn!(
+                stream = %entry.stream, dlq = %entry.dlq, dlq_id = %moved.id, removed = moved.trimmed,
+                cap = entry.dlq_max_len.unwrap_or(0),
+                "the dead-letter stream is at its cap: its oldest dead letters were removed"
+            ),
+            Ok(Some(moved)) => {
+                tracing::debug!(stream = %entry.stream, id = %entry.id, dlq_id = %moved.id, "dead-lettered")
+            }
             Ok(None) => tracing::warn!(
                 stream = %entry.stream, id = %entry.id,
                 "entry was no longer pending for this consumer; not dead-lettered here"

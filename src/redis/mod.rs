@@ -163,12 +163,23 @@ pub(crate) struct DeadLetterEntry {
     pub delivery_count: u64,
     pub fields: Arc<[(Vec<u8>, Vec<u8>)]>,
     pub error: String,
+    /// The dead-letter stream's cap, in entries (`MAXLEN ~`), if any.
+    pub dlq_max_len: Option<usize>,
+}
+
+/// A dead-letter move done: the dead-letter entry's id, and how many of the
+/// oldest dead letters the cap removed to make room.
+#[derive(Debug)]
+pub(crate) struct Moved {
+    pub id: EntryId,
+    pub trimmed: u64,
 }
 
 /// Copy an entry to the dead-letter stream and XACK it, atomically, but only
 /// while it is still pending for this consumer (so an entry acked or taken
-/// over meanwhile is never copied twice). Answers the dead-letter entry's id,
-/// or `None` when the entry was no longer this consumer's.
+/// over meanwhile is never copied twice). Answers the dead-letter entry's id
+/// (and how many old dead letters its cap removed), or `None` when the entry
+/// was no longer this consumer's.
 ///
 /// The copy keeps every original field verbatim and adds `origin_stream`,
 /// `origin_id`, `origin_group`, `origin_consumer`, `delivery_count`, `error`
@@ -178,10 +189,12 @@ pub(crate) struct DeadLetterEntry {
 /// the dead-letter key holds a string) would not stop the XACK, and the entry
 /// would be lost; in the script the failure aborts before anything is acked.
 #[derive(Message)]
-#[rtype(result = "Result<Option<EntryId>, Error>")]
+#[rtype(result = "Result<Option<Moved>, Error>")]
 pub(crate) struct DeadLetter(pub Arc<DeadLetterEntry>);
 
-/// KEYS: stream, dlq. ARGV: group, id, consumer, then XADD's field/value pairs.
+/// KEYS: stream, dlq. ARGV: group, id, consumer, the dead-letter cap (`0`:
+/// none), then XADD's field/value pairs. Answers `{dlq id, dead letters the
+/// cap removed}`, or false when the entry is no longer this consumer's.
 ///
 /// Before writing anything it checks with `redis.acl_check_cmd` that both
 /// writes are allowed, and answers `NOPERM` otherwise: a script that added the
@@ -197,15 +210,24 @@ end
 if not redis.acl_check_cmd('XACK', KEYS[1], ARGV[1], ARGV[2]) then
   return redis.error_reply('NOPERM this user has no permissions to run the xack command on ' .. KEYS[1])
 end
-local dlq_id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
+local cap = tonumber(ARGV[4])
+local dlq_id, trimmed
+if cap > 0 then
+  local before = redis.call('XLEN', KEYS[2])
+  dlq_id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', cap, '*', unpack(ARGV, 5))
+  trimmed = before + 1 - redis.call('XLEN', KEYS[2])
+else
+  dlq_id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
+  trimmed = 0
+end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-return dlq_id
+return {dlq_id, trimmed}
 "#;
 
 static DEAD_LETTER: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DEAD_LETTER_LUA));
 
 impl Handler<DeadLetter> for RedisActor {
-    type Result = ResponseFuture<Result<Option<EntryId>, Error>>;
+    type Result = ResponseFuture<Result<Option<Moved>, Error>>;
 
     fn handle(&mut self, msg: DeadLetter, _: &mut Self::Context) -> Self::Result {
         let pool = self.pool.clone();
@@ -218,7 +240,8 @@ impl Handler<DeadLetter> for RedisActor {
             call.key(&*e.dlq)
                 .arg(&*e.group)
                 .arg(&e.id)
-                .arg(&*e.consumer);
+                .arg(&*e.consumer)
+                .arg(e.dlq_max_len.unwrap_or(0));
             for (k, v) in e.fields.iter() {
                 call.arg(k).arg(v);
             }
@@ -236,12 +259,15 @@ impl Handler<DeadLetter> for RedisActor {
                 .arg(&e.error)
                 .arg("failed_at_ms")
                 .arg(now_ms);
-            let id: Option<String> = pool
+            let moved: Option<(String, u64)> = pool
                 .run("evalsha", COMMAND_WAIT, |mut conn| async move {
                     call.invoke_async(&mut conn).await
                 })
                 .await?;
-            Ok(id.map(EntryId))
+            Ok(moved.map(|(id, trimmed)| Moved {
+                id: EntryId(id),
+                trimmed,
+            }))
         })
     }
 }

@@ -380,8 +380,13 @@ async fn lifecycle(
         }
         _ => return report_start(abort_start(broker.clone(), hooks.clone()).await),
     };
-    // 4. Consumers.
+    // 4. Consumers, and retention for the streams that ask for it.
     let _ = me.send(StartConsumers(redis.clone())).await;
+    let retention = crate::retention::start(
+        subs.iter().map(|s| &s.names),
+        &redis,
+        broker.retention_period(),
+    );
     broker.set_phase(Phase::Running);
     // 5. after_startup hooks.
     let failures = hooks.run(Stage::AfterStartup, &broker, false).await;
@@ -405,6 +410,9 @@ async fn lifecycle(
             timed_out: true,
             ..Default::default()
         });
+    for r in retention {
+        let _ = r.send(crate::retention::Stop).await;
+    }
     // 7. on_shutdown hooks, connections still open (skipped when
     //    after_startup failed).
     let mut failures = Vec::new();
