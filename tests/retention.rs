@@ -107,7 +107,7 @@ async fn acked_entries_are_trimmed_and_nothing_a_group_still_needs() {
     );
     let first = first_id(&mut c, "orders").unwrap();
     assert!(
-        ids_le(&first, &first_new.to_string()),
+        ids_le(&first, first_new.as_ref()),
         "{first} is past {first_new}, which audit has not read"
     );
 
