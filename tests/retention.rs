@@ -134,7 +134,7 @@ async fn acked_entries_are_trimmed_and_nothing_a_group_still_needs() {
     .await;
     let first = first_id(&mut c, "orders").unwrap();
     assert!(
-        ids_le(&first, &held.to_string()),
+        ids_le(&first, held.as_ref()),
         "the pending {held} was kept ({first})"
     );
     broker.request_stop_with_timeout(Duration::from_millis(100));
