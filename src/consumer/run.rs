@@ -15,6 +15,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use super::Subscription;
 
@@ -520,19 +521,33 @@ impl Loop {
             self.dead_letter(msg, err);
             return;
         }
-        let prepared =
-            std::panic::catch_unwind(AssertUnwindSafe(|| (s.handler)(&msg, &self.broker)));
+        // The handler runs inside a span carrying the delivery, so the
+        // application's own log lines in it name the entry.
+        let span = tracing::info_span!(
+            "rillkit.handle",
+            stream = %msg.stream,
+            group = %msg.group,
+            consumer = %msg.consumer,
+            entry_id = %msg.id,
+            delivery_count = msg.delivery_count,
+        );
+        let prepared = span.in_scope(|| {
+            std::panic::catch_unwind(AssertUnwindSafe(|| (s.handler)(&msg, &self.broker)))
+        });
         match prepared {
             Ok(Prepared::Run(fut)) => {
-                self.running.push(Box::pin(async move {
-                    let t0 = Instant::now();
-                    let result = AssertUnwindSafe(fut)
-                        .catch_unwind()
-                        .await
-                        .map_err(|p| crate::panic_message(&*p));
-                    let took = t0.elapsed();
-                    Finished { msg, result, took }
-                }));
+                self.running.push(Box::pin(
+                    async move {
+                        let t0 = Instant::now();
+                        let result = AssertUnwindSafe(fut)
+                            .catch_unwind()
+                            .await
+                            .map_err(|p| crate::panic_message(&*p));
+                        let took = t0.elapsed();
+                        Finished { msg, result, took }
+                    }
+                    .instrument(span),
+                ));
             }
             Ok(Prepared::Undeliverable(why)) => {
                 tracing::warn!(stream = %msg.stream, id = %msg.id, reason = %why, "entry cannot be handled; moving it to the dead-letter stream");

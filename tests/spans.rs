@@ -1,0 +1,77 @@
+//! Tracing (issue 10): each handler runs inside a span carrying stream,
+//! group, consumer, entry id and delivery count, so the application's own
+//! log lines inside a handler carry them.
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rillkit::prelude::*;
+use support::{RedisServer, eventually};
+
+/// Collects what the subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[actix_rt::test]
+async fn a_handlers_own_log_line_names_the_entry() {
+    let captured = Captured::default();
+    let out = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || out.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let redis = RedisServer::start();
+    let s = Stream::new("orders", "billing");
+    let broker = Broker::builder(redis.url())
+        .subscribe(
+            &s,
+            ConsumerOptions::default().consumer("c1"),
+            |order: u64| async move {
+                tracing::info!(order, "charging the card");
+                Ok(())
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let id = broker.publish(&s, &42u64).await.unwrap();
+    let line = || {
+        String::from_utf8_lossy(&captured.0.lock().unwrap())
+            .lines()
+            .find(|l| l.contains("charging the card"))
+            .map(str::to_owned)
+    };
+    eventually("the handler logged", Duration::from_secs(10), || {
+        line().is_some()
+    })
+    .await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    let line = line().unwrap();
+    for part in [
+        "rillkit.handle".to_owned(),
+        "stream=orders".to_owned(),
+        "group=billing".to_owned(),
+        "consumer=c1".to_owned(),
+        format!("entry_id={id}"),
+        "delivery_count=1".to_owned(),
+        "order=42".to_owned(),
+    ] {
+        assert!(line.contains(&part), "{part:?} missing from: {line}");
+    }
+}
