@@ -75,3 +75,65 @@ async fn a_handlers_own_log_line_names_the_entry() {
         assert!(line.contains(&part), "{part:?} missing from: {line}");
     }
 }
+
+/// Consumer hygiene (issue 10): every connection carries a name in
+/// `CLIENT LIST`, set again after a reconnect.
+#[actix_rt::test]
+async fn connections_are_named_and_named_again_after_a_reconnect() {
+    let redis = RedisServer::start();
+    let names = || -> Vec<String> {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut redis.conn())
+            .unwrap();
+        list.lines()
+            .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("name=")))
+            .filter(|n| n.starts_with("rillkit:"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let broker = Broker::builder(redis.url())
+        .subscribe(
+            &Stream::new("orders", "billing"),
+            ConsumerOptions::default()
+                .consumer("c 1")
+                .block(Duration::from_millis(100)),
+            |_: u64| async { Ok(()) },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let expected = |names: &[String]| {
+        names.iter().any(|n| n == "rillkit:billing:c_1:reader")
+            && names
+                .iter()
+                .any(|n| n.starts_with("rillkit:") && n.ends_with(":shared"))
+    };
+    eventually("named connections", Duration::from_secs(10), || {
+        expected(&names())
+    })
+    .await;
+    let () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut redis.conn())
+        .map(|_: i64| ())
+        .unwrap();
+    // Both kinds reconnect and are named again: the reader at its next read,
+    // the shared connections at the next command that meets the dead one.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !expected(&names()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not named again: {:?}",
+            names()
+        );
+        let _ = broker.publish(&Stream::new("orders", "billing"), &1u64).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(broker.phase(), Phase::Running);
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}

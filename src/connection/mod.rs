@@ -357,9 +357,10 @@ impl Connector {
         let client = self.client().await?.expect("not a cluster");
         let mut conns = Vec::with_capacity(count);
         for _ in 0..count {
-            conns.push(Shared::Node(
-                connect_to(&client, self.inner.timeouts.connect, response_timeout).await?,
-            ));
+            let mut conn =
+                connect_to(&client, self.inner.timeouts.connect, response_timeout).await?;
+            name_connection(&mut conn, &shared_name()).await;
+            conns.push(Shared::Node(conn));
         }
         Ok(conns)
     }
@@ -368,22 +369,27 @@ impl Connector {
     /// the given response timeout: to the master of the moment, or for a
     /// cluster to the master that owns the key's slot (then also its
     /// `host:port`, where `CLIENT UNBLOCK` must go).
+    ///
+    /// The connection is named `name` (`CLIENT SETNAME`) for `CLIENT LIST`.
     pub(crate) async fn connect_reader(
         &self,
         key: &str,
         response_timeout: Duration,
+        name: &str,
     ) -> Result<(MultiplexedConnection, Option<String>), Error> {
-        match &self.inner.target {
+        let (mut conn, node) = match &self.inner.target {
             Target::Cluster(c) => {
                 let (conn, node) = c.connect_for(key, response_timeout).await?;
-                Ok((conn, Some(node)))
+                (conn, Some(node))
             }
             _ => {
                 let client = self.client().await?.expect("not a cluster");
                 let connect = self.inner.timeouts.connect;
-                Ok((connect_to(&client, connect, response_timeout).await?, None))
+                (connect_to(&client, connect, response_timeout).await?, None)
             }
-        }
+        };
+        name_connection(&mut conn, name).await;
+        Ok((conn, node))
     }
 
     /// A read answered `MOVED`: the next reader connection for that slot
@@ -424,6 +430,47 @@ pub(crate) async fn connect_to(
     let mut conn = open(client, connect_timeout, response_timeout).await?;
     check_role(&mut conn, client).await?;
     Ok(conn)
+}
+
+/// A name for `CLIENT SETNAME`: `rillkit:` then the parts joined by `:`,
+/// with anything `CLIENT SETNAME` refuses (spaces, newlines, other control
+/// characters) replaced by `_`.
+pub(crate) fn client_name(parts: &[&str]) -> String {
+    let mut name = String::from("rillkit");
+    for p in parts {
+        name.push(':');
+        name.extend(p.chars().map(|c| {
+            if c.is_whitespace() || c.is_control() {
+                '_'
+            } else {
+                c
+            }
+        }));
+    }
+    name
+}
+
+/// The name of this process's shared connections:
+/// `rillkit:<hostname>-<pid>:shared`.
+fn shared_name() -> String {
+    let host = gethostname::gethostname();
+    client_name(&[
+        &format!("{}-{}", host.to_string_lossy(), std::process::id()),
+        "shared",
+    ])
+}
+
+/// Names a connection (`CLIENT SETNAME`) so an operator can tell rillkit's
+/// connections in `CLIENT LIST`. A refusal (ACL) costs nothing but the name.
+async fn name_connection(conn: &mut MultiplexedConnection, name: &str) {
+    let r: redis::RedisResult<()> = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg(name)
+        .query_async(conn)
+        .await;
+    if let Err(e) = r {
+        tracing::debug!(name, error = %e, "CLIENT SETNAME refused; the connection stays unnamed");
+    }
 }
 
 /// One connection to a sentinel, one attempt.

@@ -20,7 +20,7 @@ use tracing::Instrument;
 use super::Subscription;
 
 mod retry;
-use crate::connection::{Class, Connector, READ_TIMEOUT_MARGIN, Retry, log_wait};
+use crate::connection::{Class, Connector, READ_TIMEOUT_MARGIN, Retry, client_name, log_wait};
 use crate::error::Error;
 use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
 use crate::reclaimer::{self, Claim, ReclaimerActor};
@@ -716,6 +716,7 @@ impl Loop {
         let in_read = self.in_read.clone();
         let reader = self.reader.clone();
         let key = s.names.name.clone();
+        let name = client_name(&[&s.names.group, &s.consumer, "reader"]);
         let unblock_refused = self.unblock_refused.clone();
         self.read = Some(Box::pin(async move {
             if let Some(d) = delay {
@@ -723,19 +724,21 @@ impl Loop {
             }
             let mut conn = match conn {
                 Some(c) => c,
-                None => match connect_reader(&connector, &key, block, &unblock_refused).await {
-                    Ok((c, id)) => {
-                        *reader.borrow_mut() = id;
-                        c
+                None => {
+                    match connect_reader(&connector, &key, &name, block, &unblock_refused).await {
+                        Ok((c, id)) => {
+                            *reader.borrow_mut() = id;
+                            c
+                        }
+                        Err(e) => {
+                            return ReadDone {
+                                conn: None,
+                                pel: None,
+                                result: Err(e),
+                            };
+                        }
                     }
-                    Err(e) => {
-                        return ReadDone {
-                            conn: None,
-                            pel: None,
-                            result: Err(e),
-                        };
-                    }
-                },
+                }
             };
             // On the wire from here until the reply is complete: a stop now
             // must wait for it and hand back.
@@ -1347,11 +1350,12 @@ fn parse_id(id: &str) -> (u64, u64) {
 async fn connect_reader(
     connector: &Connector,
     stream: &str,
+    name: &str,
     block: Duration,
     unblock_refused: &Cell<bool>,
 ) -> Result<(MultiplexedConnection, Option<Unblock>), Error> {
     let (mut conn, node) = connector
-        .connect_reader(stream, block + READ_TIMEOUT_MARGIN)
+        .connect_reader(stream, block + READ_TIMEOUT_MARGIN, name)
         .await?;
     let id: Result<i64, Error> = redis::cmd("CLIENT")
         .arg("ID")
