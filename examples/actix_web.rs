@@ -8,11 +8,15 @@
 //! kill -TERM %1
 //! ```
 //!
-//! `HTTP_ADDR` sets the listen address (default `127.0.0.1:8080`).
+//! `GET /metrics` serves rillkit's metrics as Prometheus text
+//! (metrics-exporter-prometheus's recorder, installed here: rillkit itself
+//! installs none). `HTTP_ADDR` sets the listen address (default
+//! `127.0.0.1:8080`).
 
 use std::time::Duration;
 
 use actix_web::{App, HttpResponse, HttpServer, web};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use rillkit::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +38,12 @@ async fn create_order(
     }
 }
 
+async fn metrics(handle: web::Data<PrometheusHandle>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(handle.render())
+}
+
 #[actix_web::main]
 async fn main() -> std::io::Result<()> {
     tracing_subscriber::fmt()
@@ -44,6 +54,9 @@ async fn main() -> std::io::Result<()> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let addr = std::env::var("HTTP_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".into());
 
+    let prometheus = PrometheusBuilder::new()
+        .install_recorder()
+        .expect("install the Prometheus recorder");
     let orders = Stream::new("web-orders", "fulfilment");
     let broker = Broker::builder(url)
         // actix-web owns SIGINT/SIGTERM here; the broker stops when the server
@@ -66,7 +79,9 @@ async fn main() -> std::io::Result<()> {
         App::new()
             .app_data(web::Data::new(b.clone()))
             .app_data(web::Data::new(s.clone()))
+            .app_data(web::Data::new(prometheus.clone()))
             .route("/orders", web::post().to(create_order))
+            .route("/metrics", web::get().to(metrics))
     })
     .bind(&addr)?
     .shutdown_timeout(10)

@@ -53,6 +53,7 @@ mod redis;
 mod retention;
 mod stream;
 mod supervisor;
+mod telemetry;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod test_util;

@@ -131,7 +131,9 @@ async fn connections_are_named_and_named_again_after_a_reconnect() {
             "not named again: {:?}",
             names()
         );
-        let _ = broker.publish(&Stream::new("orders", "billing"), &1u64).await;
+        let _ = broker
+            .publish(&Stream::new("orders", "billing"), &1u64)
+            .await;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(broker.phase(), Phase::Running);

@@ -30,6 +30,7 @@ use crate::redis::{
     Unblock,
 };
 use crate::stream::EntryId;
+use crate::telemetry::ConsumerMetrics;
 
 /// How a consumer loop ended.
 #[derive(Debug, Default)]
@@ -141,6 +142,7 @@ pub(crate) async fn consume(
     stop: watch::Receiver<Option<Instant>>,
     ready: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> ConsumerReport {
+    let metrics = ConsumerMetrics::new(&sub.names.name, &sub.names.group);
     let now = tokio::time::Instant::now();
     let mut lp = Loop {
         reclaim_interval: reclaimer::interval(sub.opts.claim_idle),
@@ -160,6 +162,7 @@ pub(crate) async fn consume(
         epoch: broker.connector().epoch(),
         connector: broker.connector().clone(),
         broker,
+        metrics,
         redis,
         conn: None,
         cursor: Cursor::Pending("0".into()),
@@ -212,6 +215,8 @@ struct Loop {
     connector: Connector,
     /// The broker, for handlers that ask for it.
     broker: crate::Broker,
+    /// This subscription's metrics series.
+    metrics: ConsumerMetrics,
     /// Changes when a failover is announced: the read connection moves.
     epoch: watch::Receiver<u64>,
     redis: Addr<RedisActor>,
@@ -536,6 +541,10 @@ impl Loop {
         });
         match prepared {
             Ok(Prepared::Run(fut)) => {
+                if msg.delivery_count > 1 {
+                    self.metrics.redelivered.increment(1);
+                }
+                self.metrics.in_flight.increment(1.0);
                 self.running.push(Box::pin(
                     async move {
                         let t0 = Instant::now();
@@ -567,12 +576,19 @@ impl Loop {
     fn on_finished(&mut self, fin: Finished) {
         let Finished { msg, result, took } = fin;
         self.handler_time.add(took);
+        if !took.is_zero() {
+            // It ran (a panic while creating the future never did).
+            self.metrics.in_flight.decrement(1.0);
+            self.metrics.handler_duration.record(took.as_secs_f64());
+        }
         if self.isolated {
             // The redelivery that ran alone is done (nothing runs beside it).
             self.isolated = false;
         }
         let error = match result {
             Ok(Ok(())) => {
+                self.metrics.handled.increment(1);
+                self.metrics.record_end_to_end(&msg.id.0);
                 // Stays held until the XACK is done (see `on_acked`).
                 self.acks.push(msg.id);
                 return;
@@ -582,8 +598,12 @@ impl Loop {
                 self.dead_letter(msg, format!("rejected: {e}"));
                 return;
             }
-            Ok(Err(HandlerError::Retry(e))) => e.to_string(),
+            Ok(Err(HandlerError::Retry(e))) => {
+                self.metrics.failed.increment(1);
+                e.to_string()
+            }
             Err(panic) => {
+                self.metrics.failed.increment(1);
                 tracing::error!(stream = %msg.stream, id = %msg.id, panic = %panic, "handler panicked");
                 format!("handler panicked: {panic}")
             }
@@ -642,12 +662,17 @@ impl Loop {
 
     fn on_dead_lettered(&mut self, (entry, res): DeadLetterDone) {
         match &res {
-            Ok(Some(moved)) if moved.trimmed > 0 => tracing::warn!(
-                stream = %entry.stream, dlq = %entry.dlq, dlq_id = %moved.id, removed = moved.trimmed,
-                cap = entry.dlq_max_len.unwrap_or(0),
-                "the dead-letter stream is at its cap: its oldest dead letters were removed"
-            ),
+            Ok(Some(moved)) if moved.trimmed > 0 => {
+                self.metrics.dead_lettered.increment(1);
+                self.metrics.dead_letters_trimmed.increment(moved.trimmed);
+                tracing::warn!(
+                    stream = %entry.stream, dlq = %entry.dlq, dlq_id = %moved.id, removed = moved.trimmed,
+                    cap = entry.dlq_max_len.unwrap_or(0),
+                    "the dead-letter stream is at its cap: its oldest dead letters were removed"
+                )
+            }
             Ok(Some(moved)) => {
+                self.metrics.dead_lettered.increment(1);
                 tracing::debug!(stream = %entry.stream, id = %entry.id, dlq_id = %moved.id, "dead-lettered")
             }
             Ok(None) => tracing::warn!(
@@ -882,6 +907,7 @@ impl Loop {
             Ok(ids) => {
                 // An XACK never blocks: its time is a Redis round trip.
                 self.round_trip.add(took);
+                self.metrics.ack_round_trip.record(took.as_secs_f64());
                 let failures = self.ack_retry.succeeded();
                 if failures > 0 {
                     tracing::info!(stream = %self.sub.names.name, failures, "XACK accepted again");
@@ -1067,6 +1093,9 @@ impl Loop {
     /// entries, which a failover or a restart from a snapshot may have put
     /// back in its PEL.
     fn drop_connection(&mut self) {
+        if self.conn.is_some() || self.reader.borrow().is_some() {
+            self.metrics.reconnects.increment(1);
+        }
         self.conn = None;
         *self.reader.borrow_mut() = None;
         self.cursor = Cursor::Pending("0".into());
@@ -1146,6 +1175,7 @@ impl Loop {
             );
             self.report.timed_out = true;
         }
+        self.metrics.in_flight.decrement(self.running.len() as f64);
         self.running.clear();
         self.held.clear();
         self.isolated = false;

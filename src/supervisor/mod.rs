@@ -302,6 +302,7 @@ impl Handler<ConsumerExited> for Supervisor {
             .nth(slot.restarts.len())
             .unwrap_or(self.restart.max_backoff);
         slot.restarts.push_back(now);
+        crate::telemetry::restarted(&stream, &slot.sub.names.group);
         tracing::warn!(
             stream = %stream,
             error = ?report.error.as_ref().map(|e| e.to_string()),

@@ -360,22 +360,30 @@ pub fn init_tracing() {
 /// The `worker` example's binary, built once per test process with the same
 /// cargo and profile.
 pub fn worker_bin() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args(["build", "--quiet", "--example", "worker"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("run cargo build --example worker");
-            assert!(status.success(), "building the worker example failed");
-            let target = std::env::var("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
-            target.join("debug").join("examples").join("worker")
-        })
-        .clone()
+    example_bin("worker")
+}
+
+/// An example's binary, built once per test process (and example) with the
+/// same cargo and profile.
+pub fn example_bin(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = built.iter().find(|(n, _)| n == name) {
+        return p.clone();
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "--example", name])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo build --example");
+    assert!(status.success(), "building the {name} example failed");
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let path = target.join("debug").join("examples").join(name);
+    built.push((name.to_owned(), path.clone()));
+    path
 }
 
 /// A running `worker` example process; killed on drop.

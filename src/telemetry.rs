@@ -1,0 +1,90 @@
+//! Metrics through the [`metrics`](https://docs.rs/metrics) facade: rillkit
+//! records, the application installs the exporter it wants (none installed:
+//! recording costs next to nothing). Every series is labelled `stream` and
+//! `group`. The README has the table.
+
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram};
+
+/// Entries whose handler returned `Ok` (then acked).
+pub(crate) const HANDLED: &str = "rillkit_entries_handled_total";
+/// Runs that returned an error or panicked (the entry is retried or
+/// dead-lettered).
+pub(crate) const FAILED: &str = "rillkit_entries_failed_total";
+/// Entries moved to the dead-letter stream.
+pub(crate) const DEAD_LETTERED: &str = "rillkit_entries_dead_lettered_total";
+/// Runs of entries delivered before (delivery count > 1).
+pub(crate) const REDELIVERED: &str = "rillkit_entries_redelivered_total";
+/// Old dead letters removed by the dead-letter stream's cap.
+pub(crate) const DEAD_LETTERS_TRIMMED: &str = "rillkit_dead_letters_trimmed_total";
+/// How long handlers ran, in seconds.
+pub(crate) const HANDLER_DURATION: &str = "rillkit_handler_duration_seconds";
+/// From the entry id's timestamp (when Redis added it) to the end of a
+/// successful run, in seconds.
+pub(crate) const END_TO_END: &str = "rillkit_end_to_end_latency_seconds";
+/// `XACK` round trips, in seconds.
+pub(crate) const ACK_ROUND_TRIP: &str = "rillkit_ack_round_trip_seconds";
+/// Handlers running now.
+pub(crate) const IN_FLIGHT: &str = "rillkit_handlers_in_flight";
+/// Read connections opened again after a loss or a failover.
+pub(crate) const RECONNECTS: &str = "rillkit_reconnects_total";
+/// Consumers restarted by the supervisor after an unrecoverable error or a
+/// panic.
+pub(crate) const RESTARTS: &str = "rillkit_consumer_restarts_total";
+
+/// One subscription's series, registered once.
+#[derive(Clone)]
+pub(crate) struct ConsumerMetrics {
+    pub handled: Counter,
+    pub failed: Counter,
+    pub dead_lettered: Counter,
+    pub redelivered: Counter,
+    pub dead_letters_trimmed: Counter,
+    pub handler_duration: Histogram,
+    pub end_to_end: Histogram,
+    pub ack_round_trip: Histogram,
+    pub in_flight: Gauge,
+    pub reconnects: Counter,
+}
+
+impl ConsumerMetrics {
+    pub(crate) fn new(stream: &str, group: &str) -> Self {
+        let labels = [("stream", stream.to_owned()), ("group", group.to_owned())];
+        ConsumerMetrics {
+            handled: metrics::counter!(HANDLED, &labels),
+            failed: metrics::counter!(FAILED, &labels),
+            dead_lettered: metrics::counter!(DEAD_LETTERED, &labels),
+            redelivered: metrics::counter!(REDELIVERED, &labels),
+            dead_letters_trimmed: metrics::counter!(DEAD_LETTERS_TRIMMED, &labels),
+            handler_duration: metrics::histogram!(HANDLER_DURATION, &labels),
+            end_to_end: metrics::histogram!(END_TO_END, &labels),
+            ack_round_trip: metrics::histogram!(ACK_ROUND_TRIP, &labels),
+            in_flight: metrics::gauge!(IN_FLIGHT, &labels),
+            reconnects: metrics::counter!(RECONNECTS, &labels),
+        }
+    }
+
+    /// Records a successful run's end-to-end latency from its entry id
+    /// (`<ms>-<seq>`, ms since the Unix epoch when Redis added it).
+    pub(crate) fn record_end_to_end(&self, entry_id: &str) {
+        let Some(ms) = entry_id
+            .split('-')
+            .next()
+            .and_then(|m| m.parse::<u64>().ok())
+        else {
+            return;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        self.end_to_end
+            .record(now.saturating_sub(Duration::from_millis(ms)).as_secs_f64());
+    }
+}
+
+/// Counts a consumer restart.
+pub(crate) fn restarted(stream: &str, group: &str) {
+    metrics::counter!(RESTARTS, "stream" => stream.to_owned(), "group" => group.to_owned())
+        .increment(1);
+}
