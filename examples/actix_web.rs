@@ -8,7 +8,9 @@
 //! kill -TERM %1
 //! ```
 //!
-//! `GET /metrics` serves rillkit's metrics as Prometheus text
+//! `GET /health` answers while the process runs (liveness), `GET /ready`
+//! while the broker runs and every subscription reads (readiness, from
+//! `Broker::status`). `GET /metrics` serves rillkit's metrics as Prometheus text
 //! (metrics-exporter-prometheus's recorder, installed here: rillkit itself
 //! installs none). `HTTP_ADDR` sets the listen address (default
 //! `127.0.0.1:8080`).
@@ -35,6 +37,21 @@ async fn create_order(
         Ok(id) => HttpResponse::Accepted().json(serde_json::json!({ "entry_id": id.as_str() })),
         Err(e) if e.is_retryable() => HttpResponse::ServiceUnavailable().body(e.to_string()),
         Err(e) => HttpResponse::InternalServerError().body(e.to_string()),
+    }
+}
+
+/// Liveness: the process answers.
+async fn health() -> HttpResponse {
+    HttpResponse::Ok().body("ok")
+}
+
+/// Readiness: the broker is running and every subscription reads.
+async fn ready(broker: web::Data<Broker>) -> HttpResponse {
+    let status = broker.status();
+    if status.is_ready() {
+        HttpResponse::Ok().body("ready")
+    } else {
+        HttpResponse::ServiceUnavailable().body(format!("{status:?}"))
     }
 }
 
@@ -82,6 +99,8 @@ async fn main() -> std::io::Result<()> {
             .app_data(web::Data::new(prometheus.clone()))
             .route("/orders", web::post().to(create_order))
             .route("/metrics", web::get().to(metrics))
+            .route("/health", web::get().to(health))
+            .route("/ready", web::get().to(ready))
     })
     .bind(&addr)?
     .shutdown_timeout(10)

@@ -51,6 +51,7 @@ mod outcome;
 mod reclaimer;
 mod redis;
 mod retention;
+mod status;
 mod stream;
 mod supervisor;
 mod telemetry;
@@ -65,6 +66,7 @@ pub use error::{BoxError, ConfigError, Error, HookError, HookFailures};
 pub use handler::{Delivery, HandlerError, HandlerResult, Message};
 pub use hooks::Stage;
 pub use outcome::SupervisorOutcome;
+pub use status::{ServerFigures, Status, SubscriptionState, SubscriptionStatus};
 pub use stream::{Codec, EntryId, Json, Stream};
 pub use supervisor::RestartPolicy;
 

@@ -82,6 +82,8 @@ fn the_example_serves_prometheus_metrics_and_the_counters_move() {
     ] {
         assert!(scrape.contains(name), "{name} missing:\n{scrape}");
     }
+    assert_eq!(http(&addr, "GET", "/health", "").as_deref(), Some("ok"));
+    assert_eq!(http(&addr, "GET", "/ready", "").as_deref(), Some("ready"));
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())

@@ -58,6 +58,8 @@ pub(crate) struct Subscription {
     /// How long handlers may finish when the consumer drains on its own (an
     /// unrecoverable error): the broker's `shutdown_timeout`.
     pub drain_timeout: std::time::Duration,
+    /// Its live status, read by `Broker::status`.
+    pub board: Arc<crate::status::Board>,
 }
 
 /// Sent by a consumer when its loop has ended, for whatever reason.

@@ -29,6 +29,7 @@ use crate::redis::{
     Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Eval, Moved, Query, RedisActor,
     Unblock,
 };
+use crate::status::SubscriptionState;
 use crate::stream::EntryId;
 use crate::telemetry::ConsumerMetrics;
 
@@ -198,6 +199,7 @@ pub(crate) async fn consume(
         max_retries = s.opts.max_retries,
         "consumer started"
     );
+    lp.sub.board.set_state(SubscriptionState::Running);
     if let Some(tx) = ready {
         let _ = tx.send(());
     }
@@ -205,6 +207,9 @@ pub(crate) async fn consume(
     let r = &lp.report;
     if r.error.is_none() && r.panic.is_none() && !r.timed_out {
         lp.leave_group().await;
+    }
+    if lp.report.error.is_none() && lp.report.panic.is_none() {
+        lp.sub.board.set_state(SubscriptionState::Stopped);
     }
     tracing::info!(stream = %lp.sub.names.name, consumer = %lp.sub.consumer, "consumer stopped");
     lp.report
@@ -588,6 +593,7 @@ impl Loop {
         let error = match result {
             Ok(Ok(())) => {
                 self.metrics.handled.increment(1);
+                self.sub.board.handled();
                 self.metrics.record_end_to_end(&msg.id.0);
                 // Stays held until the XACK is done (see `on_acked`).
                 self.acks.push(msg.id);
@@ -600,10 +606,12 @@ impl Loop {
             }
             Ok(Err(HandlerError::Retry(e))) => {
                 self.metrics.failed.increment(1);
+                self.sub.board.failed();
                 e.to_string()
             }
             Err(panic) => {
                 self.metrics.failed.increment(1);
+                self.sub.board.failed();
                 tracing::error!(stream = %msg.stream, id = %msg.id, panic = %panic, "handler panicked");
                 format!("handler panicked: {panic}")
             }
@@ -664,6 +672,7 @@ impl Loop {
         match &res {
             Ok(Some(moved)) if moved.trimmed > 0 => {
                 self.metrics.dead_lettered.increment(1);
+                self.sub.board.dead_lettered();
                 self.metrics.dead_letters_trimmed.increment(moved.trimmed);
                 tracing::warn!(
                     stream = %entry.stream, dlq = %entry.dlq, dlq_id = %moved.id, removed = moved.trimmed,
@@ -673,6 +682,7 @@ impl Loop {
             }
             Ok(Some(moved)) => {
                 self.metrics.dead_lettered.increment(1);
+                self.sub.board.dead_lettered();
                 tracing::debug!(stream = %entry.stream, id = %entry.id, dlq_id = %moved.id, "dead-lettered")
             }
             Ok(None) => tracing::warn!(
@@ -799,6 +809,7 @@ impl Loop {
             Err(e) => return self.on_read_error(e),
         };
         self.read_retry.succeeded();
+        self.sub.board.read_ok();
         match done.pel {
             Some(Some(last)) => self.cursor = Cursor::Pending(last.0),
             Some(None) => {
@@ -834,6 +845,7 @@ impl Loop {
         if self.deadline.is_some() {
             return;
         }
+        self.sub.board.read_failed(&e.to_string());
         self.retry_delay = Some(delay);
         if class == Class::Routing {
             // The stream's slot moved (a reshard) or is moving: the read

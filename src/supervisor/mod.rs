@@ -286,6 +286,9 @@ impl Handler<ConsumerExited> for Supervisor {
         }
         if slot.restarts.len() >= self.restart.max_restarts {
             slot.failed = true;
+            slot.sub
+                .board
+                .set_state(crate::status::SubscriptionState::Failed);
             self.outcome.errors += 1;
             tracing::error!(stream = %stream, restarts = slot.restarts.len(), "consumer failed past its restart limit; subscription is failed");
             if self.slots.iter().all(|s| s.failed) {
@@ -303,6 +306,11 @@ impl Handler<ConsumerExited> for Supervisor {
             .unwrap_or(self.restart.max_backoff);
         slot.restarts.push_back(now);
         crate::telemetry::restarted(&stream, &slot.sub.names.group);
+        slot.sub
+            .board
+            .set_state(crate::status::SubscriptionState::Restarting {
+                restarts: slot.restarts.len(),
+            });
         tracing::warn!(
             stream = %stream,
             error = ?report.error.as_ref().map(|e| e.to_string()),
@@ -388,6 +396,12 @@ async fn lifecycle(
         &redis,
         broker.retention_period(),
     );
+    let poller = crate::status::StatusPoller::new(
+        broker.boards().to_vec(),
+        redis.clone(),
+        broker.status_period(),
+    )
+    .start();
     broker.set_phase(Phase::Running);
     // 5. after_startup hooks.
     let failures = hooks.run(Stage::AfterStartup, &broker, false).await;
@@ -414,6 +428,7 @@ async fn lifecycle(
     for r in retention {
         let _ = r.send(crate::retention::Stop).await;
     }
+    let _ = poller.send(crate::status::Stop).await;
     // 7. on_shutdown hooks, connections still open (skipped when
     //    after_startup failed).
     let mut failures = Vec::new();

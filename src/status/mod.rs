@@ -1,0 +1,200 @@
+//! What [`Broker::status`](crate::Broker::status) answers: per subscription
+//! its state and counts (kept by the consumer loop and the supervisor as they
+//! go), and figures from the server (lag, pending, oldest pending entry,
+//! dead-letter length) polled by [`StatusPoller`] every `status_period`
+//! (default 5 s).
+
+mod poller;
+
+pub(crate) use poller::{StatusPoller, Stop};
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use crate::Phase;
+
+/// A snapshot of the broker: its phase and each subscription's status.
+#[derive(Debug, Clone)]
+pub struct Status {
+    /// Where the broker is in its lifecycle.
+    pub phase: Phase,
+    /// One per subscription, in the order they were added.
+    pub subscriptions: Vec<SubscriptionStatus>,
+}
+
+impl Status {
+    /// Ready to serve: the broker is running and every subscription is
+    /// [`Running`](SubscriptionState::Running) (for a readiness probe).
+    pub fn is_ready(&self) -> bool {
+        self.phase == Phase::Running
+            && self
+                .subscriptions
+                .iter()
+                .all(|s| s.state == SubscriptionState::Running)
+    }
+}
+
+/// Where a subscription's consumer is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubscriptionState {
+    /// Not reading yet (the broker is starting, or the consumer is starting
+    /// again after a restart).
+    Starting,
+    /// Reading and handling.
+    Running,
+    /// Its reads fail with a transient error (the connection, a failover, a
+    /// server loading, an ACL or credentials being fixed) and are retried
+    /// with backoff.
+    Reconnecting {
+        /// Since when its reads fail.
+        since: SystemTime,
+        /// The last error.
+        last_error: String,
+    },
+    /// The consumer ended (an unrecoverable error or a panic) and is being
+    /// restarted by the supervisor; `restarts` counts the restarts in the
+    /// current window.
+    Restarting {
+        /// Restarts so far in the restart window.
+        restarts: usize,
+    },
+    /// It failed past its restart limit: it no longer runs.
+    Failed,
+    /// Stopped with the broker.
+    Stopped,
+}
+
+/// One subscription's status.
+#[derive(Debug, Clone)]
+pub struct SubscriptionStatus {
+    /// The stream key.
+    pub stream: String,
+    /// The consumer group.
+    pub group: String,
+    /// This subscription's consumer name.
+    pub consumer: String,
+    /// Where its consumer is.
+    pub state: SubscriptionState,
+    /// Handler runs that returned `Ok` since the broker started.
+    pub handled: u64,
+    /// Handler runs that failed (an error or a panic) since the broker
+    /// started.
+    pub failed: u64,
+    /// Entries this broker moved to the dead-letter stream since it started.
+    pub dead_lettered: u64,
+    /// Figures read from the server at the last poll (`None` before the
+    /// first).
+    pub server: Option<ServerFigures>,
+}
+
+/// A subscription's figures as the server reported them at one poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerFigures {
+    /// When they were read.
+    pub polled_at: SystemTime,
+    /// Entries in the stream not yet delivered to the group, in entries:
+    /// `XINFO GROUPS`'s `lag` (Redis 7+). `None` when Redis cannot tell
+    /// (after entries were deleted in the group's unread range, or on Redis
+    /// before 7); after unread entries were *trimmed* (`MAXLEN`) it counts
+    /// them too, so it over-counts.
+    pub lag: Option<u64>,
+    /// Entries delivered to the group and not acked yet, all consumers
+    /// (`XINFO GROUPS` `pending`).
+    pub pending: u64,
+    /// Age of the oldest pending entry, from its entry id's timestamp (when
+    /// it was added), or `None` when nothing is pending.
+    pub oldest_pending_age: Option<Duration>,
+    /// Entries in the dead-letter stream (`XLEN`).
+    pub dead_letters: u64,
+}
+
+/// One subscription's live status, shared by its consumer (which updates
+/// it) and the broker (which reads it).
+pub(crate) struct Board {
+    pub stream: Arc<str>,
+    pub group: Arc<str>,
+    pub consumer: Arc<str>,
+    pub dlq: Arc<str>,
+    state: Mutex<SubscriptionState>,
+    handled: AtomicU64,
+    failed: AtomicU64,
+    dead_lettered: AtomicU64,
+    server: Mutex<Option<ServerFigures>>,
+}
+
+impl Board {
+    pub(crate) fn new(
+        stream: Arc<str>,
+        group: Arc<str>,
+        consumer: Arc<str>,
+        dlq: Arc<str>,
+    ) -> Self {
+        Board {
+            stream,
+            group,
+            consumer,
+            dlq,
+            state: Mutex::new(SubscriptionState::Starting),
+            handled: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            server: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn set_state(&self, state: SubscriptionState) {
+        *self.state.lock().expect("status lock") = state;
+    }
+
+    /// A read failed transiently: `Reconnecting` since the first failure.
+    pub(crate) fn read_failed(&self, error: &str) {
+        let mut s = self.state.lock().expect("status lock");
+        let since = match &*s {
+            SubscriptionState::Reconnecting { since, .. } => *since,
+            _ => SystemTime::now(),
+        };
+        *s = SubscriptionState::Reconnecting {
+            since,
+            last_error: error.to_owned(),
+        };
+    }
+
+    /// A read succeeded: `Running` again.
+    pub(crate) fn read_ok(&self) {
+        let mut s = self.state.lock().expect("status lock");
+        if !matches!(*s, SubscriptionState::Running) {
+            *s = SubscriptionState::Running;
+        }
+    }
+
+    pub(crate) fn handled(&self) {
+        self.handled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn failed(&self) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn dead_lettered(&self) {
+        self.dead_lettered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_server(&self, figures: ServerFigures) {
+        *self.server.lock().expect("status lock") = Some(figures);
+    }
+
+    pub(crate) fn snapshot(&self) -> SubscriptionStatus {
+        SubscriptionStatus {
+            stream: self.stream.to_string(),
+            group: self.group.to_string(),
+            consumer: self.consumer.to_string(),
+            state: self.state.lock().expect("status lock").clone(),
+            handled: self.handled.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            server: self.server.lock().expect("status lock").clone(),
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! `StatusPoller`: reads each subscription's server-side figures every
+//! `status_period` (`XINFO GROUPS`, `XPENDING` summary, `XLEN` of the
+//! dead-letter stream) into its [`Board`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use actix::prelude::*;
+use redis::Value;
+
+use super::{Board, ServerFigures};
+use crate::error::Error;
+use crate::redis::{Query, RedisActor};
+
+pub(crate) struct StatusPoller {
+    boards: Vec<Arc<Board>>,
+    redis: Addr<RedisActor>,
+    period: Duration,
+    busy: Arc<AtomicBool>,
+}
+
+impl StatusPoller {
+    pub(crate) fn new(boards: Vec<Arc<Board>>, redis: Addr<RedisActor>, period: Duration) -> Self {
+        StatusPoller {
+            boards,
+            redis,
+            period,
+            busy: Arc::default(),
+        }
+    }
+
+    fn poll(&self) {
+        if self.busy.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (boards, redis, busy) = (self.boards.clone(), self.redis.clone(), self.busy.clone());
+        actix_rt::spawn(async move {
+            for b in &boards {
+                match figures(&redis, b).await {
+                    Ok(f) => b.set_server(f),
+                    Err(Error::ShutDown) => break,
+                    Err(e) => {
+                        tracing::debug!(stream = %b.stream, error = %e, "status poll failed; trying again next period")
+                    }
+                }
+            }
+            busy.store(false, Ordering::SeqCst);
+        });
+    }
+}
+
+async fn query(
+    redis: &Addr<RedisActor>,
+    name: &'static str,
+    cmd: redis::Cmd,
+) -> Result<Value, Error> {
+    redis
+        .send(Query(name, cmd))
+        .await
+        .unwrap_or(Err(Error::ShutDown))
+}
+
+/// A field of a flat `[k, v, k, v…]` reply (RESP2) or a map (RESP3).
+fn field<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    match v {
+        Value::Array(kv) => kv
+            .chunks(2)
+            .find(|p| matches!(&p[0], Value::BulkString(k) if k == key.as_bytes()))
+            .map(|p| &p[1]),
+        Value::Map(kv) => kv
+            .iter()
+            .find(|(k, _)| matches!(k, Value::BulkString(k) if k == key.as_bytes()))
+            .map(|(_, v)| v),
+        _ => None,
+    }
+}
+
+fn int(v: Option<&Value>) -> Option<u64> {
+    match v {
+        Some(Value::Int(i)) => u64::try_from(*i).ok(),
+        _ => None,
+    }
+}
+
+async fn figures(redis: &Addr<RedisActor>, b: &Board) -> Result<ServerFigures, Error> {
+    let mut groups = redis::cmd("XINFO");
+    groups.arg("GROUPS").arg(&*b.stream);
+    let groups = query(redis, "xinfo|groups", groups).await?;
+    let Value::Array(groups) = groups else {
+        return Err(Error::unparsable(
+            "XINFO GROUPS reply",
+            format!("{groups:?}"),
+        ));
+    };
+    let group = groups.iter().find(
+        |g| matches!(field(g, "name"), Some(Value::BulkString(n)) if n == b.group.as_bytes()),
+    );
+    let (lag, pending) = match group {
+        Some(g) => (int(field(g, "lag")), int(field(g, "pending")).unwrap_or(0)),
+        None => (None, 0),
+    };
+    let oldest_pending_age = if pending > 0 {
+        let mut summary = redis::cmd("XPENDING");
+        summary.arg(&*b.stream).arg(&*b.group);
+        match query(redis, "xpending", summary).await? {
+            Value::Array(s) => match s.get(1) {
+                Some(Value::BulkString(id)) => age_of(&String::from_utf8_lossy(id)),
+                _ => None,
+            },
+            _ => None,
+        }
+    } else {
+        None
+    };
+    let mut len = redis::cmd("XLEN");
+    len.arg(&*b.dlq);
+    let dead_letters = int(Some(&query(redis, "xlen", len).await?)).unwrap_or(0);
+    Ok(ServerFigures {
+        polled_at: SystemTime::now(),
+        lag,
+        pending,
+        oldest_pending_age,
+        dead_letters,
+    })
+}
+
+/// How long ago an entry id's timestamp was.
+fn age_of(id: &str) -> Option<Duration> {
+    let ms: u64 = id.split('-').next()?.parse().ok()?;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
+    Some(now.saturating_sub(Duration::from_millis(ms)))
+}
+
+impl Actor for StatusPoller {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.poll();
+        ctx.run_interval(self.period, |act, _| act.poll());
+    }
+}
+
+/// Stops a [`StatusPoller`].
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Stop;
+
+impl Handler<Stop> for StatusPoller {
+    type Result = ();
+
+    fn handle(&mut self, _: Stop, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
