@@ -6,7 +6,9 @@
 //! RILLKIT_BENCH_N=20000 cargo bench --bench throughput
 //! ```
 //!
-//! Section 7 runs on a 3-master Redis Cluster of its own.
+//! Section 6 measures the client's CPU time per entry (`getrusage`) with and
+//! without metrics-exporter-prometheus's recorder; section 8 runs on a
+//! 3-master Redis Cluster of its own.
 //!
 //! Prints a table and, last, `consume_ratio=<rillkit entries/s ÷ raw entries/s>`.
 
@@ -279,6 +281,33 @@ fn streams_on_three_masters(cluster: &support::RedisCluster, prefix: &str) -> Ve
     unreachable!()
 }
 
+/// CPU time this process has used (user + system), from `getrusage`.
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Client CPU time per entry (µs) for rillkit consuming `n` prefilled
+/// entries, with `recorder` as this thread's metrics recorder (or none).
+async fn consume_cpu_per_entry(
+    url: &str,
+    stream: &str,
+    n: u64,
+    recorder: Option<&metrics_exporter_prometheus::PrometheusRecorder>,
+) -> f64 {
+    let mut conn = connect(url).await;
+    prefill(&mut conn, stream, n).await;
+    // Series are registered when the consumer starts: with the recorder set
+    // here, they go to it.
+    let _guard = recorder.map(|r| metrics::set_default_local_recorder(r));
+    let before = cpu_time();
+    rillkit_consume(url, stream, "cpu", n).await;
+    (cpu_time() - before).as_secs_f64() * 1e6 / n as f64
+}
+
 struct PublishRates {
     single: f64,
     raw_single: f64,
@@ -522,8 +551,32 @@ fn main() {
         );
         row("   p99", format!("{:.2} ms", p99 as f64 / 1000.0));
 
+        let m = (n / 10).max(2_000);
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let (mut bare, mut recorded) = (Vec::new(), Vec::new());
+        for round in 0..5 {
+            bare.push(consume_cpu_per_entry(&url, &format!("cpu-bare-{round}"), m, None).await);
+            recorded.push(
+                consume_cpu_per_entry(&url, &format!("cpu-prom-{round}"), m, Some(&recorder))
+                    .await,
+            );
+        }
+        let (bare, recorded) = (median(bare), median(recorded));
         row(
-            &format!("6. peak RSS after draining {n} entries"),
+            &format!("6. client CPU per entry, no metrics recorder ({m} entries)"),
+            format!("{bare:.2} µs"),
+        );
+        row(
+            "   with the Prometheus recorder (medians of 5 alternating rounds)",
+            format!("{recorded:.2} µs"),
+        );
+        row(
+            "   recorder cost",
+            format!("{:+.1} %", (recorded / bare - 1.0) * 100.0),
+        );
+
+        row(
+            &format!("7. peak RSS after draining {n} entries"),
             format!("{:.1} MiB", rss_after_drain as f64 / 1024.0),
         );
         row(
@@ -535,7 +588,7 @@ fn main() {
         let each = (n / 4).max(1_000);
         let one = cluster_consume(&cluster, &three[..1], each).await;
         row(
-            &format!("7. cluster, 1 stream ({each} entries)"),
+            &format!("8. cluster, 1 stream ({each} entries)"),
             format!("{one:.0} e/s"),
         );
         let all = cluster_consume(
