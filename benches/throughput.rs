@@ -557,8 +557,7 @@ fn main() {
         for round in 0..5 {
             bare.push(consume_cpu_per_entry(&url, &format!("cpu-bare-{round}"), m, None).await);
             recorded.push(
-                consume_cpu_per_entry(&url, &format!("cpu-prom-{round}"), m, Some(&recorder))
-                    .await,
+                consume_cpu_per_entry(&url, &format!("cpu-prom-{round}"), m, Some(&recorder)).await,
             );
         }
         let (bare, recorded) = (median(bare), median(recorded));

@@ -244,6 +244,19 @@ impl RedisServer {
             .unwrap_or(0)
     }
 
+    /// How many calls of `cmd` failed, from `INFO commandstats`
+    /// (`failed_calls`).
+    pub fn command_failed_calls(&self, cmd: &str) -> u64 {
+        self.info("commandstats", &format!("cmdstat_{cmd}"))
+            .and_then(|v| {
+                v.split(',')
+                    .find_map(|f| f.strip_prefix("failed_calls="))?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
+    }
+
     /// How many replies had error `code`, from `INFO errorstats`.
     pub fn error_count(&self, code: &str) -> u64 {
         self.info("errorstats", &format!("errorstat_{code}"))

@@ -1,0 +1,593 @@
+//! Dead letters: reading them apart into the original entry and what the
+//! dead-letter move appended, selecting them ([`DeadLetterFilter`]), and
+//! putting them back ([`Admin::redrive`]) or deleting them
+//! ([`Admin::purge`]).
+
+use std::sync::LazyLock;
+
+use super::Admin;
+use crate::connection::dlq_slot_error;
+use crate::error::Error;
+use crate::redis::reply;
+use crate::stream::EntryId;
+
+/// The field/value pairs the dead-letter move appends after the original
+/// fields, in this order (see `DEAD_LETTER_LUA` in `src/redis/mod.rs`).
+const APPENDED: [&str; 7] = [
+    "origin_stream",
+    "origin_id",
+    "origin_group",
+    "origin_consumer",
+    "delivery_count",
+    "error",
+    "failed_at_ms",
+];
+
+/// Dead letters read per `XRANGE` while selecting.
+const PAGE: usize = 100;
+
+/// One entry of a dead-letter stream, read apart: the original entry's
+/// fields, and where it came from and why it failed.
+///
+/// The dead-letter move copies every original field verbatim, then appends
+/// `origin_stream`, `origin_id`, `origin_group`, `origin_consumer`,
+/// `delivery_count`, `error` and `failed_at_ms`. The last seven field/value
+/// pairs are therefore the appended ones, whatever the original fields were
+/// called: an original field named `error` stays in
+/// [`fields`](Self::fields).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadLetter {
+    /// The dead letter's own id, in the dead-letter stream.
+    pub id: EntryId,
+    /// The original entry's field/value pairs, verbatim and in order. For an
+    /// entry that is not laid out as rillkit writes dead letters
+    /// ([`origin`](Self::origin) is `None`), every field.
+    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+    /// What the dead-letter move appended, or `None` when the entry does not
+    /// end with those seven fields (written by something else than rillkit).
+    pub origin: Option<DeadLetterOrigin>,
+}
+
+impl DeadLetter {
+    /// The value of the first original field named `name`, if any.
+    pub fn field(&self, name: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k.as_slice() == name.as_bytes())
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+/// What the dead-letter move appended to a dead letter: where the entry
+/// came from and why it failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadLetterOrigin {
+    /// `origin_stream`: the stream the entry was read from.
+    pub stream: String,
+    /// `origin_id`: its id there.
+    pub id: EntryId,
+    /// `origin_group`: the consumer group that failed it.
+    pub group: String,
+    /// `origin_consumer`: the consumer whose handler failed it last.
+    pub consumer: String,
+    /// `delivery_count`: the server's delivery count at the move.
+    pub delivery_count: u64,
+    /// `error`: the handler's error, or the decode failure.
+    pub error: String,
+    /// `failed_at_ms`: when it was moved, in ms since the Unix epoch.
+    pub failed_at_ms: u64,
+}
+
+/// Reads a dead-letter stream entry apart (see [`DeadLetter`]).
+pub(super) fn split(id: EntryId, mut fields: Vec<(Vec<u8>, Vec<u8>)>) -> DeadLetter {
+    let n = fields.len();
+    let laid_out = n >= APPENDED.len()
+        && fields[n - APPENDED.len()..]
+            .iter()
+            .zip(APPENDED)
+            .all(|((k, _), name)| k.as_slice() == name.as_bytes());
+    if !laid_out {
+        return DeadLetter {
+            id,
+            fields,
+            origin: None,
+        };
+    }
+    let appended = fields.split_off(n - APPENDED.len());
+    let text = |i: usize| String::from_utf8_lossy(&appended[i].1).into_owned();
+    let number = |i: usize| text(i).parse::<u64>().ok();
+    match (number(4), number(6)) {
+        (Some(delivery_count), Some(failed_at_ms)) => DeadLetter {
+            id,
+            fields,
+            origin: Some(DeadLetterOrigin {
+                stream: text(0),
+                id: EntryId(text(1)),
+                group: text(2),
+                consumer: text(3),
+                delivery_count,
+                error: text(5),
+                failed_at_ms,
+            }),
+        },
+        _ => {
+            fields.extend(appended);
+            DeadLetter {
+                id,
+                fields,
+                origin: None,
+            }
+        }
+    }
+}
+
+/// Which dead letters [`Admin::dead_letters`], [`Admin::redrive`] and
+/// [`Admin::purge`] act on: those in an id range (`XRANGE`'s `start` and
+/// `end`, inclusive, `-` and `+` by default), whose error contains a text,
+/// at most `count` of them, oldest first. The default selects every dead
+/// letter.
+///
+/// The three methods select alike, so `dead_letters` with a filter lists
+/// exactly what `redrive` or `purge` with the same filter would act on (as
+/// long as the dead-letter stream does not change in between).
+///
+/// ```
+/// use rillkit::admin::DeadLetterFilter;
+///
+/// let timeouts = DeadLetterFilter::new().error_contains("timed out").count(50);
+/// let one = DeadLetterFilter::new().id("1700000000000-0");
+/// # let _ = (timeouts, one);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterFilter {
+    start: String,
+    end: String,
+    error: Option<String>,
+    count: Option<usize>,
+}
+
+impl Default for DeadLetterFilter {
+    fn default() -> Self {
+        DeadLetterFilter {
+            start: "-".into(),
+            end: "+".into(),
+            error: None,
+            count: None,
+        }
+    }
+}
+
+impl DeadLetterFilter {
+    /// Every dead letter.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The first id of the range, inclusive (`XRANGE`'s `start`: an id,
+    /// `<ms>` alone, `(<id>` for exclusive, or `-`, the default).
+    pub fn start(mut self, id: impl Into<String>) -> Self {
+        self.start = id.into();
+        self
+    }
+
+    /// The last id of the range, inclusive (`XRANGE`'s `end`; `+`, the
+    /// default, means the newest dead letter when the selection starts:
+    /// dead letters added while a redrive runs are left for the next one).
+    pub fn end(mut self, id: impl Into<String>) -> Self {
+        self.end = id.into();
+        self
+    }
+
+    /// Exactly the dead letter with this id (`start` and `end` both `id`).
+    pub fn id(self, id: impl Into<String>) -> Self {
+        let id = id.into();
+        self.start(id.clone()).end(id)
+    }
+
+    /// Only dead letters whose appended `error` contains `text` (case
+    /// sensitive). A dead letter without the appended fields has no error
+    /// and never matches; an original field named `error` is not looked at.
+    pub fn error_contains(mut self, text: impl Into<String>) -> Self {
+        self.error = Some(text.into());
+        self
+    }
+
+    /// At most `entries` dead letters: the oldest that match.
+    pub fn count(mut self, entries: usize) -> Self {
+        self.count = Some(entries);
+        self
+    }
+
+    /// The range's start, set with [`start`](Self::start).
+    pub fn get_start(&self) -> &str {
+        &self.start
+    }
+
+    /// The range's end, set with [`end`](Self::end).
+    pub fn get_end(&self) -> &str {
+        &self.end
+    }
+
+    /// The error text, set with [`error_contains`](Self::error_contains).
+    pub fn get_error_contains(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// The cap, in entries, set with [`count`](Self::count).
+    pub fn get_count(&self) -> Option<usize> {
+        self.count
+    }
+
+    fn matches(&self, dl: &DeadLetter) -> bool {
+        match &self.error {
+            None => true,
+            Some(text) => dl
+                .origin
+                .as_ref()
+                .is_some_and(|o| o.error.contains(text.as_str())),
+        }
+    }
+}
+
+/// What [`Admin::redrive`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedriveReport {
+    /// The dead letters put back on their origin stream, oldest first.
+    pub redriven: Vec<Redriven>,
+    /// The selected dead letters left where they are, each with the reason.
+    pub skipped: Vec<Skipped>,
+}
+
+impl RedriveReport {
+    /// How many dead letters were redriven.
+    pub fn count(&self) -> usize {
+        self.redriven.len()
+    }
+}
+
+/// One dead letter put back on its origin stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Redriven {
+    /// Its id in the dead-letter stream (deleted from there now).
+    pub dead_letter: EntryId,
+    /// The stream it went back to (its `origin_stream`).
+    pub stream: String,
+    /// The new entry's id on that stream.
+    pub id: EntryId,
+}
+
+/// A selected dead letter [`Admin::redrive`] left in the dead-letter stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Skipped {
+    /// Its id in the dead-letter stream.
+    pub id: EntryId,
+    /// Why it stayed.
+    pub reason: String,
+}
+
+/// KEYS: origin stream, dead-letter stream. ARGV: the dead letter's id.
+/// Answers `{1, new id}`, or `{0, reason}` when it leaves the dead letter
+/// alone.
+///
+/// It reads the dead letter itself, so what it puts back is what is there
+/// now; checks that the entry ends with the seven appended fields and that
+/// its `origin_stream` is KEYS[1]; checks with `redis.acl_check_cmd` that
+/// both writes are allowed before the first (`NOPERM` otherwise, so a
+/// refusal never leaves a copy); then `XADD`s the original fields (an
+/// earlier `redriven_from` left out) plus `redriven_from` = `origin_id` to
+/// the origin stream and `XDEL`s the dead letter. A failing `XADD` (the
+/// origin key holds another type) aborts before the `XDEL`.
+const REDRIVE_LUA: &str = r#"
+local rows = redis.call('XRANGE', KEYS[2], ARGV[1], ARGV[1])
+if #rows == 0 then return {0, 'no longer in the dead-letter stream'} end
+local f = rows[1][2]
+local n = #f
+local names = {'origin_stream', 'origin_id', 'origin_group', 'origin_consumer',
+               'delivery_count', 'error', 'failed_at_ms'}
+if n < 14 then return {0, 'no origin_stream: not a dead letter rillkit wrote'} end
+for i = 1, 7 do
+  if f[n - 15 + 2 * i] ~= names[i] then
+    return {0, 'no origin_stream: not a dead letter rillkit wrote'}
+  end
+end
+if f[n - 12] ~= KEYS[1] then return {0, 'its origin_stream is not ' .. KEYS[1]} end
+if not redis.acl_check_cmd('XADD', KEYS[1], '*', 'f', 'v') then
+  return redis.error_reply('NOPERM this user has no permissions to run the xadd command on ' .. KEYS[1])
+end
+if not redis.acl_check_cmd('XDEL', KEYS[2], ARGV[1]) then
+  return redis.error_reply('NOPERM this user has no permissions to run the xdel command on the dead-letter stream ' .. KEYS[2])
+end
+local args = {}
+for i = 1, n - 14, 2 do
+  if f[i] ~= 'redriven_from' then
+    args[#args + 1] = f[i]
+    args[#args + 1] = f[i + 1]
+  end
+end
+args[#args + 1] = 'redriven_from'
+args[#args + 1] = f[n - 10]
+local id = redis.call('XADD', KEYS[1], '*', unpack(args))
+redis.call('XDEL', KEYS[2], ARGV[1])
+return {1, id}
+"#;
+
+static REDRIVE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(REDRIVE_LUA));
+
+/// Walks a dead-letter stream oldest first, a page at a time, handing out
+/// the dead letters a filter selects.
+struct Selection<'a> {
+    admin: &'a Admin,
+    dlq: &'a str,
+    filter: &'a DeadLetterFilter,
+    /// The next `XRANGE` start: the filter's, then `(<last id read>`.
+    start: String,
+    end: String,
+    left: Option<usize>,
+    done: bool,
+}
+
+impl<'a> Selection<'a> {
+    async fn new(
+        admin: &'a Admin,
+        dlq: &'a str,
+        filter: &'a DeadLetterFilter,
+    ) -> Result<Selection<'a>, Error> {
+        let mut sel = Selection {
+            admin,
+            dlq,
+            filter,
+            start: filter.start.clone(),
+            end: filter.end.clone(),
+            left: filter.count,
+            done: false,
+        };
+        if sel.end == "+" {
+            // Fixed now: dead letters added while a redrive runs (the same
+            // entries failing again) are not selected again.
+            match admin.newest(dlq, 1).await?.pop() {
+                Some(last) => sel.end = last.id.0,
+                None => sel.done = true,
+            }
+        }
+        Ok(sel)
+    }
+
+    /// The next selected dead letters, or `None` when there are no more.
+    async fn next(&mut self) -> Result<Option<Vec<DeadLetter>>, Error> {
+        loop {
+            if self.done || self.left == Some(0) {
+                return Ok(None);
+            }
+            let mut cmd = redis::cmd("XRANGE");
+            cmd.arg(self.dlq)
+                .arg(&self.start)
+                .arg(&self.end)
+                .arg("COUNT")
+                .arg(PAGE);
+            let rows = reply::entries(self.admin.query(&cmd).await?)
+                .map_err(|m| Error::unparsable("XRANGE reply", m))?;
+            self.done = rows.len() < PAGE;
+            if let Some(last) = rows.last() {
+                self.start = format!("({}", last.id);
+            }
+            let mut out = Vec::new();
+            for row in rows {
+                let dl = split(row.id, row.fields.unwrap_or_default());
+                if !self.filter.matches(&dl) {
+                    continue;
+                }
+                if self.left == Some(0) {
+                    break;
+                }
+                out.push(dl);
+                if let Some(n) = &mut self.left {
+                    *n -= 1;
+                }
+            }
+            if !out.is_empty() {
+                return Ok(Some(out));
+            }
+        }
+    }
+}
+
+impl Admin {
+    /// The dead letters in `dlq` (a dead-letter stream key, e.g.
+    /// [`Stream::dlq_for`](crate::Stream::dlq_for) or
+    /// [`Admin::dlq_of`]) that `filter` selects, oldest first, each read
+    /// apart into its original fields and what the move appended (see
+    /// [`DeadLetter`]). `XRANGE`, a page of 100 entries at a time; a missing
+    /// key has none. Without a [`count`](DeadLetterFilter::count) every
+    /// selected dead letter is held in memory.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key is not a stream or an id of the filter
+    /// is malformed; a connection error.
+    pub async fn dead_letters(
+        &self,
+        dlq: &str,
+        filter: &DeadLetterFilter,
+    ) -> Result<Vec<DeadLetter>, Error> {
+        let mut out = Vec::new();
+        let mut sel = Selection::new(self, dlq, filter).await?;
+        while let Some(page) = sel.next().await? {
+            out.extend(page);
+        }
+        Ok(out)
+    }
+
+    /// Puts the dead letters of `dlq` that `filter` selects back on their
+    /// origin stream, oldest first, each as a **new** entry (a new id) with
+    /// its original fields verbatim plus `redriven_from` = the dead letter's
+    /// `origin_id` (an earlier `redriven_from`, from an earlier redrive, is
+    /// replaced), and deletes it from `dlq`. Each dead letter moves in one
+    /// Lua script (`XRANGE`, `XADD`, `XDEL` over the origin stream and
+    /// `dlq`), so it ends up in exactly one of the two streams. The groups
+    /// of the origin stream see the new entry as any other: it runs again
+    /// with a fresh delivery count.
+    ///
+    /// Skipped, with the reason, and left in `dlq`: an entry without the
+    /// appended fields (no `origin_stream`), one whose origin key holds
+    /// something else than a stream (`WRONGTYPE`), one deleted meanwhile,
+    /// and under a cluster one whose origin stream is in another hash slot
+    /// than `dlq` (a script's keys must share a slot; a default dead-letter
+    /// name, `{<name>}-dlq`, always does).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when `dlq` is not a stream, an id of the filter is
+    /// malformed or the ACL user may not `XADD` to the origin or `XDEL` from
+    /// `dlq` (`NOPERM`: nothing of that dead letter was written); a
+    /// connection error. Dead letters redriven before the error stay
+    /// redriven, the rest stay in `dlq`.
+    pub async fn redrive(
+        &self,
+        dlq: &str,
+        filter: &DeadLetterFilter,
+    ) -> Result<RedriveReport, Error> {
+        let mut report = RedriveReport::default();
+        let mut sel = Selection::new(self, dlq, filter).await?;
+        while let Some(page) = sel.next().await? {
+            for dl in page {
+                let skip = |reason: String| Skipped {
+                    id: dl.id.clone(),
+                    reason,
+                };
+                let Some(origin) = &dl.origin else {
+                    report.skipped.push(skip(
+                        "no origin_stream: not a dead letter rillkit wrote".into(),
+                    ));
+                    continue;
+                };
+                if self.cluster && dlq_slot_error(&origin.stream, dlq).is_some() {
+                    report.skipped.push(skip(format!(
+                        "its origin stream {:?} is in another hash slot than {dlq:?}",
+                        origin.stream
+                    )));
+                    continue;
+                }
+                let mut call = REDRIVE.key(&origin.stream);
+                call.key(dlq).arg(&dl.id);
+                let mut conn = self.conn.clone();
+                let answer: Result<(i64, String), Error> = call
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(Error::from_redis);
+                match answer {
+                    Ok((1, id)) => report.redriven.push(Redriven {
+                        dead_letter: dl.id.clone(),
+                        stream: origin.stream.clone(),
+                        id: EntryId(id),
+                    }),
+                    Ok((_, reason)) => report.skipped.push(skip(reason)),
+                    Err(Error::Redis(e)) if e.code() == Some("WRONGTYPE") => {
+                        report.skipped.push(skip(format!(
+                            "its origin key {:?} is not a stream",
+                            origin.stream
+                        )));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Deletes the dead letters of `dlq` that `filter` selects (`XDEL`, a
+    /// page of up to 100 ids at a time). Answers how many were deleted.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when `dlq` is not a stream or an id of the filter is
+    /// malformed; a connection error (pages deleted before it stay deleted).
+    pub async fn purge(&self, dlq: &str, filter: &DeadLetterFilter) -> Result<u64, Error> {
+        let mut deleted = 0;
+        let mut sel = Selection::new(self, dlq, filter).await?;
+        while let Some(page) = sel.next().await? {
+            let mut cmd = redis::cmd("XDEL");
+            cmd.arg(dlq);
+            for dl in &page {
+                cmd.arg(&dl.id);
+            }
+            let n: u64 = redis::from_redis_value(self.query(&cmd).await?)
+                .map_err(|e| Error::unparsable("XDEL reply", e.to_string()))?;
+            deleted += n;
+        }
+        Ok(deleted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(items: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        items
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    fn appended(error: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("origin_stream", "jobs".into()),
+            ("origin_id", "1-0".into()),
+            ("origin_group", "g".into()),
+            ("origin_consumer", "c1".into()),
+            ("delivery_count", "3".into()),
+            ("error", error.into()),
+            ("failed_at_ms", "1700000000000".into()),
+        ]
+    }
+
+    #[test]
+    fn the_last_seven_pairs_are_the_appended_ones_even_with_an_original_error_field() {
+        let mut fields = pairs(&[("data", "{}"), ("error", "original"), ("origin_id", "x")]);
+        for (k, v) in appended("boom") {
+            fields.push((k.as_bytes().to_vec(), v.into_bytes()));
+        }
+        let dl = split(EntryId("9-0".into()), fields);
+        assert_eq!(
+            dl.fields,
+            pairs(&[("data", "{}"), ("error", "original"), ("origin_id", "x")])
+        );
+        assert_eq!(dl.field("error"), Some(&b"original"[..]));
+        let o = dl.origin.expect("laid out");
+        assert_eq!((o.stream.as_str(), o.id.as_str()), ("jobs", "1-0"));
+        assert_eq!((o.delivery_count, o.error.as_str()), (3, "boom"));
+        assert_eq!(o.failed_at_ms, 1_700_000_000_000);
+        assert!(
+            DeadLetterFilter::new().error_contains("oo").matches(&split(
+                EntryId("9-1".into()),
+                appended("boom")
+                    .into_iter()
+                    .map(|(k, v)| (k.as_bytes().to_vec(), v.into_bytes()))
+                    .collect()
+            ))
+        );
+    }
+
+    #[test]
+    fn an_entry_not_laid_out_as_a_dead_letter_keeps_every_field_and_no_origin() {
+        let fields = pairs(&[("data", "{}"), ("error", "x")]);
+        let dl = split(EntryId("1-0".into()), fields.clone());
+        assert_eq!((dl.fields, dl.origin), (fields, None));
+        let mut bad_count: Vec<(Vec<u8>, Vec<u8>)> = appended("e")
+            .into_iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.into_bytes()))
+            .collect();
+        bad_count[4].1 = b"three".to_vec();
+        let dl = split(EntryId("1-0".into()), bad_count.clone());
+        assert_eq!((dl.fields, dl.origin), (bad_count, None));
+        let no_origin = split(EntryId("1-0".into()), pairs(&[("error", "boom")]));
+        assert!(
+            !DeadLetterFilter::new()
+                .error_contains("boom")
+                .matches(&no_origin),
+            "an original error field is never matched"
+        );
+    }
+}

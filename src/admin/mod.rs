@@ -1,0 +1,370 @@
+//! Operations on streams, groups and dead letters, for operators and tools:
+//! what is there ([`Admin::streams`], [`Admin::groups`],
+//! [`Admin::consumers`], [`Admin::pending`], [`Admin::newest`]) and repairs
+//! of dead letters ([`Admin::dead_letters`], [`Admin::redrive`],
+//! [`Admin::purge`]). The `rillkit` command-line tool (feature `cli`) is
+//! built on this module alone.
+//!
+//! [`Admin`] is a plain async handle: no actix `System` and no [`Broker`]
+//! needed, any tokio runtime will do.
+//!
+//! ```no_run
+//! use rillkit::admin::{Admin, DeadLetterFilter};
+//!
+//! # async fn demo() -> Result<(), rillkit::Error> {
+//! let admin = Admin::connect("redis://127.0.0.1:6379").await?;
+//! for g in admin.groups("orders").await? {
+//!     println!("{}: {} pending, lag {:?}", g.name, g.pending, g.lag);
+//! }
+//! let dlq = admin.dlq_of("orders"); // orders-dlq ({orders}-dlq under a cluster)
+//! for dl in admin.dead_letters(&dlq, &DeadLetterFilter::new().count(10)).await? {
+//!     let origin = dl.origin.as_ref().expect("written by rillkit");
+//!     println!("{} failed: {}", origin.id, origin.error);
+//! }
+//! let report = admin
+//!     .redrive(&dlq, &DeadLetterFilter::new().error_contains("timed out"))
+//!     .await?;
+//! println!("{} back on their stream", report.count());
+//! # Ok(()) }
+//! ```
+//!
+//! [`Broker`]: crate::Broker
+
+mod dead_letters;
+mod reply;
+
+pub use dead_letters::{
+    DeadLetter, DeadLetterFilter, DeadLetterOrigin, RedriveReport, Redriven, Skipped,
+};
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use redis::Value;
+
+use crate::connection::{Connector, Shared, Timeouts, default_dlq};
+use crate::error::Error;
+use crate::stream::EntryId;
+use crate::{Tls, Topology};
+
+/// Keys asked for per `SCAN` call.
+const SCAN_COUNT: usize = 1000;
+
+/// A connection for operations on streams, groups and dead letters. See the
+/// [module docs](self).
+///
+/// It holds one multiplexed connection (for a cluster: one connection
+/// routed by slot, to every master), opened by [`connect`](Self::connect)
+/// or [`connect_topology`](Self::connect_topology), with the broker's
+/// defaults: 5 s to connect, 10 s for each reply. Clones share it, and
+/// commands from several tasks are pipelined on it. It is not reopened: after
+/// an error for which [`Error::is_connection`] holds, connect again.
+///
+/// Every method sends its commands once; none retries.
+#[derive(Clone)]
+pub struct Admin {
+    conn: Shared,
+    cluster: bool,
+    describe: String,
+}
+
+impl fmt::Debug for Admin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admin")
+            .field("redis", &self.describe)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One consumer group of a stream, from `XINFO GROUPS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupInfo {
+    /// The group's name.
+    pub name: String,
+    /// Its consumers (names known to the group, active or not).
+    pub consumers: u64,
+    /// Entries delivered to it and not yet acked: its pending entries list.
+    pub pending: u64,
+    /// The id of the last entry delivered to the group.
+    pub last_delivered_id: EntryId,
+    /// Entries the group has read (`entries-read`), `None` when Redis cannot
+    /// tell.
+    pub entries_read: Option<u64>,
+    /// Entries added to the stream and not yet delivered to the group.
+    /// `None` when Redis cannot count them (it answers nil): entries were
+    /// deleted from the stream (`XDEL`) after the group's last-delivered
+    /// entry, or the group was placed at an arbitrary id (`XGROUP CREATE` or
+    /// `SETID` with an id other than `0` or `$` and no `ENTRIESREAD`). Redis
+    /// then knows only that some may be waiting.
+    pub lag: Option<u64>,
+}
+
+/// One consumer of a group, from `XINFO CONSUMERS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsumerInfo {
+    /// The consumer's name.
+    pub name: String,
+    /// Entries delivered to it and not yet acked.
+    pub pending: u64,
+    /// Milliseconds since it last interacted with the server (a read, a
+    /// claim, an ack…).
+    pub idle_ms: u64,
+    /// Milliseconds since its last successful read or claim; `None` before
+    /// Redis 7.2, or when it never read one.
+    pub inactive_ms: Option<u64>,
+}
+
+/// One pending entry of a group, from `XPENDING`'s extended form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PendingEntry {
+    /// The entry's id.
+    pub id: EntryId,
+    /// The consumer that holds it.
+    pub consumer: String,
+    /// Milliseconds since it was last delivered (or claimed, or refreshed).
+    pub idle_ms: u64,
+    /// How many times it was delivered (the server's count).
+    pub delivery_count: u64,
+}
+
+/// One entry of a stream: its id and field/value pairs, verbatim and in
+/// order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamEntry {
+    /// The entry's id.
+    pub id: EntryId,
+    /// Its field/value pairs.
+    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl StreamEntry {
+    /// The value of the first field named `name`, if any.
+    pub fn field(&self, name: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k.as_slice() == name.as_bytes())
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+impl Admin {
+    /// Connects to the server at `url` (`redis://[user:password@]host:port[/db]`,
+    /// `rediss://` for TLS with the system's trust store). One attempt, up
+    /// to 5 s; the server must be a master (`ROLE`).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a malformed URL (exit code 78); a connection
+    /// error ([`Error::is_connection`]) when the server does not answer;
+    /// [`Error::NotMaster`] for a replica.
+    pub async fn connect(url: &str) -> Result<Admin, Error> {
+        Self::connect_topology(&Topology::standalone(url), None).await
+    }
+
+    /// Connects to the master of `topology` (standalone, Sentinel or
+    /// Cluster), with `tls` as a broker would (see [`Tls`]). One attempt:
+    /// under Sentinel, the sentinels are asked once for the master of the
+    /// moment; under a cluster, the slot map is read once.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a configuration that cannot work (a malformed
+    /// URL or seed node, TLS options with a `redis://` URL; exit code 78); a
+    /// connection error when nothing answers; [`Error::NoMaster`] when no
+    /// sentinel knows the master; [`Error::NotMaster`] when a replica
+    /// answered.
+    pub async fn connect_topology(topology: &Topology, tls: Option<&Tls>) -> Result<Admin, Error> {
+        let connector = Connector::new(topology, tls, Timeouts::default())?;
+        let response = connector.timeouts().response;
+        let conn = connector
+            .shared(1, response)
+            .await?
+            .pop()
+            .expect("one connection was asked for");
+        Ok(Admin {
+            conn,
+            cluster: connector.is_cluster(),
+            describe: connector.describe().to_owned(),
+        })
+    }
+
+    /// Whether the connection is to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// The default dead-letter stream of the stream `name` on this
+    /// connection's topology: `<name>-dlq`, or under a cluster
+    /// `{<name>}-dlq` (`<name>-dlq` when the name already holds a hash tag),
+    /// as [`Stream::dlq_for`](crate::Stream::dlq_for) answers for a stream
+    /// without [`dlq_name`](crate::Stream::dlq_name).
+    pub fn dlq_of(&self, name: &str) -> String {
+        if self.cluster {
+            default_dlq(name)
+        } else {
+            format!("{name}-dlq")
+        }
+    }
+
+    /// Sends `cmd` on the connection, once.
+    async fn query(&self, cmd: &redis::Cmd) -> Result<Value, Error> {
+        let mut conn = self.conn.clone();
+        cmd.query_async(&mut conn).await.map_err(Error::from_redis)
+    }
+
+    /// The stream keys whose names match the glob-style `pattern` (`*` for
+    /// all, `orders:*`…), sorted, each once. `SCAN 0 MATCH <pattern> COUNT
+    /// 1000 TYPE stream` until the cursor comes back to 0; under a cluster,
+    /// on every master of `CLUSTER SLOTS` in turn. Dead-letter streams are
+    /// streams too and are listed. Key names that are not UTF-8 are listed
+    /// lossily (such a name cannot be used with the other methods).
+    ///
+    /// A `SCAN` walks the whole keyspace, a page at a time: cheap per call,
+    /// but in total proportional to the number of keys. A key added or
+    /// removed during the walk may or may not be listed. Under a cluster, a
+    /// master that appears or a slot that migrates during the walk may make
+    /// the list miss or repeat keys (repeats are removed).
+    ///
+    /// # Errors
+    /// A connection error; [`Error::Redis`] when the server refuses `SCAN`
+    /// (ACL) or, under a cluster, `CLUSTER SLOTS`.
+    pub async fn streams(&self, pattern: &str) -> Result<Vec<String>, Error> {
+        let mut found = BTreeSet::new();
+        let nodes: Vec<Option<String>> = if self.cluster {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SLOTS");
+            reply::cluster_masters(self.query(&cmd).await?)
+                .map_err(|m| Error::unparsable("CLUSTER SLOTS reply", m))?
+                .into_iter()
+                .map(Some)
+                .collect()
+        } else {
+            vec![None]
+        };
+        for node in nodes {
+            let mut cursor = 0u64;
+            loop {
+                let mut cmd = redis::cmd("SCAN");
+                cmd.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT)
+                    .arg("TYPE")
+                    .arg("stream");
+                let mut conn = self.conn.clone();
+                let v = conn
+                    .on_node(&cmd, node.as_deref())
+                    .await
+                    .map_err(Error::from_redis)?;
+                let (next, keys) =
+                    reply::scan(v).map_err(|m| Error::unparsable("SCAN reply", m))?;
+                found.extend(keys);
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(found.into_iter().collect())
+    }
+
+    /// The number of entries in `stream` (`XLEN`); 0 when the key does not
+    /// exist.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key holds another type; a connection error.
+    pub async fn stream_len(&self, stream: &str) -> Result<u64, Error> {
+        let mut cmd = redis::cmd("XLEN");
+        cmd.arg(stream);
+        redis::from_redis_value(self.query(&cmd).await?)
+            .map_err(|e| Error::unparsable("XLEN reply", e.to_string()))
+    }
+
+    /// The consumer groups of `stream` (`XINFO GROUPS`), in the server's
+    /// order.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key does not exist (`no such key`) or is
+    /// not a stream; a connection error.
+    pub async fn groups(&self, stream: &str) -> Result<Vec<GroupInfo>, Error> {
+        let mut cmd = redis::cmd("XINFO");
+        cmd.arg("GROUPS").arg(stream);
+        reply::groups(self.query(&cmd).await?)
+            .map_err(|m| Error::unparsable("XINFO GROUPS reply", m))
+    }
+
+    /// The consumers of `group` on `stream` (`XINFO CONSUMERS`).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key does not exist, is not a stream, or has
+    /// no such group (`NOGROUP`); a connection error.
+    pub async fn consumers(&self, stream: &str, group: &str) -> Result<Vec<ConsumerInfo>, Error> {
+        let mut cmd = redis::cmd("XINFO");
+        cmd.arg("CONSUMERS").arg(stream).arg(group);
+        reply::consumers(self.query(&cmd).await?)
+            .map_err(|m| Error::unparsable("XINFO CONSUMERS reply", m))
+    }
+
+    /// The oldest `count` entries of `group`'s pending entries list
+    /// (`XPENDING <stream> <group> - + <count>`), oldest id first: who holds
+    /// each, for how long (ms), delivered how many times.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key does not exist, is not a stream, or has
+    /// no such group (`NOGROUP`); a connection error.
+    pub async fn pending(
+        &self,
+        stream: &str,
+        group: &str,
+        count: usize,
+    ) -> Result<Vec<PendingEntry>, Error> {
+        let mut cmd = redis::cmd("XPENDING");
+        cmd.arg(stream).arg(group).arg("-").arg("+").arg(count);
+        reply::pending(self.query(&cmd).await?).map_err(|m| Error::unparsable("XPENDING reply", m))
+    }
+
+    /// The newest `count` entries of `stream`, newest first (`XREVRANGE
+    /// <stream> + - COUNT <count>`); none when the key does not exist.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key is not a stream; a connection error.
+    pub async fn newest(&self, stream: &str, count: usize) -> Result<Vec<StreamEntry>, Error> {
+        let mut cmd = redis::cmd("XREVRANGE");
+        cmd.arg(stream).arg("+").arg("-").arg("COUNT").arg(count);
+        let rows = crate::redis::reply::entries(self.query(&cmd).await?)
+            .map_err(|m| Error::unparsable("XREVRANGE reply", m))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| StreamEntry {
+                id: r.id,
+                fields: r.fields.unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    /// Adds an entry with these field/value pairs to `stream` and answers its
+    /// id: `XADD <stream> * <field> <value> …`, creating the stream if
+    /// needed. To produce for a rillkit consumer, one field `data` holding JSON:
+    /// `admin.add("orders", &[("data", r#"{"id":1}"#)])`.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when `fields` is empty or the key is not a stream; a
+    /// connection error (the entry may have been added all the same).
+    pub async fn add<K, V>(&self, stream: &str, fields: &[(K, V)]) -> Result<EntryId, Error>
+    where
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(stream).arg("*");
+        for (k, v) in fields {
+            cmd.arg(k.as_ref()).arg(v.as_ref());
+        }
+        let id: String = redis::from_redis_value(self.query(&cmd).await?)
+            .map_err(|e| Error::unparsable("XADD reply", e.to_string()))?;
+        Ok(EntryId(id))
+    }
+}

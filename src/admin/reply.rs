@@ -1,0 +1,278 @@
+//! Parsing of the replies the admin commands read: `SCAN`, `XINFO GROUPS`,
+//! `XINFO CONSUMERS`, `XPENDING` (extended form) and `CLUSTER SLOTS`, in
+//! RESP2 (flat field/value arrays) and RESP3 (maps) alike.
+
+use redis::Value;
+
+use super::{ConsumerInfo, GroupInfo, PendingEntry};
+use crate::stream::EntryId;
+
+/// A reply's text (a bulk or simple string, or an integer's digits).
+pub(super) fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+/// A reply's non-negative integer (an integer, or a string of digits).
+fn uint(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        other => text(other)?.parse().ok(),
+    }
+}
+
+/// An integer that may be nil (`None`).
+fn opt_uint(v: &Value) -> Result<Option<u64>, String> {
+    match v {
+        Value::Nil => Ok(None),
+        other => uint(other)
+            .map(Some)
+            .ok_or_else(|| format!("expected an integer or nil, got {other:?}")),
+    }
+}
+
+fn list(v: Value) -> Result<Vec<Value>, String> {
+    match v {
+        Value::Array(a) | Value::Set(a) => Ok(a),
+        Value::Nil => Ok(Vec::new()),
+        other => Err(format!("expected an array, got {other:?}")),
+    }
+}
+
+/// A record as name → value pairs: a RESP3 map, or a RESP2 flat array
+/// `[name, value, name, value, …]`.
+fn record(v: Value) -> Result<Vec<(String, Value)>, String> {
+    let pairs: Vec<(Value, Value)> = match v {
+        Value::Map(kv) => kv,
+        other => {
+            let flat = list(other)?;
+            if flat.len() % 2 != 0 {
+                return Err("a record has an odd number of items".into());
+            }
+            let mut it = flat.into_iter();
+            let mut kv = Vec::new();
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                kv.push((k, v));
+            }
+            kv
+        }
+    };
+    pairs
+        .into_iter()
+        .map(|(k, v)| Ok((text(&k).ok_or("a record name is not a string")?, v)))
+        .collect()
+}
+
+/// Looks a record's fields up by name.
+struct Record(Vec<(String, Value)>);
+
+impl Record {
+    fn get(&self, name: &str) -> Result<&Value, String> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+            .ok_or_else(|| format!("the reply has no {name:?}"))
+    }
+
+    fn text(&self, name: &str) -> Result<String, String> {
+        let v = self.get(name)?;
+        text(v).ok_or_else(|| format!("{name:?} is not a string: {v:?}"))
+    }
+
+    fn uint(&self, name: &str) -> Result<u64, String> {
+        let v = self.get(name)?;
+        uint(v).ok_or_else(|| format!("{name:?} is not an integer: {v:?}"))
+    }
+
+    /// A field that is absent on older servers, or nil: `None` either way.
+    fn opt_uint(&self, name: &str) -> Result<Option<u64>, String> {
+        match self.get(name) {
+            Err(_) => Ok(None),
+            Ok(v) => opt_uint(v),
+        }
+    }
+}
+
+/// `SCAN`: `[cursor, [key, …]]`.
+pub(super) fn scan(v: Value) -> Result<(u64, Vec<String>), String> {
+    let mut it = list(v)?.into_iter();
+    let (Some(cursor), Some(keys)) = (it.next(), it.next()) else {
+        return Err("expected [cursor, keys]".into());
+    };
+    let cursor = uint(&cursor).ok_or("the cursor is not an integer")?;
+    let keys = list(keys)?
+        .iter()
+        .map(|k| text(k).ok_or_else(|| "a key is not a string".to_owned()))
+        .collect::<Result<_, _>>()?;
+    Ok((cursor, keys))
+}
+
+/// `XINFO GROUPS`.
+pub(super) fn groups(v: Value) -> Result<Vec<GroupInfo>, String> {
+    list(v)?
+        .into_iter()
+        .map(|g| {
+            let r = Record(record(g)?);
+            Ok(GroupInfo {
+                name: r.text("name")?,
+                consumers: r.uint("consumers")?,
+                pending: r.uint("pending")?,
+                last_delivered_id: EntryId(r.text("last-delivered-id")?),
+                entries_read: r.opt_uint("entries-read")?,
+                lag: r.opt_uint("lag")?,
+            })
+        })
+        .collect()
+}
+
+/// `XINFO CONSUMERS`.
+pub(super) fn consumers(v: Value) -> Result<Vec<ConsumerInfo>, String> {
+    list(v)?
+        .into_iter()
+        .map(|c| {
+            let r = Record(record(c)?);
+            Ok(ConsumerInfo {
+                name: r.text("name")?,
+                pending: r.uint("pending")?,
+                idle_ms: r.uint("idle")?,
+                inactive_ms: r.opt_uint("inactive")?,
+            })
+        })
+        .collect()
+}
+
+/// `XPENDING <stream> <group> <start> <end> <count>`: `[[id, consumer, idle
+/// ms, delivery count], …]`.
+pub(super) fn pending(v: Value) -> Result<Vec<PendingEntry>, String> {
+    list(v)?
+        .into_iter()
+        .map(|row| {
+            let row = list(row)?;
+            let [id, consumer, idle, count] = row.as_slice() else {
+                return Err(format!("expected 4 items, got {row:?}"));
+            };
+            Ok(PendingEntry {
+                id: EntryId(text(id).ok_or("the id is not a string")?),
+                consumer: text(consumer).ok_or("the consumer is not a string")?,
+                idle_ms: uint(idle).ok_or("the idle time is not an integer")?,
+                delivery_count: uint(count).ok_or("the delivery count is not an integer")?,
+            })
+        })
+        .collect()
+}
+
+/// The masters' `host:port` in a `CLUSTER SLOTS` reply (`[[start, end,
+/// [host, port, id, …], replicas…], …]`), each once. An empty host means
+/// the node that answered, which cannot be told here: such rows are left
+/// out.
+pub(super) fn cluster_masters(v: Value) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    for row in list(v)? {
+        let row = list(row)?;
+        let master = list(row.get(2).cloned().ok_or("a slot range has no master")?)?;
+        let (Some(host), Some(port)) =
+            (master.first().and_then(text), master.get(1).and_then(uint))
+        else {
+            return Err("a master has no host and port".into());
+        };
+        if host.is_empty() || host == "?" {
+            continue;
+        }
+        let addr = format!("{host}:{port}");
+        if !out.contains(&addr) {
+            out.push(addr);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn groups_parse_from_resp2_and_resp3_with_nil_lag() {
+        let resp2 = Value::Array(vec![Value::Array(vec![
+            bulk("name"),
+            bulk("g"),
+            bulk("consumers"),
+            Value::Int(2),
+            bulk("pending"),
+            Value::Int(3),
+            bulk("last-delivered-id"),
+            bulk("5-0"),
+            bulk("entries-read"),
+            Value::Int(5),
+            bulk("lag"),
+            Value::Nil,
+        ])]);
+        let g = &groups(resp2).unwrap()[0];
+        assert_eq!(
+            (g.name.as_str(), g.consumers, g.pending, g.lag),
+            ("g", 2, 3, None)
+        );
+        assert_eq!(g.last_delivered_id.as_str(), "5-0");
+        assert_eq!(g.entries_read, Some(5));
+        let resp3 = Value::Array(vec![Value::Map(vec![
+            (bulk("name"), bulk("h")),
+            (bulk("consumers"), Value::Int(0)),
+            (bulk("pending"), Value::Int(0)),
+            (bulk("last-delivered-id"), bulk("0-0")),
+            (bulk("lag"), Value::Int(7)),
+        ])]);
+        let h = &groups(resp3).unwrap()[0];
+        assert_eq!((h.lag, h.entries_read), (Some(7), None));
+        assert!(groups(Value::Int(1)).is_err());
+    }
+
+    #[test]
+    fn pending_rows_and_scan_replies_parse() {
+        let p = pending(Value::Array(vec![Value::Array(vec![
+            bulk("1-0"),
+            bulk("c1"),
+            Value::Int(1500),
+            Value::Int(2),
+        ])]))
+        .unwrap();
+        assert_eq!(
+            (p[0].id.as_str(), p[0].consumer.as_str(), p[0].idle_ms),
+            ("1-0", "c1", 1500)
+        );
+        assert_eq!(p[0].delivery_count, 2);
+        let (cursor, keys) = scan(Value::Array(vec![
+            bulk("17"),
+            Value::Array(vec![bulk("a")]),
+        ]))
+        .unwrap();
+        assert_eq!((cursor, keys), (17, vec!["a".to_owned()]));
+    }
+
+    #[test]
+    fn cluster_masters_are_listed_once() {
+        let node = |h: &str, p: i64| Value::Array(vec![bulk(h), Value::Int(p), bulk("id")]);
+        let v = Value::Array(vec![
+            Value::Array(vec![Value::Int(0), Value::Int(10), node("10.0.0.1", 7000)]),
+            Value::Array(vec![
+                Value::Int(11),
+                Value::Int(20),
+                node("10.0.0.1", 7000),
+                node("10.0.0.2", 7001),
+            ]),
+            Value::Array(vec![Value::Int(21), Value::Int(30), node("10.0.0.3", 7002)]),
+        ]);
+        assert_eq!(
+            cluster_masters(v).unwrap(),
+            ["10.0.0.1:7000", "10.0.0.3:7002"]
+        );
+    }
+}
