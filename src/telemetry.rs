@@ -32,6 +32,26 @@ pub(crate) const RECONNECTS: &str = "rillkit_reconnects_total";
 /// Consumers restarted by the supervisor after an unrecoverable error or a
 /// panic.
 pub(crate) const RESTARTS: &str = "rillkit_consumer_restarts_total";
+/// Entries not yet delivered to the group (polled).
+pub(crate) const LAG: &str = "rillkit_lag";
+/// Entries delivered to the group and not acked (polled).
+pub(crate) const PENDING: &str = "rillkit_pending";
+/// Age of the oldest pending entry, in seconds (polled; 0 when none).
+pub(crate) const OLDEST_PENDING_AGE: &str = "rillkit_oldest_pending_age_seconds";
+/// Entries in the dead-letter stream (polled).
+pub(crate) const DEAD_LETTERS: &str = "rillkit_dead_letters";
+
+/// Sets the polled gauges of one subscription.
+pub(crate) fn polled(stream: &str, group: &str, f: &crate::status::ServerFigures) {
+    let labels = [("stream", stream.to_owned()), ("group", group.to_owned())];
+    if let Some(lag) = f.lag {
+        metrics::gauge!(LAG, &labels).set(lag as f64);
+    }
+    metrics::gauge!(PENDING, &labels).set(f.pending as f64);
+    metrics::gauge!(OLDEST_PENDING_AGE, &labels)
+        .set(f.oldest_pending_age.map_or(0.0, |d| d.as_secs_f64()));
+    metrics::gauge!(DEAD_LETTERS, &labels).set(f.dead_letters as f64);
+}
 
 /// One subscription's series, registered once.
 #[derive(Clone)]

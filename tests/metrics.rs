@@ -79,6 +79,8 @@ fn the_example_serves_prometheus_metrics_and_the_counters_move() {
         "rillkit_end_to_end_latency_seconds",
         "rillkit_ack_round_trip_seconds",
         "rillkit_handlers_in_flight",
+        "rillkit_pending",
+        "rillkit_dead_letters",
     ] {
         assert!(scrape.contains(name), "{name} missing:\n{scrape}");
     }

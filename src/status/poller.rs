@@ -38,7 +38,10 @@ impl StatusPoller {
         actix_rt::spawn(async move {
             for b in &boards {
                 match figures(&redis, b).await {
-                    Ok(f) => b.set_server(f),
+                    Ok(f) => {
+                        crate::telemetry::polled(&b.stream, &b.group, &f);
+                        b.set_server(f);
+                    }
                     Err(Error::ShutDown) => break,
                     Err(e) => {
                         tracing::debug!(stream = %b.stream, error = %e, "status poll failed; trying again next period")
