@@ -366,6 +366,17 @@ impl EntryId {
         let (ms, seq) = self.0.split_once('-')?;
         Some((ms.parse().ok()?, seq.parse().ok()?))
     }
+
+    /// How long ago Redis added the entry, from the id's milliseconds and
+    /// this machine's clock (`None` for an id not in `<ms>-<seq>` form; zero
+    /// when the clocks disagree the other way).
+    pub fn age(&self) -> Option<std::time::Duration> {
+        let (ms, _) = self.parts()?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?;
+        Some(now.saturating_sub(std::time::Duration::from_millis(ms)))
+    }
 }
 
 impl fmt::Display for EntryId {

@@ -3,8 +3,6 @@
 //! recording costs next to nothing). Every series is labelled `stream` and
 //! `group`. The README has the table.
 
-use std::time::Duration;
-
 use metrics::{Counter, Gauge, Histogram};
 
 /// Entries whose handler returned `Ok` (then acked).
@@ -85,21 +83,12 @@ impl ConsumerMetrics {
         }
     }
 
-    /// Records a successful run's end-to-end latency from its entry id
-    /// (`<ms>-<seq>`, ms since the Unix epoch when Redis added it).
-    pub(crate) fn record_end_to_end(&self, entry_id: &str) {
-        let Some(ms) = entry_id
-            .split('-')
-            .next()
-            .and_then(|m| m.parse::<u64>().ok())
-        else {
-            return;
-        };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        self.end_to_end
-            .record(now.saturating_sub(Duration::from_millis(ms)).as_secs_f64());
+    /// Records a successful run's end-to-end latency: the age of its entry
+    /// id (when Redis added it).
+    pub(crate) fn record_end_to_end(&self, id: &crate::stream::EntryId) {
+        if let Some(age) = id.age() {
+            self.end_to_end.record(age.as_secs_f64());
+        }
     }
 }
 

@@ -31,7 +31,7 @@
 //! [`Broker`]: crate::Broker
 
 mod dead_letters;
-mod reply;
+pub(crate) mod reply;
 
 pub use dead_letters::{
     DeadLetter, DeadLetterFilter, DeadLetterOrigin, RedriveReport, Redriven, Skipped,

@@ -114,7 +114,7 @@ pub(super) fn scan(v: Value) -> Result<(u64, Vec<String>), String> {
 }
 
 /// `XINFO GROUPS`.
-pub(super) fn groups(v: Value) -> Result<Vec<GroupInfo>, String> {
+pub(crate) fn groups(v: Value) -> Result<Vec<GroupInfo>, String> {
     list(v)?
         .into_iter()
         .map(|g| {

@@ -594,7 +594,7 @@ impl Loop {
             Ok(Ok(())) => {
                 self.metrics.handled.increment(1);
                 self.sub.board.handled();
-                self.metrics.record_end_to_end(&msg.id.0);
+                self.metrics.record_end_to_end(&msg.id);
                 // Stays held until the XACK is done (see `on_acked`).
                 self.acks.push(msg.id);
                 return;
@@ -1373,14 +1373,8 @@ async fn reread_pel(
         }));
     }
     // In stream order, whatever their counts.
-    out.sort_by_key(|d| parse_id(&d.raw.id.0));
+    out.sort_by_key(|d| d.raw.id.parts().unwrap_or_default());
     Ok((out, last))
-}
-
-/// An entry id as `(ms, seq)`, for ordering.
-fn parse_id(id: &str) -> (u64, u64) {
-    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
-    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
 }
 
 /// Opens a consumer's dedicated read connection (to the master of the

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use actix::prelude::*;
 use redis::Value;
@@ -12,6 +12,7 @@ use redis::Value;
 use super::{Board, ServerFigures};
 use crate::error::Error;
 use crate::redis::{Query, RedisActor};
+use crate::stream::EntryId;
 
 pub(crate) struct StatusPoller {
     boards: Vec<Arc<Board>>,
@@ -64,24 +65,9 @@ async fn query(
         .unwrap_or(Err(Error::ShutDown))
 }
 
-/// A field of a flat `[k, v, k, v…]` reply (RESP2) or a map (RESP3).
-fn field<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+fn int(v: &Value) -> Option<u64> {
     match v {
-        Value::Array(kv) => kv
-            .chunks(2)
-            .find(|p| matches!(&p[0], Value::BulkString(k) if k == key.as_bytes()))
-            .map(|p| &p[1]),
-        Value::Map(kv) => kv
-            .iter()
-            .find(|(k, _)| matches!(k, Value::BulkString(k) if k == key.as_bytes()))
-            .map(|(_, v)| v),
-        _ => None,
-    }
-}
-
-fn int(v: Option<&Value>) -> Option<u64> {
-    match v {
-        Some(Value::Int(i)) => u64::try_from(*i).ok(),
+        Value::Int(i) => u64::try_from(*i).ok(),
         _ => None,
     }
 }
@@ -90,25 +76,20 @@ async fn figures(redis: &Addr<RedisActor>, b: &Board) -> Result<ServerFigures, E
     let mut groups = redis::cmd("XINFO");
     groups.arg("GROUPS").arg(&*b.stream);
     let groups = query(redis, "xinfo|groups", groups).await?;
-    let Value::Array(groups) = groups else {
-        return Err(Error::unparsable(
-            "XINFO GROUPS reply",
-            format!("{groups:?}"),
-        ));
-    };
-    let group = groups.iter().find(
-        |g| matches!(field(g, "name"), Some(Value::BulkString(n)) if n == b.group.as_bytes()),
-    );
-    let (lag, pending) = match group {
-        Some(g) => (int(field(g, "lag")), int(field(g, "pending")).unwrap_or(0)),
-        None => (None, 0),
-    };
+    let groups = crate::admin::reply::groups(groups)
+        .map_err(|m| Error::unparsable("XINFO GROUPS reply", m))?;
+    let (lag, pending) = groups
+        .iter()
+        .find(|g| g.name == *b.group)
+        .map_or((None, 0), |g| (g.lag, g.pending));
     let oldest_pending_age = if pending > 0 {
         let mut summary = redis::cmd("XPENDING");
         summary.arg(&*b.stream).arg(&*b.group);
         match query(redis, "xpending", summary).await? {
             Value::Array(s) => match s.get(1) {
-                Some(Value::BulkString(id)) => age_of(&String::from_utf8_lossy(id)),
+                Some(Value::BulkString(id)) => {
+                    EntryId(String::from_utf8_lossy(id).into_owned()).age()
+                }
                 _ => None,
             },
             _ => None,
@@ -118,7 +99,7 @@ async fn figures(redis: &Addr<RedisActor>, b: &Board) -> Result<ServerFigures, E
     };
     let mut len = redis::cmd("XLEN");
     len.arg(&*b.dlq);
-    let dead_letters = int(Some(&query(redis, "xlen", len).await?)).unwrap_or(0);
+    let dead_letters = int(&query(redis, "xlen", len).await?).unwrap_or(0);
     Ok(ServerFigures {
         polled_at: SystemTime::now(),
         lag,
@@ -126,13 +107,6 @@ async fn figures(redis: &Addr<RedisActor>, b: &Board) -> Result<ServerFigures, E
         oldest_pending_age,
         dead_letters,
     })
-}
-
-/// How long ago an entry id's timestamp was.
-fn age_of(id: &str) -> Option<Duration> {
-    let ms: u64 = id.split('-').next()?.parse().ok()?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
-    Some(now.saturating_sub(Duration::from_millis(ms)))
 }
 
 impl Actor for StatusPoller {
