@@ -404,6 +404,9 @@ pub struct Worker {
     child: Child,
     lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// The stdout and stderr reader threads; joined once the process has
+    /// exited, so every line it printed is in `lines`/`stderr` by then.
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Worker {
@@ -436,13 +439,13 @@ impl Worker {
         let out = child.stdout.take().unwrap();
         let err = child.stderr.take().unwrap();
         let l = lines.clone();
-        std::thread::spawn(move || {
+        let out_reader = std::thread::spawn(move || {
             for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
                 l.lock().unwrap().push(line);
             }
         });
         let e = stderr.clone();
-        std::thread::spawn(move || {
+        let err_reader = std::thread::spawn(move || {
             for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
                 e.lock().unwrap().push(line);
             }
@@ -451,6 +454,7 @@ impl Worker {
             child,
             lines,
             stderr,
+            readers: vec![out_reader, err_reader],
         }
     }
 
@@ -504,6 +508,11 @@ impl Worker {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
+                // The pipes close with the process: the readers reach their
+                // end and the last lines it printed are collected.
+                for reader in self.readers.drain(..) {
+                    let _ = reader.join();
+                }
                 return status.code();
             }
             assert!(
