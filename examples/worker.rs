@@ -20,6 +20,8 @@
 //! | `RILLKIT_CLAIM_IDLE_MS` | 30000 | `claim_idle` |
 //! | `RILLKIT_SHUTDOWN_TIMEOUT_MS` | 30000 | drain deadline |
 //! | `RILLKIT_CONCURRENCY` | 1 | handlers at once |
+//! | `RILLKIT_LEASE_TTL_MS` | 10000 | the consumer name's lease ([`ConsumerOptions::lease_ttl`](rillkit::ConsumerOptions::lease_ttl)) |
+//! | `RILLKIT_PRUNE_IDLE_MS` | unset | prune the group's idle empty consumers ([`ConsumerOptions::prune_idle`](rillkit::ConsumerOptions::prune_idle)) |
 //!
 //! Entries hold JSON objects `{"id": <u64>, "sleep_ms": <u64>?, "fail": <bool>?,
 //! "panic": <bool>?, "exit": <bool>?}`: the handler sleeps `sleep_ms`; `fail`
@@ -111,7 +113,15 @@ async fn main() {
             "RILLKIT_CLAIM_IDLE_MS",
             30_000,
         )))
-        .concurrency(env_or("RILLKIT_CONCURRENCY", 1));
+        .concurrency(env_or("RILLKIT_CONCURRENCY", 1))
+        .lease_ttl(Duration::from_millis(env_or(
+            "RILLKIT_LEASE_TTL_MS",
+            10_000,
+        )));
+    if let Ok(ms) = std::env::var("RILLKIT_PRUNE_IDLE_MS") {
+        let ms = ms.parse().expect("RILLKIT_PRUNE_IDLE_MS is a number of ms");
+        opts = opts.prune_idle(Duration::from_millis(ms));
+    }
     if let Ok(name) = std::env::var("RILLKIT_CONSUMER") {
         opts = opts.consumer(name);
     }

@@ -119,6 +119,33 @@ pub enum Error {
         #[source]
         last: Box<Error>,
     },
+    /// Another live process holds this consumer name's lease (SPEC §10):
+    /// two processes must not run one consumer's pending entries at once.
+    /// At startup, `start()` waited `waited` for the lease to lapse (up to
+    /// [`BrokerBuilder::startup_timeout`](crate::BrokerBuilder::startup_timeout))
+    /// before answering this; a running consumer whose renewal finds the
+    /// lease taken ends with it (`waited` 0) and is restarted, and then waits
+    /// for the lease again. Give each process its own consumer name
+    /// ([`ConsumerOptions::consumer`](crate::ConsumerOptions::consumer)), or
+    /// stop the other one. The lease is the key
+    /// `rillkit:lease:<stream>:<group>:<consumer>`; `holder` is its value
+    /// (`<hostname>-<pid>-<random>`).
+    #[error(
+        "consumer {consumer:?} of group {group:?} on stream {stream:?} is in use by another live process ({holder}); waited {} ms for its lease to lapse",
+        waited.as_millis()
+    )]
+    ConsumerNameInUse {
+        /// Stream key.
+        stream: String,
+        /// Consumer group name.
+        group: String,
+        /// The consumer name.
+        consumer: String,
+        /// The lease holder's token: `<hostname>-<pid>-<random>`.
+        holder: String,
+        /// How long it waited for the lease.
+        waited: std::time::Duration,
+    },
     /// A connection reached a server that is not a master (a replica, or a
     /// master being demoted in a failover).
     #[error("{addr} is not a master (a failover may be under way)")]

@@ -308,6 +308,35 @@ impl Admin {
             .map_err(|m| Error::unparsable("XINFO CONSUMERS reply", m))
     }
 
+    /// Deletes the consumers of `group` that hold no pending entry and whose
+    /// idle time (`XINFO CONSUMERS` `idle`: since their last read or claim)
+    /// is above `idle`, and answers their names. Checked and deleted in one
+    /// Lua script (`XGROUP DELCONSUMER`), so a consumer that holds entries
+    /// is never deleted, and one that reads meanwhile is not idle. A live
+    /// consumer deleted anyway (an `idle` shorter than its `block`) is
+    /// recreated by its next read. The same script a subscription runs with
+    /// [`ConsumerOptions::prune_idle`](crate::ConsumerOptions::prune_idle).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key does not exist, is not a stream, or has
+    /// no such group (`NOGROUP`); [`Error::Permission`]-class errors when the
+    /// ACL user may not run `XGROUP DELCONSUMER`; a connection error.
+    pub async fn prune_idle_consumers(
+        &self,
+        stream: &str,
+        group: &str,
+        idle: std::time::Duration,
+    ) -> Result<Vec<String>, Error> {
+        let mut call = crate::consumer::hygiene::PRUNE_IDLE.key(stream);
+        call.arg(group).arg(idle.as_millis() as u64).arg("");
+        let mut conn = self.conn.clone();
+        let answer: Value = call
+            .invoke_async(&mut conn)
+            .await
+            .map_err(Error::from_redis)?;
+        crate::consumer::hygiene::pruned_names(answer)
+    }
+
     /// The oldest `count` entries of `group`'s pending entries list
     /// (`XPENDING <stream> <group> - + <count>`), oldest id first: who holds
     /// each, for how long (ms), delivered how many times.

@@ -122,6 +122,11 @@ enum Command {
         stream: String,
         /// Consumer group.
         group: String,
+        /// First delete the consumers that hold no pending entry and have
+        /// been idle longer than this (`90s`, `10m`, `1h`), in one script
+        /// (XGROUP DELCONSUMER); a consumer holding entries is never deleted.
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        prune_idle: Option<std::time::Duration>,
     },
     /// Dead letters: list, show, redrive, purge.
     #[command(subcommand)]
@@ -355,7 +360,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             group,
             count,
         } => pending(&admin, stream, group, *count, cli.json).await,
-        Command::Consumers { stream, group } => consumers(&admin, stream, group, cli.json).await,
+        Command::Consumers {
+            stream,
+            group,
+            prune_idle,
+        } => consumers(&admin, stream, group, *prune_idle, cli.json).await,
         Command::Dlq(d) => dlq(&admin, d, cli.json).await,
         Command::Publish { stream, document } => {
             let id = admin.add(stream, &[("data", document.as_str())]).await?;
@@ -535,7 +544,17 @@ async fn pending(
     Ok(())
 }
 
-async fn consumers(admin: &Admin, stream: &str, group: &str, as_json: bool) -> Result<(), Failure> {
+async fn consumers(
+    admin: &Admin,
+    stream: &str,
+    group: &str,
+    prune_idle: Option<std::time::Duration>,
+    as_json: bool,
+) -> Result<(), Failure> {
+    let pruned = match prune_idle {
+        Some(idle) => admin.prune_idle_consumers(stream, group, idle).await?,
+        None => Vec::new(),
+    };
     let list = admin.consumers(stream, group).await?;
     if as_json {
         let docs: Vec<_> = list
@@ -549,8 +568,19 @@ async fn consumers(admin: &Admin, stream: &str, group: &str, as_json: bool) -> R
                 })
             })
             .collect();
-        print_json(&json!({ "stream": stream, "group": group, "consumers": docs }));
-    } else if list.is_empty() {
+        print_json(
+            &json!({ "stream": stream, "group": group, "pruned": pruned, "consumers": docs }),
+        );
+        return Ok(());
+    }
+    if prune_idle.is_some() {
+        println!(
+            "pruned {} idle consumer(s): {}",
+            pruned.len(),
+            pruned.join(", ")
+        );
+    }
+    if list.is_empty() {
         println!("no consumers");
     } else {
         let rows: Vec<Vec<String>> = list

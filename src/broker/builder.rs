@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use super::{Broker, Inner, Phase};
 use crate::connection::{Connector, Timeouts, Tls, Topology, default_dlq, dlq_slot_error};
+use crate::consumer::hygiene::Lease;
 use crate::consumer::{ConsumerOptions, MAX_DURATION, Subscription, default_consumer_name};
 use crate::error::{BoxError, ConfigError};
 use crate::handler::{self, Delivery, ErasedHandler, HandlerResult, Message};
@@ -370,7 +371,11 @@ impl BrokerBuilder {
                 names.dlq.clone(),
             ));
             boards.push(board.clone());
+            let lease = opts
+                .lease_ttl
+                .map(|ttl| Lease::new(&names.name, &names.group, &consumer, ttl));
             subs.push(Arc::new(Subscription {
+                lease,
                 names,
                 consumer,
                 opts,

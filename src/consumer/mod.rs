@@ -29,6 +29,7 @@
 //! (for example WRONGTYPE: the key is not a stream); then it stops reading at
 //! once and drains.
 
+pub(crate) mod hygiene;
 mod options;
 mod run;
 
@@ -60,6 +61,8 @@ pub(crate) struct Subscription {
     pub drain_timeout: std::time::Duration,
     /// Its live status, read by `Broker::status`.
     pub board: Arc<crate::status::Board>,
+    /// Its consumer name's lease (`None`: `without_lease`).
+    pub lease: Option<hygiene::Lease>,
 }
 
 /// Sent by a consumer when its loop has ended, for whatever reason.

@@ -15,6 +15,8 @@ use crate::error::ConfigError;
 /// | [`claim_idle`](Self::claim_idle) | 30 s | min idle time before XCLAIM takes an entry over: crash recovery |
 /// | [`retry_backoff`](Self::retry_backoff) | 1 s doubling, up to `claim_idle`, jittered | the wait before a failed entry runs again |
 /// | [`start_id`](Self::start_id) | `0` | `XGROUP CREATE <stream> <group> <id>` for a new group |
+/// | [`lease_ttl`](Self::lease_ttl) | 10 s | the consumer name's lease (`SET … PX`), renewed every third of it |
+/// | [`prune_idle`](Self::prune_idle) | off | delete the group's consumers idle longer than this and holding nothing (`XGROUP DELCONSUMER`) |
 ///
 /// ```
 /// use std::time::Duration;
@@ -37,6 +39,8 @@ pub struct ConsumerOptions {
     pub(crate) claim_idle: Duration,
     pub(crate) start_id: String,
     pub(crate) retry_backoff: RetryBackoff,
+    pub(crate) lease_ttl: Option<Duration>,
+    pub(crate) prune_idle: Option<Duration>,
 }
 
 impl Default for ConsumerOptions {
@@ -50,6 +54,8 @@ impl Default for ConsumerOptions {
             claim_idle: Duration::from_secs(30),
             start_id: "0".to_owned(),
             retry_backoff: RetryBackoff::default(),
+            lease_ttl: Some(Duration::from_secs(10)),
+            prune_idle: None,
         }
     }
 }
@@ -128,6 +134,65 @@ impl ConsumerOptions {
         self
     }
 
+    /// Sets the TTL of the consumer name's lease (default 10 s; at least
+    /// 100 ms, at most 365 days).
+    ///
+    /// While a consumer runs it holds the key
+    /// `rillkit:lease:<stream>:<group>:<consumer>` (`SET … PX <ttl>` in a Lua
+    /// script, renewed every `ttl / 3`; deleted on stop), so two live
+    /// processes never run one consumer's pending entries at once. A process
+    /// started under a name whose lease is live elsewhere waits for it to
+    /// lapse, up to
+    /// [`startup_timeout`](crate::BrokerBuilder::startup_timeout), then
+    /// `start()` fails with
+    /// [`Error::ConsumerNameInUse`](crate::Error::ConsumerNameInUse). After
+    /// a crash, a successor under the same name (a StatefulSet pod) waits at
+    /// most one TTL. A consumer whose renewal finds the lease held elsewhere
+    /// (it could not renew for longer than the TTL, and another process took
+    /// the name) stops reading, drains and ends with that error; its
+    /// supervisor restarts it, and it waits for the lease again.
+    ///
+    /// The ACL user needs `+eval +evalsha +get +set +pttl +del` on keys
+    /// `rillkit:lease:*`.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = Some(ttl);
+        self
+    }
+
+    /// Runs without the consumer name's lease (see
+    /// [`lease_ttl`](Self::lease_ttl)): for an ACL user that may not write
+    /// `rillkit:lease:*`. Two processes under one name then run its entries
+    /// side by side.
+    pub fn without_lease(mut self) -> Self {
+        self.lease_ttl = None;
+        self
+    }
+
+    /// Deletes, every `ttl / 2` (at most every 60 s), the group's consumers
+    /// that hold no pending entry and whose idle time (`XINFO CONSUMERS`
+    /// `idle`: since their last read or claim) is above `ttl`: consumers
+    /// left behind by processes that crashed or were killed (a clean stop
+    /// leaves the group by itself). Check and delete run in one Lua script
+    /// (`XGROUP DELCONSUMER`), so a consumer holding entries is never
+    /// deleted. `ttl` must be at least 3 × [`block`](Self::block) and 1 s:
+    /// a live consumer reads at least every `block`. Off by default.
+    pub fn prune_idle(mut self, ttl: Duration) -> Self {
+        self.prune_idle = Some(ttl);
+        self
+    }
+
+    /// The lease TTL (`None`: [`without_lease`](Self::without_lease)), set
+    /// with [`lease_ttl`](Self::lease_ttl).
+    pub fn get_lease_ttl(&self) -> Option<Duration> {
+        self.lease_ttl
+    }
+
+    /// The idle time past which empty consumers are pruned, if set with
+    /// [`prune_idle`](Self::prune_idle).
+    pub fn get_prune_idle(&self) -> Option<Duration> {
+        self.prune_idle
+    }
+
     /// The retry backoff, set with [`retry_backoff`](Self::retry_backoff).
     pub fn get_retry_backoff(&self) -> RetryBackoff {
         self.retry_backoff
@@ -175,7 +240,8 @@ impl ConsumerOptions {
     /// # Errors
     /// [`ConfigError::Invalid`] when `block` is under 1 ms, `count` or
     /// `concurrency` is 0, `claim_idle` is under 1 ms, `start_id` or
-    /// `consumer` is empty.
+    /// `consumer` is empty, `lease_ttl` is under 100 ms, `prune_idle` is
+    /// under 3 × `block` or 1 s.
     pub(crate) fn validate(&self, stream: &str) -> Result<(), ConfigError> {
         let bad = |option: &'static str, reason: &str| {
             Err(ConfigError::Invalid {
@@ -222,6 +288,30 @@ impl ConsumerOptions {
                         self.claim_idle.as_millis()
                     ),
                 });
+            }
+        }
+        if let Some(ttl) = self.lease_ttl {
+            if ttl < Duration::from_millis(100) {
+                return bad("lease_ttl", "must be at least 100 ms");
+            }
+            if ttl > MAX_DURATION {
+                return bad("lease_ttl", "must be at most 365 days");
+            }
+        }
+        if let Some(ttl) = self.prune_idle {
+            let min = super::hygiene::min_prune_ttl(self.block);
+            if ttl < min {
+                return Err(ConfigError::Invalid {
+                    stream: stream.to_owned(),
+                    option: "prune_idle",
+                    reason: format!(
+                        "must be at least {} ms (3 × block and 1 s): a live consumer is idle up to block between reads",
+                        min.as_millis()
+                    ),
+                });
+            }
+            if ttl > MAX_DURATION {
+                return bad("prune_idle", "must be at most 365 days");
             }
         }
         if self.start_id.is_empty() {

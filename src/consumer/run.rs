@@ -19,15 +19,16 @@ use tracing::Instrument;
 
 use super::Subscription;
 
+mod hygiene;
 mod retry;
 use crate::connection::{Class, Connector, READ_TIMEOUT_MARGIN, Retry, client_name, log_wait};
+use crate::consumer::hygiene::Taken;
 use crate::error::Error;
 use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
 use crate::reclaimer::{self, Claim, ReclaimerActor};
 use crate::redis::reply::{self, RawEntry};
 use crate::redis::{
-    Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Eval, Moved, Query, RedisActor,
-    Unblock,
+    Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Moved, Query, RedisActor, Unblock,
 };
 use crate::status::SubscriptionState;
 use crate::stream::EntryId;
@@ -156,6 +157,10 @@ pub(crate) async fn consume(
         retry_claims: FuturesUnordered::new(),
         fresh: true,
         heartbeat_at: now,
+        lease_at: now,
+        lease_renewal: None,
+        lease_retry: Retry::default(),
+        prune_at: sub.opts.prune_idle.map(|_| now),
         refreshing: Rc::new(Cell::new(false)),
         in_read: Rc::new(Cell::new(false)),
         reader: Rc::new(RefCell::new(None)),
@@ -190,6 +195,21 @@ pub(crate) async fn consume(
         unblock_at: None,
         report: ConsumerReport::default(),
     };
+    let mut stop = stop;
+    if let Some(lease) = &lp.sub.lease {
+        match hygiene::hold(lease, &lp.redis, &mut stop).await {
+            Ok(()) => lp.renew_lease(),
+            Err(Error::StartAborted | Error::ShutDown) => {
+                lp.sub.board.set_state(SubscriptionState::Stopped);
+                return lp.report;
+            }
+            Err(e) => {
+                tracing::error!(stream = %lp.sub.names.name, consumer = %lp.sub.consumer, error = %e, "could not take the consumer name's lease; consumer ends");
+                lp.report.error = Some(e);
+                return lp.report;
+            }
+        }
+    }
     let s = &lp.sub;
     tracing::info!(
         stream = %s.names.name,
@@ -208,6 +228,7 @@ pub(crate) async fn consume(
     if r.error.is_none() && r.panic.is_none() && !r.timed_out {
         lp.leave_group().await;
     }
+    lp.release_lease().await;
     if lp.report.error.is_none() && lp.report.panic.is_none() {
         lp.sub.board.set_state(SubscriptionState::Stopped);
     }
@@ -237,6 +258,14 @@ struct Loop {
     /// When to refresh the idle time of held entries next.
     heartbeat_at: tokio::time::Instant,
     heartbeat_every: Duration,
+    /// When to renew the consumer name's lease next.
+    lease_at: tokio::time::Instant,
+    /// A lease renewal in flight.
+    lease_renewal: Option<LocalBoxFuture<'static, Result<Taken, Error>>>,
+    /// Failed renewals in a row (for logging).
+    lease_retry: Retry,
+    /// When to prune the group's idle empty consumers next (`None`: off).
+    prune_at: Option<tokio::time::Instant>,
     /// A refresh is in flight.
     refreshing: Rc<Cell<bool>>,
     /// Entries whose handler failed here, held while they wait out their
@@ -333,6 +362,8 @@ impl Loop {
             let deadline = self.deadline.map(tokio::time::Instant::from_std);
             let unblock_at = self.unblock_at;
             let retry_at = self.waiting.next_due().filter(|_| self.deadline.is_none());
+            let has_lease = self.sub.lease.is_some();
+            let prune_at = self.prune_at.filter(|_| self.deadline.is_none());
             tokio::select! {
                 done = maybe(&mut self.read) => {
                     self.read = None;
@@ -356,6 +387,16 @@ impl Loop {
                 () = tokio::time::sleep_until(self.reclaim_due), if may_reclaim => {}
                 () = tokio::time::sleep_until(self.heartbeat_at), if holding => {
                     self.heartbeat();
+                }
+                () = tokio::time::sleep_until(self.lease_at), if has_lease && self.lease_renewal.is_none() => {
+                    self.renew_lease();
+                }
+                res = maybe(&mut self.lease_renewal) => {
+                    self.lease_renewal = None;
+                    self.on_lease_renewed(res);
+                }
+                () = tokio::time::sleep_until(prune_at.unwrap_or_else(far_future)), if prune_at.is_some() => {
+                    self.prune_idle();
                 }
                 Ok(()) = self.epoch.changed(), if self.deadline.is_none() => self.on_failover(),
                 changed = stop.changed(), if self.deadline.is_none() => {
@@ -1193,60 +1234,6 @@ impl Loop {
         self.isolated = false;
         self.read = None;
         self.reclaim = None;
-    }
-}
-
-/// KEYS: stream. ARGV: group, consumer. Deletes the consumer from the group
-/// (`XGROUP DELCONSUMER`) only when it holds no pending entry, checked in the
-/// same script. Answers 1 when deleted, 0 when it holds entries, -1 when it
-/// was not there.
-const LEAVE_GROUP_LUA: &str = r#"
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
-if #p > 0 then return 0 end
-local consumers = redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
-for _, c in ipairs(consumers) do
-  for i = 1, #c, 2 do
-    if c[i] == 'name' and c[i + 1] == ARGV[2] then
-      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
-      return 1
-    end
-  end
-end
-return -1
-"#;
-
-static LEAVE_GROUP: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(LEAVE_GROUP_LUA));
-
-impl Loop {
-    /// After a clean drain: deletes this consumer from its group when it
-    /// holds no pending entry (one script: checked and deleted atomically),
-    /// so workers restarted under fresh names (the default
-    /// `<group>-<hostname>-<pid>`) do not pile up in `XINFO CONSUMERS`. A
-    /// consumer that holds entries stays, and they are recovered as usual.
-    async fn leave_group(&self) {
-        let s = &self.sub;
-        let req = self.redis.send(Eval {
-            script: &LEAVE_GROUP,
-            keys: vec![s.names.name.as_bytes().to_vec()],
-            args: vec![
-                s.names.group.as_bytes().to_vec(),
-                s.consumer.as_bytes().to_vec(),
-            ],
-        });
-        match req.await {
-            Ok(Ok(Value::Int(1))) => {
-                tracing::debug!(stream = %s.names.name, consumer = %s.consumer, "consumer left its group (it held no pending entries)")
-            }
-            Ok(Ok(Value::Int(0))) => {
-                tracing::info!(stream = %s.names.name, consumer = %s.consumer, "consumer stays in its group: it still holds pending entries")
-            }
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(stream = %s.names.name, consumer = %s.consumer, error = %e, "could not remove the consumer from its group; it stays listed")
-            }
-            Err(_) => {}
-        }
     }
 }
 

@@ -530,6 +530,18 @@ async fn connect(broker: &Broker, subs: &[Arc<Subscription>]) -> Result<Addr<Red
             return Err(fail(e));
         }
     }
+    // 4. The consumer names' leases (SPEC §10): a name held by another
+    // live process is waited for, up to the same deadline.
+    for lease in subs.iter().filter_map(|s| s.lease.as_ref()) {
+        let taken = wait_until_ready("the consumer name's lease", "evalsha", deadline, || {
+            lease.acquire(&redis, Some(deadline), None)
+        })
+        .await;
+        if let Err(e) = taken {
+            let _ = redis.send(Close).await;
+            return Err(fail(e));
+        }
+    }
     Ok(redis)
 }
 

@@ -597,6 +597,9 @@ pub fn worker_env<'a>(consumer: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&
         ("RILLKIT_STREAM", "tasks"),
         ("RILLKIT_GROUP", "workers"),
         ("RILLKIT_CONSUMER", consumer),
+        // A crashed worker's successor under its name waits for the lease
+        // to lapse: keep that short in tests (tests about the lease set it).
+        ("RILLKIT_LEASE_TTL_MS", "1000"),
     ];
     v.extend_from_slice(extra);
     v

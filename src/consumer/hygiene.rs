@@ -1,0 +1,286 @@
+//! Consumer hygiene: what keeps a group's consumer list true to the
+//! processes behind it (SPEC §10).
+//!
+//! * **The lease.** A consumer name is held by one live process at a time: a
+//!   key `rillkit:lease:<stream>:<group>:<consumer>` holding a token of the
+//!   process (`<hostname>-<pid>-<random>`), taken with `SET … PX <ttl>` when
+//!   free (or already ours) and renewed every `ttl / 3` by the consumer loop.
+//!   A process started under a name whose lease is live elsewhere waits for
+//!   it to lapse, up to the startup deadline, then fails with
+//!   [`Error::ConsumerNameInUse`]. A renewal that finds the key held by
+//!   another process ends the consumer loop with that error; the supervisor
+//!   restarts it, and the restarted loop waits for the lease again.
+//! * **Leaving the group** on a clean stop, only when holding nothing.
+//! * **Pruning** the group's consumers that hold nothing and have been idle
+//!   longer than a TTL.
+//!
+//! Each check-and-change is one Lua script over one key, so it holds under a
+//! cluster as anywhere else.
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use redis::Value;
+use tokio::sync::watch;
+
+use crate::error::Error;
+use crate::redis::{Eval, RedisActor};
+
+/// KEYS: stream. ARGV: group, consumer. Deletes the consumer from the group
+/// (`XGROUP DELCONSUMER`) only when it holds no pending entry, checked in the
+/// same script. Answers 1 when deleted, 0 when it holds entries, -1 when it
+/// was not there.
+const LEAVE_GROUP_LUA: &str = r#"
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
+if #p > 0 then return 0 end
+local consumers = redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+for _, c in ipairs(consumers) do
+  for i = 1, #c, 2 do
+    if c[i] == 'name' and c[i + 1] == ARGV[2] then
+      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+      return 1
+    end
+  end
+end
+return -1
+"#;
+
+pub(crate) static LEAVE_GROUP: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(LEAVE_GROUP_LUA));
+
+/// KEYS: stream. ARGV: group, idle ms, a consumer name to spare (or "").
+/// Deletes (`XGROUP DELCONSUMER`) every consumer of the group that holds no
+/// pending entry and whose `idle` (`XINFO CONSUMERS`: ms since its last
+/// attempted read or claim) is above the given ms, checked and deleted in
+/// the same script. Answers the names deleted.
+const PRUNE_IDLE_LUA: &str = r#"
+local limit = tonumber(ARGV[2])
+local pruned = {}
+local consumers = redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+for _, c in ipairs(consumers) do
+  local name, pending, idle
+  for i = 1, #c, 2 do
+    if c[i] == 'name' then name = c[i + 1]
+    elseif c[i] == 'pending' then pending = c[i + 1]
+    elseif c[i] == 'idle' then idle = c[i + 1] end
+  end
+  if name ~= ARGV[3] and pending == 0 and idle > limit then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
+    pruned[#pruned + 1] = name
+  end
+end
+return pruned
+"#;
+
+pub(crate) static PRUNE_IDLE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(PRUNE_IDLE_LUA));
+
+/// The shortest TTL [`ConsumerOptions::prune_idle`](crate::ConsumerOptions::prune_idle)
+/// takes: a live consumer reads at least every `block`, so its idle time
+/// stays below that; the TTL must be well above it.
+pub(crate) fn min_prune_ttl(block: Duration) -> Duration {
+    (block * 3).max(Duration::from_secs(1))
+}
+
+/// How often a consumer runs the prune script for a TTL: half of it, at
+/// most once a minute.
+pub(crate) fn prune_period(ttl: Duration) -> Duration {
+    (ttl / 2).min(Duration::from_secs(60))
+}
+
+/// Parses the prune script's answer: the names deleted.
+pub(crate) fn pruned_names(v: Value) -> Result<Vec<String>, Error> {
+    redis::from_redis_value(v).map_err(|e| Error::unparsable("prune script reply", e.to_string()))
+}
+
+/// KEYS: lease key. ARGV: token, ttl ms. Takes the lease when it is free or
+/// already ours (and sets its TTL again). Answers `{1}` when held now, or
+/// `{0, <holder's token>, <its remaining ms>}`.
+const TAKE_LEASE_LUA: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if cur == false or cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1}
+end
+return {0, cur, redis.call('PTTL', KEYS[1])}
+"#;
+
+static TAKE_LEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(TAKE_LEASE_LUA));
+
+/// KEYS: lease key. ARGV: token. Deletes the lease when it is ours.
+const DROP_LEASE_LUA: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
+static DROP_LEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DROP_LEASE_LUA));
+
+/// 64 bits that differ between leases of one process and between processes
+/// (std's per-process random hash keys, and a counter).
+fn unique() -> u64 {
+    use std::hash::BuildHasher;
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::collections::hash_map::RandomState::new().hash_one((n, std::process::id()))
+}
+
+/// The lease of one subscription's consumer name. See the module docs.
+#[derive(Debug, Clone)]
+pub(crate) struct Lease {
+    key: Arc<str>,
+    token: Arc<str>,
+    pub ttl: Duration,
+    stream: Arc<str>,
+    group: Arc<str>,
+    consumer: Arc<str>,
+}
+
+/// What a take answered.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Taken {
+    /// Ours, for `ttl` from when the script ran.
+    Held,
+    /// Another process holds it: its token and the lease's remaining time.
+    Elsewhere { holder: String, remaining: Duration },
+}
+
+impl Lease {
+    /// The lease of `consumer` in `group` on `stream`, for this process
+    /// (the token is made here, once).
+    pub(crate) fn new(stream: &str, group: &str, consumer: &str, ttl: Duration) -> Self {
+        let host = gethostname::gethostname();
+        let token = format!(
+            "{}-{}-{:016x}",
+            host.to_string_lossy(),
+            std::process::id(),
+            unique()
+        );
+        Lease {
+            key: format!("rillkit:lease:{stream}:{group}:{consumer}").into(),
+            token: token.into(),
+            ttl,
+            stream: stream.into(),
+            group: group.into(),
+            consumer: consumer.into(),
+        }
+    }
+
+    /// The key (`rillkit:lease:<stream>:<group>:<consumer>`).
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Takes or renews the lease, once.
+    pub(crate) async fn take(&self, redis: &Addr<RedisActor>) -> Result<Taken, Error> {
+        let answer = redis
+            .send(Eval {
+                script: &TAKE_LEASE,
+                keys: vec![self.key.as_bytes().to_vec()],
+                args: vec![
+                    self.token.as_bytes().to_vec(),
+                    (self.ttl.as_millis() as u64).to_string().into_bytes(),
+                ],
+            })
+            .await
+            .unwrap_or(Err(Error::ShutDown))?;
+        let bad = || Error::unparsable("lease script reply", format!("{answer:?}"));
+        let Value::Array(items) = &answer else {
+            return Err(bad());
+        };
+        match items.as_slice() {
+            [Value::Int(1)] => Ok(Taken::Held),
+            [Value::Int(0), holder, Value::Int(ms)] => Ok(Taken::Elsewhere {
+                holder: redis::from_redis_value(holder.clone()).map_err(|_| bad())?,
+                remaining: Duration::from_millis((*ms).max(0) as u64),
+            }),
+            _ => Err(bad()),
+        }
+    }
+
+    /// Takes the lease, waiting while another process holds it (logged at
+    /// WARN once, with the holder), until `deadline` (then
+    /// [`Error::ConsumerNameInUse`]) or until `stop` changes (then
+    /// [`Error::StartAborted`]). Errors other than the lease being held are
+    /// answered at once (the caller decides whether to wait for Redis).
+    pub(crate) async fn acquire(
+        &self,
+        redis: &Addr<RedisActor>,
+        deadline: Option<Instant>,
+        mut stop: Option<&mut watch::Receiver<Option<Instant>>>,
+    ) -> Result<(), Error> {
+        let began = Instant::now();
+        let mut warned = false;
+        loop {
+            let (holder, remaining) = match self.take(redis).await? {
+                Taken::Held => {
+                    if warned {
+                        tracing::info!(stream = %self.stream, group = %self.group, consumer = %self.consumer, waited_ms = began.elapsed().as_millis() as u64, "the consumer name's lease lapsed elsewhere; it is ours now");
+                    }
+                    return Ok(());
+                }
+                Taken::Elsewhere { holder, remaining } => (holder, remaining),
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(Error::ConsumerNameInUse {
+                    stream: self.stream.to_string(),
+                    group: self.group.to_string(),
+                    consumer: self.consumer.to_string(),
+                    holder,
+                    waited: began.elapsed(),
+                });
+            }
+            if !warned {
+                warned = true;
+                tracing::warn!(
+                    stream = %self.stream, group = %self.group, consumer = %self.consumer,
+                    holder = %holder, lease_ms = remaining.as_millis() as u64,
+                    "another live process holds this consumer name; waiting for its lease to lapse (two processes must not run one consumer's entries)"
+                );
+            }
+            // Ask again when it should have lapsed (a holder that stopped
+            // renewing), at most every second and never past the deadline.
+            let mut wait = remaining.clamp(Duration::from_millis(20), Duration::from_secs(1));
+            if let Some(d) = deadline {
+                wait = wait.min(d.saturating_duration_since(now));
+            }
+            match stop.as_deref_mut() {
+                Some(stop) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        _ = stop.changed() => return Err(Error::StartAborted),
+                    }
+                }
+                None => tokio::time::sleep(wait).await,
+            }
+        }
+    }
+
+    /// Drops the lease when it is still ours (a clean stop), so a successor
+    /// under the same name starts at once. Failures are logged, not
+    /// answered: the lease then lapses after its TTL.
+    pub(crate) async fn release(&self, redis: &Addr<RedisActor>) {
+        let req = redis.send(Eval {
+            script: &DROP_LEASE,
+            keys: vec![self.key.as_bytes().to_vec()],
+            args: vec![self.token.as_bytes().to_vec()],
+        });
+        if let Ok(Err(e)) = req.await {
+            tracing::warn!(key = %self.key, error = %e, "could not drop the consumer name's lease; it lapses after its TTL");
+        }
+    }
+
+    /// The error a renewal that found the lease held elsewhere ends with.
+    pub(crate) fn lost(&self, holder: String) -> Error {
+        Error::ConsumerNameInUse {
+            stream: self.stream.to_string(),
+            group: self.group.to_string(),
+            consumer: self.consumer.to_string(),
+            holder,
+            waited: Duration::ZERO,
+        }
+    }
+}

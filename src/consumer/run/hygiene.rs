@@ -1,0 +1,175 @@
+//! The consumer loop's share of consumer hygiene (see
+//! [`consumer::hygiene`](crate::consumer::hygiene)): renewing the consumer
+//! name's lease, pruning the group's idle empty consumers, and leaving the
+//! group after a clean stop.
+
+use std::time::Instant;
+
+use futures::FutureExt;
+use redis::Value;
+use tokio::sync::watch;
+
+use super::Loop;
+use crate::connection::{Class, Retry, log_wait};
+use crate::consumer::hygiene::{LEAVE_GROUP, Lease, PRUNE_IDLE, Taken, prune_period, pruned_names};
+use crate::error::Error;
+use crate::redis::{Eval, RedisActor};
+
+/// Holds `lease` before a consumer loop starts: waits while another process
+/// holds it (no deadline: the startup already checked it once, so this is a
+/// restart), and while Redis cannot be asked, with backoff, until `stop`
+/// changes ([`Error::StartAborted`]).
+///
+/// # Errors
+/// [`Error::StartAborted`] on a stop; an error no wait fixes (a missing ACL
+/// permission).
+pub(super) async fn hold(
+    lease: &Lease,
+    redis: &actix::Addr<RedisActor>,
+    stop: &mut watch::Receiver<Option<Instant>>,
+) -> Result<(), Error> {
+    let mut retry = Retry::default();
+    loop {
+        let e = match lease.acquire(redis, None, Some(stop)).await {
+            Ok(()) => return Ok(()),
+            Err(e @ (Error::StartAborted | Error::ShutDown)) => return Err(e),
+            Err(e) if !e.class().is_transient() => return Err(e),
+            Err(e) => e,
+        };
+        let (delay, log) = retry.failed();
+        if log {
+            log_wait!(e.class(), key = lease.key(), error = %e, retry_in_ms = delay.as_millis() as u64, "could not take the consumer name's lease; trying again");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            _ = stop.changed() => return Err(Error::StartAborted),
+        }
+    }
+}
+
+impl Loop {
+    /// Renews the lease (one at a time), and schedules the next renewal a
+    /// third of its TTL from now. It goes on while draining: a drain may be
+    /// longer than the TTL, and the name is still in use until it ends.
+    pub(super) fn renew_lease(&mut self) {
+        let Some(lease) = self.sub.lease.clone() else {
+            return;
+        };
+        self.lease_at = tokio::time::Instant::now() + lease.ttl / 3;
+        if self.lease_renewal.is_some() {
+            return;
+        }
+        let redis = self.redis.clone();
+        self.lease_renewal = Some(async move { lease.take(&redis).await }.boxed_local());
+    }
+
+    /// What a renewal answered. The lease held by another process (this one
+    /// could not renew for longer than the TTL, and someone took the name)
+    /// ends the loop with [`Error::ConsumerNameInUse`]: it reads nothing
+    /// more and drains.
+    pub(super) fn on_lease_renewed(&mut self, res: Result<Taken, Error>) {
+        let Some(lease) = &self.sub.lease else {
+            return;
+        };
+        match res {
+            Ok(Taken::Held) => {
+                self.lease_retry.succeeded();
+            }
+            Ok(Taken::Elsewhere { holder, .. }) => {
+                let e = lease.lost(holder);
+                tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, "the consumer name's lease was taken by another process; this consumer stops reading and drains");
+                if self.report.error.is_none() {
+                    self.report.error = Some(e);
+                }
+                self.begin_drain(Instant::now() + self.sub.drain_timeout);
+            }
+            Err(Error::ShutDown) => {}
+            Err(e) => {
+                let (_, log) = self.lease_retry.failed();
+                if log || e.class() == Class::Permission {
+                    log_wait!(e.class(), stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, ttl_ms = lease.ttl.as_millis() as u64, "could not renew the consumer name's lease; trying again at the next renewal");
+                }
+            }
+        }
+    }
+
+    /// Deletes the group's consumers that hold nothing and have been idle
+    /// longer than `prune_idle` (one script; this consumer is spared), and
+    /// schedules the next run.
+    pub(super) fn prune_idle(&mut self) {
+        let Some(ttl) = self.sub.opts.prune_idle else {
+            self.prune_at = None;
+            return;
+        };
+        self.prune_at = Some(tokio::time::Instant::now() + prune_period(ttl));
+        let s = &self.sub;
+        let req = self.redis.send(Eval {
+            script: &PRUNE_IDLE,
+            keys: vec![s.names.name.as_bytes().to_vec()],
+            args: vec![
+                s.names.group.as_bytes().to_vec(),
+                (ttl.as_millis() as u64).to_string().into_bytes(),
+                s.consumer.as_bytes().to_vec(),
+            ],
+        });
+        let (stream, group) = (s.names.name.clone(), s.names.group.clone());
+        self.side.push(
+            async move {
+                match req.await.unwrap_or(Err(Error::ShutDown)).and_then(pruned_names) {
+                    Ok(names) if names.is_empty() => {}
+                    Ok(names) => tracing::info!(
+                        stream = %stream, group = %group, idle_ms = ttl.as_millis() as u64, pruned = ?names,
+                        "deleted idle consumers that held no pending entries"
+                    ),
+                    Err(Error::ShutDown) => {}
+                    Err(e) => {
+                        log_wait!(e.class(), stream = %stream, group = %group, error = %e, "pruning idle consumers failed; trying again later")
+                    }
+                }
+            }
+            .boxed_local(),
+        );
+    }
+
+    /// After a clean drain: deletes this consumer from its group when it
+    /// holds no pending entry (one script: checked and deleted atomically),
+    /// so workers restarted under fresh names (the default
+    /// `<group>-<hostname>-<pid>`) do not pile up in `XINFO CONSUMERS`. A
+    /// consumer that holds entries stays, and they are recovered as usual.
+    pub(super) async fn leave_group(&self) {
+        let s = &self.sub;
+        let req = self.redis.send(Eval {
+            script: &LEAVE_GROUP,
+            keys: vec![s.names.name.as_bytes().to_vec()],
+            args: vec![
+                s.names.group.as_bytes().to_vec(),
+                s.consumer.as_bytes().to_vec(),
+            ],
+        });
+        match req.await {
+            Ok(Ok(Value::Int(1))) => {
+                tracing::debug!(stream = %s.names.name, consumer = %s.consumer, "consumer left its group (it held no pending entries)")
+            }
+            Ok(Ok(Value::Int(0))) => {
+                tracing::info!(stream = %s.names.name, consumer = %s.consumer, "consumer stays in its group: it still holds pending entries")
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(stream = %s.names.name, consumer = %s.consumer, error = %e, "could not remove the consumer from its group; it stays listed")
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// At the end of the loop: waits for a renewal in flight (so it cannot
+    /// set the lease again after this), then drops the lease when it is
+    /// still ours, so a successor under the same name starts at once.
+    pub(super) async fn release_lease(&mut self) {
+        if let Some(renewal) = self.lease_renewal.take() {
+            let _ = renewal.await;
+        }
+        if let Some(lease) = &self.sub.lease {
+            lease.release(&self.redis).await;
+        }
+    }
+}
