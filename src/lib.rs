@@ -59,6 +59,7 @@ mod telemetry;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod test_util;
+mod traceparent;
 
 pub use broker::{Broker, BrokerBuilder, Phase};
 pub use connection::{Tls, Topology};
@@ -70,6 +71,7 @@ pub use outcome::SupervisorOutcome;
 pub use status::{ServerFigures, Status, SubscriptionState, SubscriptionStatus};
 pub use stream::{Codec, EntryId, Json, Stream};
 pub use supervisor::RestartPolicy;
+pub use traceparent::{InvalidTraceParent, TRACEPARENT_FIELD, TraceParent};
 
 /// The names most programs need: `use rillkit::prelude::*;`.
 pub mod prelude {

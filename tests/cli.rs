@@ -202,6 +202,55 @@ fn status_pending_and_consumers_show_groups_and_their_entries() {
     assert_eq!(doc["consumers"][0]["pending"], 2);
     let (code, err) = fails(&url, &["pending", "orders", "nogroup"]);
     assert_eq!(code, 1, "{err}");
+
+    // --prune-idle deletes idle consumers holding nothing, never c1 (it
+    // holds two entries).
+    let _: i64 = redis::cmd("XGROUP")
+        .arg("CREATECONSUMER")
+        .arg("orders")
+        .arg("billing")
+        .arg("ghost")
+        .query(&mut c)
+        .unwrap();
+    let doc = json(
+        &url,
+        &["consumers", "orders", "billing", "--prune-idle", "1h"],
+    );
+    assert_eq!(doc["pruned"], serde_json::json!([]), "not idle for an hour");
+    support::eventually_blocking(
+        "ghost idle for 50 ms",
+        std::time::Duration::from_secs(10),
+        || {
+            let rows: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
+                .arg("CONSUMERS")
+                .arg("orders")
+                .arg("billing")
+                .query(&mut c)
+                .unwrap();
+            rows.iter().any(|r| {
+                redis::from_redis_value_ref::<String>(&r[1]).unwrap() == "ghost"
+                    && redis::from_redis_value_ref::<u64>(&r[5]).unwrap() > 50
+            })
+        },
+    );
+    let text = ok(
+        &url,
+        &["consumers", "orders", "billing", "--prune-idle", "50ms"],
+    );
+    assert!(text.contains("pruned 1 idle consumer(s): ghost"), "{text}");
+    let doc = json(&url, &["consumers", "orders", "billing"]);
+    let names: Vec<_> = doc["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["c1"], "a consumer holding entries stays");
+    let (code, err) = fails(
+        &url,
+        &["consumers", "orders", "billing", "--prune-idle", "soon"],
+    );
+    assert_eq!(code, 2, "a malformed duration is a usage error: {err}");
 }
 
 #[test]

@@ -387,8 +387,24 @@ async fn prune_idle_deletes_idle_empty_consumers_and_spares_those_holding_entrie
         .await
         .unwrap();
     assert!(pruned.is_empty(), "{pruned:?}");
+    let idle_ms = |c: &mut redis::Connection, name: &str| -> u64 {
+        let rows: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg("s")
+            .arg("g")
+            .query(c)
+            .unwrap();
+        rows.iter()
+            .find(|r| redis::from_redis_value_ref::<String>(&r[1]).unwrap() == name)
+            .map(|r| redis::from_redis_value_ref(&r[5]).unwrap())
+            .unwrap()
+    };
+    eventually("ghost-2 idle for more than 5 ms", WAIT, || {
+        idle_ms(&mut c, "ghost-2") > 5
+    })
+    .await;
     let pruned = admin
-        .prune_idle_consumers("s", "g", Duration::ZERO)
+        .prune_idle_consumers("s", "g", Duration::from_millis(5))
         .await
         .unwrap();
     assert_eq!(pruned, vec!["ghost-2".to_owned()]);

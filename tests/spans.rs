@@ -76,6 +76,73 @@ async fn a_handlers_own_log_line_names_the_entry() {
     }
 }
 
+/// A `traceparent` given at publish travels as the entry's own field; the
+/// consumer's span records it, and the handler can read it.
+#[actix_rt::test]
+async fn a_published_traceparent_is_recorded_by_the_consumers_span() {
+    let captured = Captured::default();
+    let out = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || out.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let redis = RedisServer::start();
+    let s = Stream::new("orders", "billing");
+    let seen: Arc<Mutex<Vec<Option<rillkit::TraceParent>>>> = Default::default();
+    let seen2 = seen.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe_message(&s, ConsumerOptions::default(), move |msg: Message| {
+            seen2.lock().unwrap().push(rillkit::TraceParent::of(&msg));
+            let v: u64 = msg.decode(&rillkit::Json).unwrap();
+            tracing::info!(v, "traced handler ran");
+            async { Ok(()) }
+        })
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let tp: rillkit::TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        .parse()
+        .unwrap();
+    let id = broker.publish_traced(&s, &7u64, &tp).await.unwrap();
+    broker.publish(&s, &8u64).await.unwrap();
+    eventually("both ran", Duration::from_secs(10), || {
+        seen.lock().unwrap().len() == 2
+    })
+    .await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    assert_eq!(*seen.lock().unwrap(), vec![Some(tp.clone()), None]);
+    let fields: Vec<(String, String)> = redis::cmd("XRANGE")
+        .arg("orders")
+        .arg(id.as_str())
+        .arg(id.as_str())
+        .query::<Vec<(String, Vec<(String, String)>)>>(&mut redis.conn())
+        .unwrap()
+        .remove(0)
+        .1;
+    assert_eq!(
+        fields,
+        vec![
+            ("data".to_owned(), "7".to_owned()),
+            ("traceparent".to_owned(), tp.to_string())
+        ]
+    );
+    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("traced handler ran"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].contains(&format!("traceparent={tp}")) && lines[0].contains("v=7"),
+        "{}",
+        lines[0]
+    );
+    assert!(!lines[1].contains("traceparent"), "{}", lines[1]);
+}
+
 /// Consumer hygiene (issue 10): every connection carries a name in
 /// `CLIENT LIST`, set again after a reconnect.
 #[actix_rt::test]

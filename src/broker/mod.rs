@@ -418,6 +418,37 @@ impl Broker {
         ids.pop().ok_or(Error::ShutDown)
     }
 
+    /// As [`publish`](Self::publish), and the entry gets a second field,
+    /// `traceparent`, holding `traceparent` (W3C Trace Context): `XADD
+    /// <stream> * data <bytes> traceparent <value>`. The consumer's
+    /// `rillkit.handle` span records it as its `traceparent` field, and a
+    /// handler reads it with [`TraceParent::of`](crate::TraceParent::of).
+    ///
+    /// ```no_run
+    /// # async fn f(broker: rillkit::Broker) -> Result<(), Box<dyn std::error::Error>> {
+    /// use rillkit::{Stream, TraceParent};
+    ///
+    /// // From the incoming request's `traceparent` header, or your tracer.
+    /// let tp: TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".parse()?;
+    /// broker.publish_traced(&Stream::new("orders", "billing"), &42u64, &tp).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`publish`](Self::publish).
+    pub async fn publish_traced<T: Serialize + ?Sized, C: Codec>(
+        &self,
+        stream: &Stream<C>,
+        value: &T,
+        traceparent: &crate::TraceParent,
+    ) -> Result<EntryId, Error> {
+        let payload = encode(stream, value)?;
+        let mut ids = self
+            .send(stream, vec![payload], Some(traceparent.clone()))
+            .await?;
+        ids.pop().ok_or(Error::ShutDown)
+    }
+
     /// Adds one entry per value, pipelined in one round trip. Returns the entry
     /// ids in the order of `values`. Nothing is sent when a value fails to
     /// encode.
@@ -469,6 +500,15 @@ impl Broker {
         stream: &Stream<C>,
         payloads: Vec<Vec<u8>>,
     ) -> Result<Vec<EntryId>, Error> {
+        self.send(stream, payloads, None).await
+    }
+
+    async fn send<C: Codec>(
+        &self,
+        stream: &Stream<C>,
+        payloads: Vec<Vec<u8>>,
+        traceparent: Option<crate::TraceParent>,
+    ) -> Result<Vec<EntryId>, Error> {
         let names = stream.names();
         // A producer's `Stream` never went through `build()`.
         names.validate()?;
@@ -478,6 +518,7 @@ impl Broker {
                 field: names.field,
                 max_len: names.max_len,
                 payloads,
+                traceparent,
             })
             .await
             .map_err(|_| Error::ShutDown)?

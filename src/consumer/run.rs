@@ -581,7 +581,16 @@ impl Loop {
             consumer = %msg.consumer,
             entry_id = %msg.id,
             delivery_count = msg.delivery_count,
+            traceparent = tracing::field::Empty,
         );
+        if let Some(tp) = msg.field(crate::traceparent::TRACEPARENT_FIELD) {
+            // Recorded as sent (lossy UTF-8): a malformed value still helps
+            // a search, and parsing is the reader's business.
+            span.record(
+                "traceparent",
+                tracing::field::display(String::from_utf8_lossy(tp)),
+            );
+        }
         let prepared = span.in_scope(|| {
             std::panic::catch_unwind(AssertUnwindSafe(|| (s.handler)(&msg, &self.broker)))
         });

@@ -70,16 +70,24 @@ pub(crate) struct Publish {
     pub field: Arc<str>,
     pub max_len: Option<usize>,
     pub payloads: Vec<Vec<u8>>,
+    /// A W3C `traceparent` added to each entry as its own field.
+    pub traceparent: Option<crate::TraceParent>,
 }
 
-fn xadd(stream: &str, max_len: Option<usize>, field: &str, payload: &[u8]) -> redis::Cmd {
-    let mut c = redis::cmd("XADD");
-    c.arg(stream);
-    if let Some(n) = max_len {
-        c.arg("MAXLEN").arg("~").arg(n);
+impl Publish {
+    fn xadd(&self, payload: &[u8]) -> redis::Cmd {
+        let mut c = redis::cmd("XADD");
+        c.arg(&*self.stream);
+        if let Some(n) = self.max_len {
+            c.arg("MAXLEN").arg("~").arg(n);
+        }
+        c.arg("*").arg(&*self.field).arg(payload);
+        if let Some(tp) = &self.traceparent {
+            c.arg(crate::traceparent::TRACEPARENT_FIELD)
+                .arg(tp.as_str());
+        }
+        c
     }
-    c.arg("*").arg(field).arg(payload);
-    c
 }
 
 impl Handler<Publish> for RedisActor {
@@ -94,14 +102,12 @@ impl Handler<Publish> for RedisActor {
             let ids: Vec<String> = pool
                 .run("xadd", wait, |mut conn| async move {
                     if let [one] = msg.payloads.as_slice() {
-                        let id: String = xadd(&msg.stream, msg.max_len, &msg.field, one)
-                            .query_async(&mut conn)
-                            .await?;
+                        let id: String = msg.xadd(one).query_async(&mut conn).await?;
                         Ok(vec![id])
                     } else {
                         let mut pipe = redis::pipe();
                         for p in &msg.payloads {
-                            pipe.add_command(xadd(&msg.stream, msg.max_len, &msg.field, p));
+                            pipe.add_command(msg.xadd(p));
                         }
                         pipe.query_async(&mut conn).await
                     }
