@@ -45,6 +45,8 @@ pub mod admin;
 mod broker;
 mod connection;
 mod consumer;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 mod error;
 mod handler;
 mod hooks;

@@ -177,6 +177,21 @@ impl Admin {
     /// answered.
     pub async fn connect_topology(topology: &Topology, tls: Option<&Tls>) -> Result<Admin, Error> {
         let connector = Connector::new(topology, tls, Timeouts::default())?;
+        Self::with_connector(&connector).await
+    }
+
+    /// Connects to the master `broker` uses, with its topology, credentials,
+    /// TLS and timeouts: a connection of its own (the broker need not be
+    /// started). One attempt, as [`connect_topology`](Self::connect_topology).
+    ///
+    /// # Errors
+    /// As [`connect_topology`](Self::connect_topology), except configuration
+    /// errors, which `build()` already reported.
+    pub async fn for_broker(broker: &crate::Broker) -> Result<Admin, Error> {
+        Self::with_connector(broker.connector()).await
+    }
+
+    async fn with_connector(connector: &Connector) -> Result<Admin, Error> {
         let response = connector.timeouts().response;
         let conn = connector
             .shared(1, response)

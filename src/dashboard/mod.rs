@@ -1,0 +1,594 @@
+//! A web dashboard an actix-web application mounts (feature `dashboard`):
+//! streams and groups at a glance, a group's consumers and pending entries,
+//! and dead letters with redrive and purge.
+//!
+//! ```no_run
+//! use actix_web::{App, HttpServer};
+//! use rillkit::Broker;
+//!
+//! # async fn serve(broker: Broker) -> std::io::Result<()> {
+//! let dashboard = rillkit::dashboard::Dashboard::new(broker.clone());
+//! HttpServer::new(move || App::new().service(dashboard.scope("/rillkit")))
+//!     .bind(("127.0.0.1", 8080))?
+//!     .run()
+//!     .await
+//! # }
+//! ```
+//!
+//! Pages are rendered on the server ([`maud`](https://docs.rs/maud), which
+//! escapes everything it interpolates: a payload or error holding `<script>`
+//! shows as text). Reads go through [`Admin`] on a connection of the
+//! dashboard's own, made from the broker's topology; the overview sends
+//! `XLEN`, `XINFO GROUPS` and one `XPENDING … 1` per group for each stream
+//! it shows. Actions (`POST`) carry a signed double-submit token (see
+//! `csrf.rs`) and are refused in [read-only](Dashboard::read_only) mode.
+//!
+//! **The dashboard has no login.** Mount it behind the application's own
+//! authentication (a middleware or guard on the scope); never expose it
+//! unauthenticated: it can redrive and delete dead letters.
+
+mod csrf;
+mod pages;
+mod rates;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::cookie::{Cookie, SameSite};
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+use tokio::sync::Mutex;
+
+use crate::admin::{Admin, DeadLetterFilter};
+use crate::{Broker, Error};
+
+/// Dead letters per page.
+const PAGE: usize = 20;
+/// Newest entries shown on a stream's page.
+const NEWEST: usize = 10;
+/// Pending entries shown per group.
+const PENDING: usize = 50;
+
+/// A dashboard over one broker's streams; cheap to clone (one per actix-web
+/// worker shares the same state). See the [module docs](self).
+#[derive(Clone)]
+pub struct Dashboard {
+    broker: Broker,
+    read_only: bool,
+    declared: Vec<String>,
+    all_streams: bool,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// The CSRF tokens' HMAC key.
+    secret: Vec<u8>,
+    /// The reading connection, made on first use and again after a
+    /// connection error.
+    admin: Mutex<Option<Admin>>,
+    rates: Arc<rates::Rates>,
+}
+
+/// Returns the dashboard of `broker` as an actix-web scope mounted at
+/// `path`, with the defaults of [`Dashboard::new`]:
+/// `App::new().service(rillkit::dashboard::scope("/rillkit", broker.clone()))`.
+pub fn scope(path: &str, broker: Broker) -> actix_web::Scope {
+    Dashboard::new(broker).scope(path)
+}
+
+impl Dashboard {
+    /// A dashboard showing the streams `broker` subscribes to, with actions
+    /// on, and a CSRF key drawn from the operating system's random source
+    /// (so tokens are valid in this process only; see
+    /// [`csrf_secret`](Self::csrf_secret) for several replicas behind one
+    /// address).
+    pub fn new(broker: Broker) -> Self {
+        Dashboard {
+            broker,
+            read_only: false,
+            declared: Vec::new(),
+            all_streams: false,
+            shared: Arc::new(Shared {
+                secret: csrf::random_secret().to_vec(),
+                admin: Mutex::new(None),
+                rates: Arc::default(),
+            }),
+        }
+    }
+
+    /// Read-only mode: no redrive or purge buttons, and a `POST` to them is
+    /// refused with 403.
+    pub fn read_only(mut self, on: bool) -> Self {
+        self.read_only = on;
+        self
+    }
+
+    /// Streams to show beside the subscribed ones: a producer-only
+    /// application declares the streams it publishes to.
+    pub fn streams<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.declared.extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    /// Shows every stream on the server too (`SCAN … TYPE stream`, on every
+    /// master under a cluster), except default dead-letter streams. Off by
+    /// default: a scan walks the whole keyspace on every refresh.
+    pub fn all_streams(mut self, on: bool) -> Self {
+        self.all_streams = on;
+        self
+    }
+
+    /// Sets the key the CSRF tokens are signed with (at least 32 bytes), so
+    /// that several replicas behind one address accept each other's
+    /// tokens.
+    ///
+    /// # Panics
+    /// When `key` is shorter than 32 bytes.
+    pub fn csrf_secret(mut self, key: impl Into<Vec<u8>>) -> Self {
+        let key = key.into();
+        assert!(key.len() >= 32, "a CSRF key needs at least 32 bytes");
+        let shared = Arc::get_mut(&mut self.shared).map(|s| {
+            s.secret = key.clone();
+        });
+        if shared.is_none() {
+            self.shared = Arc::new(Shared {
+                secret: key,
+                admin: Mutex::new(None),
+                rates: self.shared.rates.clone(),
+            });
+        }
+        self
+    }
+
+    /// The dashboard as an actix-web scope at `path` (`"/rillkit"`):
+    ///
+    /// | route | what |
+    /// |---|---|
+    /// | `GET {path}/` | overview: streams, groups, lag, pending, oldest pending, consumers, dead letters, handled/s |
+    /// | `GET {path}/stream/{stream}` | its groups' consumers and pending entries, its newest entries |
+    /// | `GET {path}/dlq/{stream}` | its dead letters, paged (`?after=<id>`) |
+    /// | `POST {path}/dlq/{stream}/redrive` | redrive one (`id`) or a range (`start`, `end`) |
+    /// | `POST {path}/dlq/{stream}/purge` | delete one or a range |
+    pub fn scope(&self, path: &str) -> actix_web::Scope {
+        let base = path.trim_end_matches('/').to_owned();
+        web::scope(path)
+            .app_data(web::Data::new(Ctx {
+                dash: self.clone(),
+                base,
+            }))
+            .route("", web::get().to(overview))
+            .route("/", web::get().to(overview))
+            .route("/stream/{stream}", web::get().to(stream_page))
+            .route("/dlq/{stream}", web::get().to(dlq_page))
+            .route("/dlq/{stream}/redrive", web::post().to(redrive))
+            .route("/dlq/{stream}/purge", web::post().to(purge))
+    }
+
+    async fn admin(&self) -> Result<Admin, Error> {
+        let mut slot = self.shared.admin.lock().await;
+        if let Some(a) = slot.as_ref() {
+            return Ok(a.clone());
+        }
+        let a = Admin::for_broker(&self.broker).await?;
+        *slot = Some(a.clone());
+        Ok(a)
+    }
+
+    /// Forgets the connection after a connection error, so the next
+    /// request connects again.
+    async fn forget(&self, e: &Error) {
+        if e.is_connection() {
+            *self.shared.admin.lock().await = None;
+        }
+    }
+
+    /// The streams to show, each once, in order: subscribed, declared, then
+    /// (optionally) discovered.
+    async fn stream_names(&self, admin: &Admin) -> Result<Vec<Shown>, Error> {
+        let mut out: Vec<Shown> = Vec::new();
+        let push = |out: &mut Vec<Shown>, name: String, dlq: String| {
+            if !out.iter().any(|s| s.name == name) {
+                out.push(Shown { name, dlq });
+            }
+        };
+        for s in self.broker.status().subscriptions {
+            let dlq = self.dlq_of(admin, &s.stream);
+            push(&mut out, s.stream, dlq);
+        }
+        for name in &self.declared {
+            push(&mut out, name.clone(), self.dlq_of(admin, name));
+        }
+        if self.all_streams {
+            let found = admin.streams("*").await?;
+            let dlqs: Vec<String> = found.iter().map(|n| admin.dlq_of(n)).collect();
+            for name in found {
+                if !dlqs.contains(&name) && !out.iter().any(|s| s.dlq == name) {
+                    let dlq = self.dlq_of(admin, &name);
+                    push(&mut out, name, dlq);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The dead-letter stream of `stream`: the subscription's (it may be
+    /// named), else the default for the topology.
+    fn dlq_of(&self, admin: &Admin, stream: &str) -> String {
+        self.broker
+            .boards()
+            .iter()
+            .find(|b| &*b.stream == stream)
+            .map(|b| b.dlq.to_string())
+            .unwrap_or_else(|| admin.dlq_of(stream))
+    }
+}
+
+/// One stream the overview shows.
+struct Shown {
+    name: String,
+    dlq: String,
+}
+
+/// What every handler gets.
+struct Ctx {
+    dash: Dashboard,
+    /// The scope's path without a trailing slash, for links.
+    base: String,
+}
+
+impl Ctx {
+    /// The CSRF token of this browser (the cookie's, when it verifies) and
+    /// whether it must be set.
+    fn token(&self, req: &HttpRequest) -> (String, bool) {
+        match req.cookie(csrf::COOKIE) {
+            Some(c) if csrf::valid(&self.dash.shared.secret, c.value()) => {
+                (c.value().to_owned(), false)
+            }
+            _ => (csrf::issue(&self.dash.shared.secret), true),
+        }
+    }
+
+    /// A page, with the CSRF cookie set when it is new.
+    fn page(&self, req: &HttpRequest, render: impl FnOnce(&str) -> maud::Markup) -> HttpResponse {
+        let (token, fresh) = self.token(req);
+        let mut resp = HttpResponse::Ok();
+        resp.content_type("text/html; charset=utf-8")
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .insert_header(("X-Content-Type-Options", "nosniff"))
+            .insert_header(("X-Frame-Options", "DENY"))
+            .insert_header((
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; form-action 'self'; frame-ancestors 'none'",
+            ));
+        if fresh {
+            let path = if self.base.is_empty() {
+                "/"
+            } else {
+                &self.base
+            };
+            resp.cookie(
+                Cookie::build(csrf::COOKIE, token.clone())
+                    .path(path.to_owned())
+                    .same_site(SameSite::Strict)
+                    .http_only(true)
+                    .finish(),
+            );
+        }
+        resp.body(render(&token).into_string())
+    }
+
+    fn error(&self, e: &Error) -> HttpResponse {
+        HttpResponse::ServiceUnavailable()
+            .content_type("text/html; charset=utf-8")
+            .body(pages::error(&self.base, &e.to_string()).into_string())
+    }
+}
+
+async fn overview(ctx: web::Data<Ctx>, req: HttpRequest) -> HttpResponse {
+    let dash = &ctx.dash;
+    dash.shared.rates.start(&dash.broker);
+    let admin = match dash.admin().await {
+        Ok(a) => a,
+        Err(e) => return ctx.error(&e),
+    };
+    let rows = match gather(dash, &admin).await {
+        Ok(r) => r,
+        Err(e) => {
+            dash.forget(&e).await;
+            return ctx.error(&e);
+        }
+    };
+    let status = dash.broker.status();
+    ctx.page(&req, |_| pages::overview(&ctx.base, &status, &rows))
+}
+
+/// What the overview shows of one stream.
+pub(crate) struct StreamRow {
+    pub name: String,
+    pub length: u64,
+    pub dlq: String,
+    pub dead_letters: u64,
+    pub groups: Vec<GroupRow>,
+    /// Entries handled per second, oldest first (subscribed streams).
+    pub rates: Vec<f64>,
+}
+
+pub(crate) struct GroupRow {
+    pub info: crate::admin::GroupInfo,
+    pub oldest_pending_age: Option<Duration>,
+}
+
+async fn gather(dash: &Dashboard, admin: &Admin) -> Result<Vec<StreamRow>, Error> {
+    let shown = dash.stream_names(admin).await?;
+    let rows = futures::future::try_join_all(shown.into_iter().map(|s| async move {
+        let length = admin.stream_len(&s.name).await?;
+        let groups = if length > 0 || exists(admin, &s.name).await? {
+            admin.groups(&s.name).await.unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let groups = futures::future::try_join_all(groups.into_iter().map(|g| async {
+            let oldest = if g.pending > 0 {
+                admin
+                    .pending(&s.name, &g.name, 1)
+                    .await?
+                    .first()
+                    .and_then(|p| p.id.age())
+            } else {
+                None
+            };
+            Ok::<_, Error>(GroupRow {
+                info: g,
+                oldest_pending_age: oldest,
+            })
+        }))
+        .await?;
+        let dead_letters = admin.stream_len(&s.dlq).await?;
+        Ok::<_, Error>(StreamRow {
+            rates: dash.shared.rates.of(&s.name),
+            name: s.name,
+            length,
+            dlq: s.dlq,
+            dead_letters,
+            groups,
+        })
+    }))
+    .await?;
+    Ok(rows)
+}
+
+/// Whether the key exists (an empty stream has length 0 and may still
+/// have groups).
+async fn exists(admin: &Admin, key: &str) -> Result<bool, Error> {
+    Ok(!admin.groups(key).await.unwrap_or_default().is_empty())
+}
+
+async fn stream_page(
+    ctx: web::Data<Ctx>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> HttpResponse {
+    let stream = path.into_inner();
+    let admin = match ctx.dash.admin().await {
+        Ok(a) => a,
+        Err(e) => return ctx.error(&e),
+    };
+    let data = async {
+        let groups = admin.groups(&stream).await.unwrap_or_default();
+        let mut detail = Vec::new();
+        for g in groups {
+            let consumers = admin.consumers(&stream, &g.name).await?;
+            let pending = admin.pending(&stream, &g.name, PENDING).await?;
+            detail.push((g, consumers, pending));
+        }
+        let newest = admin.newest(&stream, NEWEST).await?;
+        Ok::<_, Error>((detail, newest))
+    }
+    .await;
+    match data {
+        Ok((groups, newest)) => ctx.page(&req, |_| {
+            pages::stream(
+                &ctx.base,
+                &stream,
+                &ctx.dash.dlq_of(&admin, &stream),
+                &groups,
+                &newest,
+            )
+        }),
+        Err(e) => {
+            ctx.dash.forget(&e).await;
+            ctx.error(&e)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct DlqQuery {
+    /// Show dead letters after this id (exclusive).
+    after: Option<String>,
+    /// A message from the last action.
+    done: Option<String>,
+}
+
+async fn dlq_page(
+    ctx: web::Data<Ctx>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    q: web::Query<DlqQuery>,
+) -> HttpResponse {
+    let stream = path.into_inner();
+    let admin = match ctx.dash.admin().await {
+        Ok(a) => a,
+        Err(e) => return ctx.error(&e),
+    };
+    let dlq = ctx.dash.dlq_of(&admin, &stream);
+    let mut filter = DeadLetterFilter::new().count(PAGE + 1);
+    if let Some(after) = q.after.as_deref().and_then(next_id) {
+        filter = filter.start(after);
+    }
+    let (list, total) = match async {
+        Ok::<_, Error>((
+            admin.dead_letters(&dlq, &filter).await?,
+            admin.stream_len(&dlq).await?,
+        ))
+    }
+    .await
+    {
+        Ok(v) => v,
+        Err(e) => {
+            ctx.dash.forget(&e).await;
+            return ctx.error(&e);
+        }
+    };
+    let more = list.len() > PAGE;
+    let list = &list[..list.len().min(PAGE)];
+    let read_only = ctx.dash.read_only;
+    ctx.page(&req, |token| {
+        pages::dead_letters(&pages::DlqPage {
+            base: &ctx.base,
+            stream: &stream,
+            dlq: &dlq,
+            total,
+            list,
+            more,
+            after: q.after.as_deref(),
+            done: q.done.as_deref(),
+            token: (!read_only).then_some(token),
+        })
+    })
+}
+
+/// The id right after `id` (`<ms>-<seq + 1>`), as an inclusive start.
+fn next_id(id: &str) -> Option<String> {
+    let (ms, seq) = id.split_once('-')?;
+    let (ms, seq): (u64, u64) = (ms.parse().ok()?, seq.parse().ok()?);
+    Some(match seq.checked_add(1) {
+        Some(s) => format!("{ms}-{s}"),
+        None => format!("{}-0", ms + 1),
+    })
+}
+
+#[derive(Deserialize)]
+struct Action {
+    csrf: String,
+    /// One dead letter…
+    id: Option<String>,
+    /// …or an inclusive range (the page shown).
+    start: Option<String>,
+    end: Option<String>,
+}
+
+impl Action {
+    fn filter(&self) -> Option<DeadLetterFilter> {
+        match (&self.id, &self.start, &self.end) {
+            (Some(id), None, None) => Some(DeadLetterFilter::new().id(id.clone())),
+            (None, Some(s), Some(e)) => {
+                Some(DeadLetterFilter::new().start(s.clone()).end(e.clone()))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Checks a `POST`: not read-only, a valid CSRF token, a selection.
+fn admit(ctx: &Ctx, req: &HttpRequest, form: &Action) -> Result<DeadLetterFilter, HttpResponse> {
+    if ctx.dash.read_only {
+        return Err(HttpResponse::Forbidden().body("the dashboard is read-only"));
+    }
+    let cookie = req.cookie(csrf::COOKIE);
+    if !csrf::accepts(
+        &ctx.dash.shared.secret,
+        cookie.as_ref().map(|c| c.value()),
+        &form.csrf,
+    ) {
+        return Err(
+            HttpResponse::Forbidden().body("missing or invalid CSRF token; reload the page")
+        );
+    }
+    form.filter()
+        .ok_or_else(|| HttpResponse::BadRequest().body("give id, or start and end"))
+}
+
+fn back(ctx: &Ctx, stream: &str, done: &str) -> HttpResponse {
+    let query = serde_urlencoded_pair("done", done);
+    HttpResponse::SeeOther()
+        .insert_header((
+            header::LOCATION,
+            format!("{}/dlq/{}?{query}", ctx.base, pages::path_segment(stream)),
+        ))
+        .finish()
+}
+
+fn serde_urlencoded_pair(key: &str, value: &str) -> String {
+    url::form_urlencoded::Serializer::new(String::new())
+        .append_pair(key, value)
+        .finish()
+}
+
+async fn redrive(
+    ctx: web::Data<Ctx>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    form: web::Form<Action>,
+) -> HttpResponse {
+    let filter = match admit(&ctx, &req, &form) {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let stream = path.into_inner();
+    let admin = match ctx.dash.admin().await {
+        Ok(a) => a,
+        Err(e) => return ctx.error(&e),
+    };
+    let dlq = ctx.dash.dlq_of(&admin, &stream);
+    match admin.redrive(&dlq, &filter).await {
+        Ok(report) => {
+            let mut msg = format!("redriven: {}", report.redriven.len());
+            if !report.skipped.is_empty() {
+                msg.push_str(&format!(", skipped: {}", report.skipped.len()));
+                for s in report.skipped.iter().take(3) {
+                    msg.push_str(&format!(" ({}: {})", s.id, s.reason));
+                }
+            }
+            tracing::info!(stream = %stream, dlq = %dlq, redriven = report.redriven.len(), skipped = report.skipped.len(), "dashboard: dead letters redriven");
+            back(&ctx, &stream, &msg)
+        }
+        Err(e) => {
+            ctx.dash.forget(&e).await;
+            ctx.error(&e)
+        }
+    }
+}
+
+async fn purge(
+    ctx: web::Data<Ctx>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    form: web::Form<Action>,
+) -> HttpResponse {
+    let filter = match admit(&ctx, &req, &form) {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let stream = path.into_inner();
+    let admin = match ctx.dash.admin().await {
+        Ok(a) => a,
+        Err(e) => return ctx.error(&e),
+    };
+    let dlq = ctx.dash.dlq_of(&admin, &stream);
+    match admin.purge(&dlq, &filter).await {
+        Ok(n) => {
+            tracing::info!(stream = %stream, dlq = %dlq, purged = n, "dashboard: dead letters purged");
+            back(&ctx, &stream, &format!("purged: {n}"))
+        }
+        Err(e) => {
+            ctx.dash.forget(&e).await;
+            ctx.error(&e)
+        }
+    }
+}

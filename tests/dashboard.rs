@@ -1,0 +1,374 @@
+//! The dashboard (issue 11) in a real headless Chromium, driven through
+//! WebDriver (Debian's `chromium` and `chromium-driver`): the overview lists
+//! a stream with its lag; a dead letter shows its error; redrive (confirmed)
+//! puts it back and the handler runs it; a `<script>` payload leaves
+//! `window` untouched; read-only mode has no buttons and refuses a forged
+//! POST, as does a POST without the CSRF cookie.
+//!
+//! Without chromedriver these tests skip with a message, except under
+//! `CI=true`, where they fail: `.ci/run` installs it.
+#![cfg(feature = "dashboard")]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use actix_web::{App, HttpServer};
+use fantoccini::{Client, ClientBuilder, Locator};
+use rillkit::dashboard::Dashboard;
+use rillkit::prelude::*;
+use support::{RedisServer, eventually};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// chromedriver on a free port; killed on drop.
+struct Driver(Child, u16);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts chromedriver, or answers `None` (skip) when it is not installed
+/// outside CI.
+fn driver() -> Option<Driver> {
+    let bin = ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists());
+    let Some(bin) = bin else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but chromedriver is missing: install chromium and chromium-driver"
+        );
+        eprintln!("skipped: no chromedriver (apt-get install chromium chromium-driver)");
+        return None;
+    };
+    let port = free_port();
+    let child = Command::new(bin)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    support::eventually_blocking("chromedriver listens", WAIT, || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    Some(Driver(child, port))
+}
+
+async fn browser(d: &Driver) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"],
+        }),
+    );
+    ClientBuilder::native()
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", d.1))
+        .await
+        .expect("a WebDriver session")
+}
+
+/// Serves `dashboards` (mount path, dashboard) on a free port; answers
+/// the base URL.
+fn serve(dashboards: Vec<(&'static str, Dashboard)>) -> String {
+    let server = HttpServer::new(move || {
+        let mut app = App::new();
+        for (path, d) in &dashboards {
+            app = app.service(d.scope(path));
+        }
+        app
+    })
+    .workers(1)
+    .bind(("127.0.0.1", 0))
+    .unwrap();
+    let addr = server.addrs()[0];
+    actix_rt::spawn(server.run());
+    format!("http://{addr}")
+}
+
+/// A raw HTTP/1.1 POST; answers the status code.
+fn post(base: &str, path: &str, body: &str, cookie: Option<&str>) -> u16 {
+    let host = base.trim_start_matches("http://");
+    let mut s = TcpStream::connect(host).unwrap();
+    let cookie = cookie.map_or(String::new(), |c| format!("Cookie: {c}\r\n"));
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n{cookie}Connection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+async fn text_of(c: &Client, css: &str) -> String {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[actix_rt::test]
+async fn overview_dead_letters_redrive_and_escaping_in_a_browser() {
+    let Some(driver) = driver() else { return };
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    // A group nobody reads from: its lag grows with every entry.
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("audit")
+        .arg("auditors")
+        .arg("$")
+        .arg("MKSTREAM")
+        .query(&mut conn)
+        .unwrap();
+    let fixed = Arc::new(AtomicBool::new(false));
+    let ran_13 = Arc::new(AtomicU64::new(0));
+    let (f, r) = (fixed.clone(), ran_13.clone());
+    let orders = Stream::new("orders", "billing");
+    let broker = Broker::builder(redis.url())
+        .subscribe_message(&orders, ConsumerOptions::default(), move |msg: Message| {
+            let (f, r) = (f.clone(), r.clone());
+            async move {
+                let text =
+                    String::from_utf8_lossy(msg.field("data").unwrap_or_default()).into_owned();
+                if text == "13" {
+                    if !f.load(Ordering::SeqCst) {
+                        return Err(HandlerError::reject("order 13 is <b>bad</b>"));
+                    }
+                    r.fetch_add(1, Ordering::SeqCst);
+                }
+                if text.contains("<script>") {
+                    return Err(HandlerError::reject(
+                        r#"<img src=x onerror="window.pwned='error'">"#,
+                    ));
+                }
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let dash = Dashboard::new(broker.clone()).streams(["audit"]);
+    let base = serve(vec![("/rillkit", dash)]);
+    for i in 0..3u64 {
+        broker
+            .publish(&Stream::new("audit", "auditors"), &i)
+            .await
+            .unwrap();
+    }
+    broker.publish(&orders, &13u64).await.unwrap();
+    broker
+        .publish(&orders, &"<script>window.pwned='payload'</script>")
+        .await
+        .unwrap();
+    let mut c2 = redis.conn();
+    eventually("two dead letters", WAIT, || {
+        support::stream_len(&mut c2, "orders-dlq") == 2
+    })
+    .await;
+
+    let c = browser(&driver).await;
+    // Overview: both streams, audit's lag 3, orders' two dead letters.
+    c.goto(&format!("{base}/rillkit/")).await.unwrap();
+    let audit = text_of(&c, "tr[data-stream='audit'] td.lag").await;
+    assert_eq!(audit, "3", "audit's lag");
+    let dlq = text_of(&c, "tr[data-stream='orders'] a.dlq").await;
+    assert_eq!(dlq, "2");
+
+    // Dead letters: the errors show as text; nothing ran.
+    c.find(Locator::Css("tr[data-stream='orders'] a.dlq"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let table = text_of(&c, "#dead-letters").await;
+    assert!(table.contains("order 13 is <b>bad</b>"), "{table}");
+    assert!(
+        table.contains("<script>window.pwned='payload'</script>"),
+        "{table}"
+    );
+    assert!(
+        table.contains(r#"onerror="window.pwned='error'""#),
+        "{table}"
+    );
+    let pwned = c
+        .execute("return typeof window.pwned", vec![])
+        .await
+        .unwrap();
+    assert_eq!(pwned, serde_json::json!("undefined"), "no script ran");
+
+    // Redrive entry 13 once the "bug" is fixed: confirm, and it runs.
+    fixed.store(true, Ordering::SeqCst);
+    let rows = c
+        .find_all(Locator::Css("#dead-letters tbody tr"))
+        .await
+        .unwrap();
+    let mut button = None;
+    for row in rows {
+        if row.text().await.unwrap().contains("order 13") {
+            button = Some(row.find(Locator::Css("button.redrive")).await.unwrap());
+        }
+    }
+    button
+        .expect("a redrive button on 13's row")
+        .click()
+        .await
+        .unwrap();
+    let alert = c.get_alert_text().await.unwrap();
+    assert!(alert.contains("Redrive"), "{alert}");
+    c.accept_alert().await.unwrap();
+    eventually("the redriven entry ran", WAIT, || {
+        ran_13.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let done = text_of(&c, "p.done").await;
+    assert!(done.contains("redriven: 1"), "{done}");
+    assert_eq!(support::stream_len(&mut conn, "orders-dlq"), 1);
+
+    // A POST without the cookie's token is refused.
+    let dl_id: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("orders-dlq")
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .unwrap();
+    let id = &dl_id[0].0;
+    assert_eq!(
+        post(
+            &base,
+            "/rillkit/dlq/orders/purge",
+            &format!("csrf=forged.token&id={id}"),
+            None
+        ),
+        403
+    );
+    assert_eq!(support::stream_len(&mut conn, "orders-dlq"), 1);
+    c.close().await.unwrap();
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
+#[actix_rt::test]
+async fn read_only_mode_has_no_buttons_and_refuses_a_forged_post() {
+    let Some(driver) = driver() else { return };
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let id: String = redis::cmd("XADD")
+        .arg("orders-dlq")
+        .arg("*")
+        .arg("data")
+        .arg("1")
+        .query(&mut conn)
+        .unwrap();
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    broker.start().await.unwrap();
+    let base = serve(vec![(
+        "/ro",
+        Dashboard::new(broker.clone())
+            .streams(["orders"])
+            .read_only(true),
+    )]);
+    let c = browser(&driver).await;
+    c.goto(&format!("{base}/ro/dlq/orders")).await.unwrap();
+    let table = text_of(&c, "#dead-letters").await;
+    assert!(table.contains(&id), "{table}");
+    let buttons = c.find_all(Locator::Css("button")).await.unwrap();
+    assert!(buttons.is_empty(), "no buttons in read-only mode");
+    // Even with a cookie and a token the page issued, a POST is refused.
+    let cookie = c
+        .get_named_cookie("rillkit_csrf")
+        .await
+        .expect("the page set its CSRF cookie");
+    let token = cookie.value().to_owned();
+    assert_eq!(
+        post(
+            &base,
+            "/ro/dlq/orders/purge",
+            &format!("csrf={token}&id={id}"),
+            Some(&format!("rillkit_csrf={token}"))
+        ),
+        403
+    );
+    assert_eq!(support::stream_len(&mut conn, "orders-dlq"), 1);
+    c.close().await.unwrap();
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
+/// Makes `docs/dashboard.png`, the README's screenshot of the overview:
+/// `cargo test --features dashboard --test dashboard -- --ignored`.
+#[actix_rt::test]
+#[ignore = "writes docs/dashboard.png; run by hand"]
+async fn screenshot_of_the_overview() {
+    let driver = driver().expect("chromedriver");
+    let redis = RedisServer::start();
+    let orders = Stream::new("orders", "billing");
+    let broker = Broker::builder(redis.url())
+        .subscribe(
+            &orders,
+            ConsumerOptions::default().concurrency(4),
+            |v: u64| async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if v % 97 == 0 {
+                    return Err(HandlerError::reject(format!("order {v}: card declined")));
+                }
+                Ok(())
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let mut conn = redis.conn();
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("audit")
+        .arg("auditors")
+        .arg("$")
+        .arg("MKSTREAM")
+        .query(&mut conn)
+        .unwrap();
+    let base = serve(vec![(
+        "/rillkit",
+        Dashboard::new(broker.clone()).streams(["audit"]),
+    )]);
+    let c = browser(&driver).await;
+    c.goto(&format!("{base}/rillkit/")).await.unwrap();
+    // A minute of traffic, so the sparkline has samples.
+    for round in 0..14u64 {
+        let values: Vec<u64> = (round * 40..round * 40 + 20 + round * 3).collect();
+        broker.publish_batch(&orders, values).await.unwrap();
+        broker
+            .publish_batch(&Stream::new("audit", "auditors"), [round, round + 1])
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    c.goto(&format!("{base}/rillkit/")).await.unwrap();
+    let png = c.screenshot().await.unwrap();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dashboard.png");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, png).unwrap();
+    c.close().await.unwrap();
+    let _ = broker.stop().await.unwrap();
+}
