@@ -5,11 +5,13 @@
 //! cargo bench --bench throughput                 # N = 200 000 entries
 //! RILLKIT_BENCH_N=20000 cargo bench --bench throughput
 //! RILLKIT_BENCH_ONLY=cpu cargo bench --bench throughput  # section 6 alone
+//! RILLKIT_BENCH_ONLY=dashboard cargo bench --features dashboard --bench throughput
 //! ```
 //!
 //! Section 6 measures the client's CPU time per entry (`getrusage`) with and
 //! without metrics-exporter-prometheus's recorder; section 8 runs on a
-//! 3-master Redis Cluster of its own.
+//! 3-master Redis Cluster of its own; section 9 (with `--features
+//! dashboard`) times the dashboard's overview of 50 streams over HTTP.
 //!
 //! Prints a table and, last, `consume_ratio=<rillkit entries/s ÷ raw entries/s>`.
 
@@ -486,6 +488,79 @@ async fn latency(url: &str, rate: u64, secs: u64) -> (u64, u64, usize) {
     (pct(0.50), pct(0.99), v.len())
 }
 
+/// Section 9: how long the dashboard takes to serve its overview of 50
+/// streams (each with a group, 100 entries and pending ones) over HTTP,
+/// against the local redis-server: the median and slowest of 20 requests
+/// (ms), after one warm-up request.
+#[cfg(feature = "dashboard")]
+async fn dashboard_overview_ms(url: &str) -> (f64, f64) {
+    use std::io::{Read, Write};
+    let mut conn = connect(url).await;
+    let names: Vec<String> = (0..50).map(|i| format!("dash-{i}")).collect();
+    for name in &names {
+        let _: () = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(name)
+            .arg("g")
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        prefill(&mut conn, name, 100).await;
+        let _: redis::Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg("g")
+            .arg("c")
+            .arg("COUNT")
+            .arg(10)
+            .arg("STREAMS")
+            .arg(name)
+            .arg(">")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let broker = Broker::builder(url).build().unwrap();
+    let dashboard = rillkit::dashboard::Dashboard::new(broker).streams(names);
+    let server = actix_web::HttpServer::new(move || {
+        actix_web::App::new().service(dashboard.scope("/rillkit"))
+    })
+    .workers(1)
+    .bind(("127.0.0.1", 0))
+    .unwrap();
+    let addr = server.addrs()[0];
+    let server = server.run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    let get = move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "GET /rillkit/ HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        assert!(out.contains("dash-49"));
+    };
+    let timed = || async move {
+        let t0 = Instant::now();
+        // The request blocks this thread; the server runs on its own.
+        actix_rt::task::spawn_blocking(get).await.unwrap();
+        t0.elapsed().as_secs_f64() * 1e3
+    };
+    timed().await;
+    let mut v = Vec::new();
+    for _ in 0..20 {
+        v.push(timed().await);
+    }
+    handle.stop(true).await;
+    let worst = v.iter().copied().fold(0.0, f64::max);
+    (median(v), worst)
+}
+
 /// Section 6: client CPU per entry with and without the Prometheus
 /// recorder, alternating rounds (medians). `RILLKIT_BENCH_ONLY=cpu` runs
 /// this section alone (for profiling the recorder's cost).
@@ -535,6 +610,16 @@ fn main() {
 
         if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("cpu") {
             recorder_cost(&url, n).await;
+            return;
+        }
+        #[cfg(feature = "dashboard")]
+        if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("dashboard") {
+            let (median, worst) = dashboard_overview_ms(&url).await;
+            row(
+                "9. dashboard overview of 50 streams, median of 20",
+                format!("{median:.1} ms"),
+            );
+            row("   slowest", format!("{worst:.1} ms"));
             return;
         }
         let mut conn = connect(&url).await;
@@ -622,6 +707,15 @@ fn main() {
             format!("{:.1} ms", cluster_stop_ms(&cluster, &three).await),
         );
         drop(cluster);
+        #[cfg(feature = "dashboard")]
+        {
+            let (median, worst) = dashboard_overview_ms(&url).await;
+            row(
+                "9. dashboard overview of 50 streams, median of 20",
+                format!("{median:.1} ms"),
+            );
+            row("   slowest", format!("{worst:.1} ms"));
+        }
         println!("consume_ratio={:.2}", rk / raw);
     });
 }

@@ -12,11 +12,21 @@
 //! while the broker runs and every subscription reads (readiness, from
 //! `Broker::status`). `GET /metrics` serves rillkit's metrics as Prometheus text
 //! (metrics-exporter-prometheus's recorder, installed here: rillkit itself
-//! installs none). `HTTP_ADDR` sets the listen address (default
-//! `127.0.0.1:8080`).
+//! installs none). `/rillkit/` serves the dashboard (feature `dashboard`),
+//! behind a guard that lets only loopback clients in: reach it through
+//! `kubectl port-forward` or an SSH tunnel, or replace the guard with the
+//! application's own authentication. `HTTP_ADDR` sets the listen address
+//! (default `127.0.0.1:8080`).
+//!
+//! ```sh
+//! cargo run --features dashboard --example actix_web
+//! ```
 
 use std::time::Duration;
 
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::{Next, from_fn};
 use actix_web::{App, HttpResponse, HttpServer, web};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use rillkit::prelude::*;
@@ -26,6 +36,22 @@ use serde::{Deserialize, Serialize};
 struct Order {
     id: u64,
     total: f64,
+}
+
+/// The dashboard's guard: loopback clients only. The dashboard has no login
+/// of its own and can redrive and delete dead letters: never expose it
+/// unauthenticated. Put your own authentication here.
+async fn operators_only(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    if req.peer_addr().is_some_and(|a| a.ip().is_loopback()) {
+        next.call(req).await
+    } else {
+        Err(actix_web::error::ErrorForbidden(
+            "the dashboard is for operators",
+        ))
+    }
 }
 
 async fn create_order(
@@ -92,8 +118,10 @@ async fn main() -> std::io::Result<()> {
         .expect("valid configuration");
 
     let (b, s) = (broker.clone(), orders.clone());
+    let dashboard = rillkit::dashboard::Dashboard::new(broker.clone());
     let server = HttpServer::new(move || {
         App::new()
+            .service(dashboard.scope("/rillkit").wrap(from_fn(operators_only)))
             .app_data(web::Data::new(b.clone()))
             .app_data(web::Data::new(s.clone()))
             .app_data(web::Data::new(prometheus.clone()))

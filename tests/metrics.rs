@@ -86,6 +86,9 @@ fn the_example_serves_prometheus_metrics_and_the_counters_move() {
     }
     assert_eq!(http(&addr, "GET", "/health", "").as_deref(), Some("ok"));
     assert_eq!(http(&addr, "GET", "/ready", "").as_deref(), Some("ready"));
+    // The mounted dashboard, from a loopback client (its guard's rule).
+    let page = http(&addr, "GET", "/rillkit/", "").expect("the dashboard answers");
+    assert!(page.contains("web-orders"), "{page}");
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())

@@ -316,6 +316,8 @@ pub(crate) struct StreamRow {
     pub groups: Vec<GroupRow>,
     /// Entries handled per second, oldest first (subscribed streams).
     pub rates: Vec<f64>,
+    /// This process subscribes to it (else there is no handled rate).
+    pub consumed_here: bool,
 }
 
 pub(crate) struct GroupRow {
@@ -351,6 +353,7 @@ async fn gather(dash: &Dashboard, admin: &Admin) -> Result<Vec<StreamRow>, Error
         let dead_letters = admin.stream_len(&s.dlq).await?;
         Ok::<_, Error>(StreamRow {
             rates: dash.shared.rates.of(&s.name),
+            consumed_here: dash.broker.boards().iter().any(|b| *b.stream == *s.name),
             name: s.name,
             length,
             dlq: s.dlq,

@@ -142,7 +142,10 @@ pub(super) fn overview(base: &str, status: &Status, rows: &[StreamRow]) -> Marku
                                     td.n rowspan=(span) {
                                         a.dlq class=[(r.dead_letters > 0).then_some("warn")] title=(r.dlq) href={ (base) "/dlq/" (path_segment(&r.name)) } { (r.dead_letters) }
                                     }
-                                    td rowspan=(span) { (sparkline(&r.rates)) }
+                                    td rowspan=(span) {
+                                        @if r.consumed_here { (sparkline(&r.rates)) }
+                                        @else { span.muted title="not consumed by this process" { "–" } }
+                                    }
                                 }
                             }
                         }

@@ -386,7 +386,7 @@ pub fn example_bin(name: &str) -> PathBuf {
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
-        .args(["build", "--quiet", "--example", name])
+        .args(["build", "--quiet", "--all-features", "--example", name])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("run cargo build --example");
