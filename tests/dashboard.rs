@@ -104,8 +104,17 @@ fn serve(dashboards: Vec<(&'static str, Dashboard)>) -> String {
     format!("http://{addr}")
 }
 
-/// A raw HTTP/1.1 POST; answers the status code.
-fn post(base: &str, path: &str, body: &str, cookie: Option<&str>) -> u16 {
+/// A raw HTTP/1.1 POST, off the test's thread (the server's accept loop
+/// is a task of this runtime); answers the status code.
+async fn post(base: &str, path: &str, body: &str, cookie: Option<&str>) -> u16 {
+    let (base, path, body) = (base.to_owned(), path.to_owned(), body.to_owned());
+    let cookie = cookie.map(str::to_owned);
+    actix_rt::task::spawn_blocking(move || post_now(&base, &path, &body, cookie.as_deref()))
+        .await
+        .unwrap()
+}
+
+fn post_now(base: &str, path: &str, body: &str, cookie: Option<&str>) -> u16 {
     let host = base.trim_start_matches("http://");
     let mut s = TcpStream::connect(host).unwrap();
     let cookie = cookie.map_or(String::new(), |c| format!("Cookie: {c}\r\n"));
@@ -262,7 +271,8 @@ async fn overview_dead_letters_redrive_and_escaping_in_a_browser() {
             "/rillkit/dlq/orders/purge",
             &format!("csrf=forged.token&id={id}"),
             None
-        ),
+        )
+        .await,
         403
     );
     assert_eq!(support::stream_len(&mut conn, "orders-dlq"), 1);
@@ -308,12 +318,109 @@ async fn read_only_mode_has_no_buttons_and_refuses_a_forged_post() {
             "/ro/dlq/orders/purge",
             &format!("csrf={token}&id={id}"),
             Some(&format!("rillkit_csrf={token}"))
-        ),
+        )
+        .await,
         403
     );
     assert_eq!(support::stream_len(&mut conn, "orders-dlq"), 1);
     c.close().await.unwrap();
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
+/// A raw HTTP/1.1 GET, off the test's thread; answers the status code and
+/// the body.
+async fn get(base: &str, path: &str) -> (u16, String) {
+    let (base, path) = (base.to_owned(), path.to_owned());
+    actix_rt::task::spawn_blocking(move || get_now(&base, &path))
+        .await
+        .unwrap()
+}
+
+fn get_now(base: &str, path: &str) -> (u16, String) {
+    let host = base.trim_start_matches("http://");
+    let mut s = TcpStream::connect(host).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let code = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, out.split_once("\r\n\r\n").unwrap().1.to_owned())
+}
+
+/// Without a browser: discovery of every stream (dead-letter streams shown
+/// as their stream's column, not as streams), the stream page's consumers
+/// and pending entries, and paging through dead letters.
+#[actix_rt::test]
+async fn discovery_stream_page_and_dead_letter_pages() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    for key in ["found-a", "found-b"] {
+        let _: () = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(key)
+            .arg("g")
+            .arg("0")
+            .arg("MKSTREAM")
+            .query(&mut conn)
+            .unwrap();
+    }
+    support::xadd(&mut conn, "found-a", "1");
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("g")
+        .arg("ghost")
+        .arg("STREAMS")
+        .arg("found-a")
+        .arg(">")
+        .query(&mut conn)
+        .unwrap();
+    for i in 0..25 {
+        let _: String = redis::cmd("XADD")
+            .arg("found-a-dlq")
+            .arg("*")
+            .arg("data")
+            .arg(format!("dead {i}"))
+            .query(&mut conn)
+            .unwrap();
+    }
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    let base = serve(vec![(
+        "/ops",
+        Dashboard::new(broker.clone()).all_streams(true),
+    )]);
+    let (code, page) = get(&base, "/ops/").await;
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains(r#"data-stream="found-a""#), "{page}");
+    assert!(page.contains(r#"data-stream="found-b""#), "{page}");
+    assert!(
+        !page.contains(r#"data-stream="found-a-dlq""#),
+        "a dead-letter stream is its stream's column, not a stream"
+    );
+
+    let (code, page) = get(&base, "/ops/stream/found-a").await;
+    assert_eq!(code, 200);
+    assert!(page.contains("ghost"), "the consumer: {page}");
+    assert!(
+        page.contains("table class=\"pending\""),
+        "its pending entry: {page}"
+    );
+
+    let (_, first) = get(&base, "/ops/dlq/found-a").await;
+    assert_eq!(first.matches("<tr data-id=").count(), 20, "{first}");
+    assert!(first.contains("dead 0") && !first.contains("dead 20"));
+    let next = first
+        .split("class=\"next\" href=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("a next-page link")
+        .replace("&amp;", "&");
+    let (_, second) = get(&base, &next).await;
+    assert_eq!(second.matches("<tr data-id=").count(), 5, "{second}");
+    assert!(second.contains("dead 20") && second.contains("dead 24"));
+    assert!(!second.contains("class=\"next\""), "the last page");
 }
 
 /// Makes `docs/dashboard.png`, the README's screenshot of the overview:
