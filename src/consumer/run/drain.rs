@@ -1,0 +1,92 @@
+//! The drain: stop reading, hand fetched but unstarted entries back to the
+//! group, let running handlers finish until the deadline, then abandon
+//! them (their entries stay pending).
+
+use super::*;
+
+impl Loop {
+    /// Stop reading; hand back what is fetched but not started.
+    pub(super) fn begin_drain(&mut self, deadline: Instant) {
+        if self.deadline.is_some() {
+            return;
+        }
+        self.deadline = Some(deadline);
+        self.hand_back();
+        self.hand_back_waiting();
+        if self.read.is_some() {
+            if self.in_read.get() {
+                self.unblock();
+            } else {
+                // Connecting or backing off: nothing is on the wire yet.
+                self.read = None;
+            }
+        }
+    }
+
+    /// Makes fetched-but-unstarted entries claimable by any consumer now:
+    /// `XCLAIM … 0 <ids> IDLE <claim_idle> RETRYCOUNT <count - 1> JUSTID` to
+    /// ourselves gives back the delivery that never ran and makes the entries
+    /// look idle for `claim_idle`.
+    pub(super) fn hand_back(&mut self) {
+        if self.queue.is_empty() {
+            return;
+        }
+        let s = &self.sub;
+        let mut by_count: std::collections::BTreeMap<u64, Vec<EntryId>> = Default::default();
+        for d in self.queue.drain(..) {
+            self.held.remove(&d.id);
+            by_count.entry(d.delivery_count).or_default().push(d.id);
+        }
+        for (count, ids) in by_count {
+            let n = ids.len();
+            let mut cmd = redis::cmd("XCLAIM");
+            cmd.arg(&*s.names.name)
+                .arg(&*s.names.group)
+                .arg(&*s.consumer)
+                .arg(0)
+                .arg(&ids)
+                .arg("IDLE")
+                .arg(s.opts.claim_idle.as_millis() as u64)
+                .arg("RETRYCOUNT")
+                .arg(count.saturating_sub(1))
+                .arg("JUSTID");
+            let req = self.redis.send(Query("xclaim", cmd));
+            let stream = s.names.name.clone();
+            self.side.push(Box::pin(async move {
+                match req.await {
+                    Ok(Ok(_)) => tracing::info!(stream = %stream, entries = n, "handed unstarted entries back to the group"),
+                    Ok(Err(e)) => tracing::warn!(stream = %stream, entries = n, error = %e, "hand-back failed; entries are reclaimed after claim_idle"),
+                    Err(_) => {}
+                }
+            }));
+        }
+    }
+
+    /// The drain deadline passed: drop running handlers (their entries stay
+    /// pending and are redelivered) and whatever is still in flight.
+    pub(super) fn abandon(&mut self) {
+        if !self.running.is_empty() {
+            tracing::warn!(
+                stream = %self.sub.names.name, consumer = %self.sub.consumer, handlers = self.running.len(),
+                "drain deadline passed; abandoning running handlers, their entries stay pending"
+            );
+            self.report.timed_out = true;
+        }
+        if !self.acks.is_empty() || self.ack_inflight.is_some() || !self.dead_letters.is_empty() {
+            let acks =
+                self.acks.len() + self.ack_inflight.as_ref().map_or(0, |_| self.acks_inflight);
+            tracing::warn!(
+                stream = %self.sub.names.name, consumer = %self.sub.consumer,
+                acks, dead_letter_moves = self.dead_letters.len(),
+                "drain deadline passed with acks or dead-letter moves not accepted by redis; those entries stay pending"
+            );
+            self.report.timed_out = true;
+        }
+        self.metrics.in_flight.decrement(self.running.len() as f64);
+        self.running.clear();
+        self.held.clear();
+        self.isolated = false;
+        self.read = None;
+        self.reclaim = None;
+    }
+}

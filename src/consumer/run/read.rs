@@ -1,0 +1,408 @@
+//! Reads: new entries (`XREADGROUP … >`) and pages of this consumer's own
+//! PEL, on the dedicated read connection; what a failed read means
+//! (reconnect, find the slot's owner again, recreate the group, or end);
+//! interrupting a blocked read at a drain (`CLIENT UNBLOCK`) and dropping
+//! the connection at a failover.
+
+use super::*;
+
+/// What one read produced.
+pub(super) struct ReadDone {
+    pub(super) conn: Option<MultiplexedConnection>,
+    /// For a re-read of its own PEL: the last pending entry it looked at
+    /// (`None`: it is past the last one).
+    pub(super) pel: Option<Option<EntryId>>,
+    pub(super) result: Result<Vec<Delivered>, Error>,
+}
+
+/// The read to send: new entries, or a page of this consumer's own PEL.
+pub(super) enum Read {
+    New(redis::Cmd),
+    Pel(PelRead),
+}
+
+/// One page of a re-read of this consumer's own pending entries.
+pub(super) struct PelRead {
+    pub(super) stream: Arc<str>,
+    pub(super) group: Arc<str>,
+    pub(super) consumer: Arc<str>,
+    /// Exclusive start (`0`: from the beginning).
+    pub(super) after: String,
+    pub(super) count: usize,
+    /// Entries it holds (awaiting an XACK, a dead-letter move or their
+    /// retry): skipped.
+    pub(super) held: HashSet<EntryId>,
+    /// The first re-read of this consumer loop: every entry found counts a
+    /// delivery (its earlier run, in an earlier life, never finished).
+    pub(super) fresh: bool,
+}
+
+/// Where the next read starts: our own pending entries after `id`, or new
+/// entries (`>`).
+#[derive(Clone)]
+pub(super) enum Cursor {
+    Pending(String),
+    New,
+}
+
+/// Notes that a blocked read cannot be interrupted (`CLIENT UNBLOCK` or
+/// `CLIENT ID` refused: ACL, a managed service) when `e` says so, with one
+/// WARN: a stop then waits for the read to end by itself, within `block`.
+/// Answers whether it did.
+pub(super) fn refuse_unblock(refused: &Cell<bool>, e: &Error, block: Duration) -> bool {
+    if !matches!(e.class(), Class::Permission | Class::Fatal) {
+        return false;
+    }
+    if !refused.replace(true) {
+        tracing::warn!(
+            error = %e, block_ms = block.as_millis() as u64,
+            "blocked reads cannot be interrupted (CLIENT UNBLOCK or CLIENT ID refused); a stop waits for them to end within block"
+        );
+    }
+    true
+}
+
+/// Whether a read that failed with `e` leaves its connection unusable or on
+/// the wrong server: broken, demoted, the slot moved elsewhere (`MOVED`,
+/// `ASK`), or its key gone (`UNBLOCKED`, which in a cluster is a migration).
+pub(super) fn drops_reader(e: &Error) -> bool {
+    matches!(
+        e.class(),
+        Class::Connection | Class::RoleChange | Class::Routing | Class::GroupGone
+    )
+}
+
+/// `XREADGROUP … >`: new entries, each on its first delivery.
+pub(super) async fn read_new(
+    conn: &mut MultiplexedConnection,
+    cmd: redis::Cmd,
+) -> Result<Vec<Delivered>, Error> {
+    let v: Value = cmd.query_async(conn).await.map_err(Error::from_redis)?;
+    let entries = reply::read_reply(v).map_err(|m| Error::unparsable("XREADGROUP reply", m))?;
+    Ok(entries
+        .into_iter()
+        .map(|raw| Delivered {
+            raw,
+            delivery_count: 1,
+        })
+        .collect())
+}
+
+/// One page of this consumer's own pending entries, taken back with the
+/// delivery count of the run they are about to have. Answers them and the
+/// last pending entry looked at.
+///
+/// `XPENDING … <consumer>` lists them with their counts (changing nothing);
+/// `XCLAIM <self> 0 <ids> RETRYCOUNT <n>` returns their bodies, resets their
+/// idle time and sets the count to `n` exactly. An entry that never ran here
+/// (the reply of the read that delivered it was lost with its connection)
+/// keeps its count: a dropped connection charges no delivery. Any entry on a
+/// fresh start (an earlier life of the consumer did not finish it) counts one
+/// more. (Entries whose handler failed here are held while they wait for
+/// their retry, so the re-read skips them.) Entries deleted meanwhile
+/// are dropped from the PEL by XCLAIM and not returned.
+pub(super) async fn reread_pel(
+    conn: &mut MultiplexedConnection,
+    p: PelRead,
+) -> Result<(Vec<Delivered>, Option<EntryId>), Error> {
+    let start = if p.after == "0" {
+        "-".to_owned()
+    } else {
+        format!("({}", p.after)
+    };
+    let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg(&*p.stream)
+        .arg(&*p.group)
+        .arg(&start)
+        .arg("+")
+        .arg(p.count)
+        .arg(&*p.consumer)
+        .query_async(conn)
+        .await
+        .map_err(Error::from_redis)?;
+    let last = rows.last().map(|r| EntryId(r.0.clone()));
+    let mut by_count: std::collections::BTreeMap<u64, Vec<String>> = Default::default();
+    for (id, _, _, count) in rows {
+        let key = EntryId(id);
+        if p.held.contains(&key) {
+            continue;
+        }
+        let run = if p.fresh { count + 1 } else { count.max(1) };
+        by_count.entry(run).or_default().push(key.0);
+    }
+    let mut out = Vec::new();
+    for (run, ids) in by_count {
+        let v: Value = redis::cmd("XCLAIM")
+            .arg(&*p.stream)
+            .arg(&*p.group)
+            .arg(&*p.consumer)
+            .arg(0)
+            .arg(&ids)
+            .arg("RETRYCOUNT")
+            .arg(run)
+            .query_async(conn)
+            .await
+            .map_err(Error::from_redis)?;
+        let entries = reply::entries(v).map_err(|m| Error::unparsable("XCLAIM reply", m))?;
+        out.extend(entries.into_iter().map(|raw| Delivered {
+            raw,
+            delivery_count: run,
+        }));
+    }
+    // In stream order, whatever their counts.
+    out.sort_by_key(|d| d.raw.id.parts().unwrap_or_default());
+    Ok((out, last))
+}
+
+/// Opens a consumer's dedicated read connection (to the master of the
+/// moment; in a cluster, to the master that owns the stream's slot), whose
+/// response timeout is `block` plus a margin, and returns it with the
+/// `CLIENT UNBLOCK` that interrupts it (its `CLIENT ID`, and its node). When
+/// `CLIENT ID` is refused (ACL), the read works all the same; stopping then
+/// waits out `block`.
+pub(super) async fn connect_reader(
+    connector: &Connector,
+    stream: &str,
+    name: &str,
+    block: Duration,
+    unblock_refused: &Cell<bool>,
+) -> Result<(MultiplexedConnection, Option<Unblock>), Error> {
+    let (mut conn, node) = connector
+        .connect_reader(stream, block + READ_TIMEOUT_MARGIN, name)
+        .await?;
+    let id: Result<i64, Error> = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(&mut conn)
+        .await
+        .map_err(Error::from_redis);
+    match id {
+        Ok(id) => Ok((conn, Some(Unblock { id, node }))),
+        Err(e) if refuse_unblock(unblock_refused, &e, block) => Ok((conn, None)),
+        Err(e) => Err(e),
+    }
+}
+
+impl Loop {
+    pub(super) fn start_read(&mut self, count: usize) {
+        let s = &self.sub;
+        let read = match &self.cursor {
+            Cursor::New => {
+                let mut cmd = redis::cmd("XREADGROUP");
+                cmd.arg("GROUP")
+                    .arg(&*s.names.group)
+                    .arg(&*s.consumer)
+                    .arg("COUNT")
+                    .arg(count)
+                    .arg("BLOCK")
+                    .arg(s.opts.block.as_millis() as u64)
+                    .arg("STREAMS")
+                    .arg(&*s.names.name)
+                    .arg(">");
+                Read::New(cmd)
+            }
+            Cursor::Pending(after) => Read::Pel(PelRead {
+                stream: s.names.name.clone(),
+                group: s.names.group.clone(),
+                consumer: s.consumer.clone(),
+                after: after.clone(),
+                count,
+                // Skip what it holds (entries waiting for their retry
+                // included); on a fresh start count a run for everything (a
+                // crash in an earlier life).
+                held: self.held.clone(),
+                fresh: self.fresh,
+            }),
+        };
+
+        let conn = self.conn.take();
+        let connector = self.connector.clone();
+        let block = s.opts.block;
+        let delay = self.retry_delay.take();
+        let in_read = self.in_read.clone();
+        let reader = self.reader.clone();
+        let key = s.names.name.clone();
+        let name = client_name(&[&s.names.group, &s.consumer, "reader"]);
+        let unblock_refused = self.unblock_refused.clone();
+        self.read = Some(Box::pin(async move {
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+            let mut conn = match conn {
+                Some(c) => c,
+                None => {
+                    match connect_reader(&connector, &key, &name, block, &unblock_refused).await {
+                        Ok((c, id)) => {
+                            *reader.borrow_mut() = id;
+                            c
+                        }
+                        Err(e) => {
+                            return ReadDone {
+                                conn: None,
+                                pel: None,
+                                result: Err(e),
+                            };
+                        }
+                    }
+                }
+            };
+            // On the wire from here until the reply is complete: a stop now
+            // must wait for it and hand back.
+            in_read.set(true);
+            let (result, pel) = match read {
+                Read::New(cmd) => (read_new(&mut conn, cmd).await, None),
+                Read::Pel(p) => match reread_pel(&mut conn, p).await {
+                    Ok((entries, last)) => (Ok(entries), Some(last)),
+                    Err(e) => (Err(e), None),
+                },
+            };
+            in_read.set(false);
+            let keep = match &result {
+                Err(e) if drops_reader(e) => None,
+                _ => Some(conn),
+            };
+            ReadDone {
+                conn: keep,
+                pel,
+                result,
+            }
+        }));
+    }
+
+    pub(super) fn on_read(&mut self, done: ReadDone) {
+        self.unblock_at = None;
+        self.conn = done.conn;
+        if self.conn.is_none() {
+            self.drop_connection();
+        }
+        let entries = match done.result {
+            Ok(e) => e,
+            Err(e) => return self.on_read_error(e),
+        };
+        self.read_retry.succeeded();
+        self.sub.board.read_ok();
+        match done.pel {
+            Some(Some(last)) => self.cursor = Cursor::Pending(last.0),
+            Some(None) => {
+                self.cursor = Cursor::New;
+                self.fresh = false;
+            }
+            None => {}
+        }
+        self.enqueue(entries);
+        if self.deadline.is_some() {
+            self.hand_back();
+        }
+    }
+
+    pub(super) fn on_read_error(&mut self, e: Error) {
+        let (delay, log) = self.read_retry.failed();
+        let mut class = e.class();
+        if class == Class::GroupGone && self.connector.is_cluster() && e.code() == Some("UNBLOCKED")
+        {
+            // In a cluster a blocked read is cut short this way when a slot
+            // migration takes its key away (MIGRATE deletes it here): find
+            // the slot's owner again. A stream really deleted answers
+            // NOGROUP there, and its group is created again then.
+            class = Class::Routing;
+        }
+        if !class.is_transient() {
+            tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, "read failed; consumer ends");
+            self.report.error = Some(e);
+            // Stop reading now; what runs gets the usual drain deadline.
+            self.begin_drain(Instant::now() + self.sub.drain_timeout);
+            return;
+        }
+        if self.deadline.is_some() {
+            return;
+        }
+        self.sub.board.read_failed(&e.to_string());
+        self.retry_delay = Some(delay);
+        if class == Class::Routing {
+            // The stream's slot moved (a reshard) or is moving: the read
+            // connection was dropped; the next one goes to the slot's owner
+            // and re-reads this consumer's pending entries first.
+            self.connector.redirected(&e);
+            if log {
+                let (stream, consumer) = (&self.sub.names.name, &self.sub.consumer);
+                tracing::info!(
+                    %stream, %consumer, answer = %e, failures = self.read_retry.failures(),
+                    retry_in_ms = delay.as_millis() as u64,
+                    "the stream's hash slot moved or its master changed; reading from its owner now"
+                );
+            }
+            return;
+        }
+        if log {
+            let (stream, consumer) = (&self.sub.names.name, &self.sub.consumer);
+            log_wait!(
+                class,
+                %stream, %consumer, error = %e, failures = self.read_retry.failures(),
+                retry_in_ms = delay.as_millis() as u64,
+                "read failed; retrying"
+            );
+        }
+        if class == Class::GroupGone {
+            // The stream or the group is gone (deleted, FLUSHALL, a restart
+            // without persistence): create it again from the start.
+            let names = &self.sub.names;
+            self.redis.do_send(CreateGroup {
+                stream: names.name.clone(),
+                group: names.group.clone(),
+                start_id: "0".into(),
+            });
+            self.cursor = Cursor::Pending("0".into());
+        }
+    }
+
+    /// Interrupts the blocked read (CLIENT UNBLOCK on a shared connection) and
+    /// schedules another try, in case the read reached the server only after
+    /// this one.
+    ///
+    /// `CLIENT UNBLOCK` is `@admin`, and some managed services refuse it: then
+    /// (one WARN) the read is left to end by itself within `block`.
+    pub(super) fn unblock(&mut self) {
+        if self.unblock_refused.get() {
+            self.unblock_at = None;
+            return;
+        }
+        if let Some(target) = self.reader.borrow().clone() {
+            let req = self.redis.send(target);
+            let refused = self.unblock_refused.clone();
+            let block = self.sub.opts.block;
+            self.side.push(Box::pin(async move {
+                if let Ok(Err(e)) = req.await {
+                    refuse_unblock(&refused, &e, block);
+                }
+            }));
+        }
+        self.unblock_at = Some(tokio::time::Instant::now() + Duration::from_millis(50));
+    }
+
+    /// Forgets the read connection: the next read opens a new one (to the
+    /// master of the moment) and first re-reads this consumer's own pending
+    /// entries, which a failover or a restart from a snapshot may have put
+    /// back in its PEL.
+    pub(super) fn drop_connection(&mut self) {
+        if self.conn.is_some() || self.reader.borrow().is_some() {
+            self.metrics.reconnects.increment(1);
+        }
+        self.conn = None;
+        *self.reader.borrow_mut() = None;
+        self.cursor = Cursor::Pending("0".into());
+    }
+
+    /// A failover was announced: cut the read short and move to the new
+    /// master.
+    pub(super) fn on_failover(&mut self) {
+        tracing::info!(stream = %self.sub.names.name, consumer = %self.sub.consumer, "failover announced; moving the read connection to the new master");
+        if self.read.is_some() {
+            // Whatever the dropped read had fetched is in this consumer's PEL
+            // and is re-read first.
+            self.read = None;
+            self.in_read.set(false);
+            self.unblock_at = None;
+        }
+        self.retry_delay = None;
+        self.drop_connection();
+    }
+}
