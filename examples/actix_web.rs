@@ -15,7 +15,8 @@
 //! installs none). `/rillkit/` serves the dashboard (feature `dashboard`),
 //! behind a guard that lets only loopback clients in: reach it through
 //! `kubectl port-forward` or an SSH tunnel, or replace the guard with the
-//! application's own authentication. `HTTP_ADDR` sets the listen address
+//! application's own authentication (behind a reverse proxy or sidecar on
+//! the same host, every client comes from loopback). `HTTP_ADDR` sets the listen address
 //! (default `127.0.0.1:8080`).
 //!
 //! ```sh

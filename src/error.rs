@@ -131,8 +131,8 @@ pub enum Error {
     /// `rillkit:lease:<stream>:<group>:<consumer>`; `holder` is its value
     /// (`<hostname>-<pid>-<random>`).
     #[error(
-        "consumer {consumer:?} of group {group:?} on stream {stream:?} is in use by another live process ({holder}); waited {} ms for its lease to lapse",
-        waited.as_millis()
+        "consumer {consumer:?} of group {group:?} on stream {stream:?} is in use by another live process ({holder}){}",
+        if waited.is_zero() { String::from(", which took its lease") } else { format!("; waited {} ms for its lease to lapse", waited.as_millis()) }
     )]
     ConsumerNameInUse {
         /// Stream key.
@@ -145,6 +145,21 @@ pub enum Error {
         holder: String,
         /// How long it waited for the lease.
         waited: std::time::Duration,
+    },
+    /// The ACL user may not read or write the consumer name's lease key
+    /// (`NOPERM` from the lease script). Allow it (`ACL SETUSER <user>
+    /// %RW~rillkit:lease:* +get +set +pttl +del +evalsha`), or run without
+    /// the lease
+    /// ([`ConsumerOptions::without_lease`](crate::ConsumerOptions::without_lease)).
+    #[error(
+        "the redis ACL user may not read and write the lease key {key:?} (allow it: ACL SETUSER <user> %RW~rillkit:lease:* +get +set +pttl +del +evalsha; or use ConsumerOptions::without_lease()): {source}"
+    )]
+    LeaseDenied {
+        /// The lease key.
+        key: String,
+        /// What Redis answered.
+        #[source]
+        source: Box<Error>,
     },
     /// A connection reached a server that is not a master (a replica, or a
     /// master being demoted in a failover).
@@ -220,7 +235,7 @@ impl Error {
             },
             Error::Redis(e) | Error::GroupCreate { source: e, .. } => classify(e),
             Error::Credentials(_) => Class::Credentials,
-            Error::Permission { .. } => Class::Permission,
+            Error::Permission { .. } | Error::LeaseDenied { .. } => Class::Permission,
             Error::StartupTimeout { last, .. } => last.class(),
             Error::NotMaster { .. } => Class::RoleChange,
             Error::NoMaster { .. } => Class::Busy,

@@ -386,13 +386,24 @@ async fn discovery_stream_page_and_dead_letter_pages() {
             .query(&mut conn)
             .unwrap();
     }
+    let _: () = redis::cmd("SET")
+        .arg("plain")
+        .arg("not a stream")
+        .query(&mut conn)
+        .unwrap();
     let broker = Broker::builder(redis.url()).build().unwrap();
     let base = serve(vec![(
         "/ops",
-        Dashboard::new(broker.clone()).all_streams(true),
+        Dashboard::new(broker.clone())
+            .all_streams(true)
+            .streams(["plain"]),
     )]);
     let (code, page) = get(&base, "/ops/").await;
     assert_eq!(code, 200, "{page}");
+    assert!(
+        page.contains("WRONGTYPE"),
+        "a key of another type spoils its own row only: {page}"
+    );
     assert!(page.contains(r#"data-stream="found-a""#), "{page}");
     assert!(page.contains(r#"data-stream="found-b""#), "{page}");
     assert!(
@@ -421,6 +432,14 @@ async fn discovery_stream_page_and_dead_letter_pages() {
     assert_eq!(second.matches("<tr data-id=").count(), 5, "{second}");
     assert!(second.contains("dead 20") && second.contains("dead 24"));
     assert!(!second.contains("class=\"next\""), "the last page");
+    let (code, _) = get(
+        &base,
+        "/ops/dlq/found-a?after=18446744073709551615-18446744073709551615",
+    )
+    .await;
+    assert_eq!(code, 200, "the largest id pages to nothing, no panic");
+    let (code, page) = get(&base, "/ops/stream/plain").await;
+    assert_eq!(code, 400, "{page}");
 }
 
 /// Makes `docs/dashboard.png`, the README's screenshot of the overview:

@@ -149,6 +149,46 @@ fn a_successor_after_a_crash_waits_at_most_one_ttl_and_resumes_the_pending_entri
     );
 }
 
+/// A process paused past its lease (SIGSTOP: a frozen VM, a long GC in a
+/// sidecar) finds, when it resumes, entries its blocked read received
+/// meanwhile; by then another process holds the name and runs them. The
+/// paused one starts none of them: its lease is not surely its own, so it
+/// asks first, learns it is taken, and drains.
+#[test]
+fn a_process_paused_past_its_lease_starts_nothing_when_it_resumes() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let env = support::worker_env("w1", &[("RILLKIT_LEASE_TTL_MS", "1000")]);
+    let first = Worker::spawn(&redis.url(), &env);
+    first.signal("STOP");
+    for id in 1..=3 {
+        xadd(&mut c, "tasks", &format!(r#"{{"id":{id}}}"#));
+    }
+    eventually_blocking("the paused worker's lease lapses", WAIT, || {
+        lease_holder(&mut c, LEASE).is_none()
+    });
+    let second = Worker::spawn(&redis.url(), &env);
+    eventually_blocking("the successor holds the name", WAIT, || {
+        lease_holder(&mut c, LEASE).is_some_and(|h| h.contains(&format!("-{}-", second.pid())))
+    });
+    first.signal("CONT");
+    eventually_blocking("the successor ran all three", WAIT, || {
+        second.handled().len() == 3
+    });
+    eventually_blocking("the resumed worker gave up the name", WAIT, || {
+        first
+            .log()
+            .iter()
+            .any(|l| l.contains("was taken by another process"))
+    });
+    assert!(
+        first.handled().is_empty(),
+        "the resumed worker ran nothing: {:?}",
+        first.lines()
+    );
+    assert_eq!(support::pending_count(&mut c, "tasks", "workers"), 0);
+}
+
 #[test]
 fn a_clean_stop_drops_the_lease_so_a_successor_starts_at_once() {
     let redis = RedisServer::start();

@@ -557,7 +557,11 @@ where
             Class::Busy | Class::RoleChange => {}
             Class::Credentials => return Err(Error::Credentials(Box::new(e))),
             Class::Tls => return Err(e),
-            Class::Permission if matches!(e, Error::Permission { .. }) => return Err(e),
+            Class::Permission
+                if matches!(e, Error::Permission { .. } | Error::LeaseDenied { .. }) =>
+            {
+                return Err(e);
+            }
             Class::Permission => {
                 return Err(Error::Permission {
                     command: refused_command(&e).unwrap_or(command),

@@ -2,7 +2,8 @@
 //! processes behind it (SPEC §10).
 //!
 //! * **The lease.** A consumer name is held by one live process at a time: a
-//!   key `rillkit:lease:<stream>:<group>:<consumer>` holding a token of the
+//!   key `rillkit:lease:<stream>:<group>:<consumer>` (each name with `%`
+//!   and `:` percent-encoded) holding a token of the
 //!   process (`<hostname>-<pid>-<random>`), taken with `SET … PX <ttl>` when
 //!   free (or already ours) and renewed every `ttl / 3` by the consumer loop.
 //!   A process started under a name whose lease is live elsewhere waits for
@@ -118,6 +119,13 @@ return 0
 
 static DROP_LEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DROP_LEASE_LUA));
 
+/// A name as one part of the lease key: `%` and `:` percent-encoded, so
+/// stream `x:y` with group `g` and stream `x` with group `y:g` get
+/// different keys.
+fn key_part(name: &str) -> String {
+    name.replace('%', "%25").replace(':', "%3A")
+}
+
 /// 64 bits that differ between leases of one process and between processes
 /// (std's per-process random hash keys, and a counter).
 fn unique() -> u64 {
@@ -159,7 +167,13 @@ impl Lease {
             unique()
         );
         Lease {
-            key: format!("rillkit:lease:{stream}:{group}:{consumer}").into(),
+            key: format!(
+                "rillkit:lease:{}:{}:{}",
+                key_part(stream),
+                key_part(group),
+                key_part(consumer)
+            )
+            .into(),
             token: token.into(),
             ttl,
             stream: stream.into(),
@@ -185,7 +199,8 @@ impl Lease {
                 ],
             })
             .await
-            .unwrap_or(Err(Error::ShutDown))?;
+            .unwrap_or(Err(Error::ShutDown))
+            .map_err(|e| self.denied(e))?;
         let bad = || Error::unparsable("lease script reply", format!("{answer:?}"));
         let Value::Array(items) = &answer else {
             return Err(bad());
@@ -201,7 +216,8 @@ impl Lease {
     }
 
     /// Takes the lease, waiting while another process holds it (logged at
-    /// WARN once, with the holder), until `deadline` (then
+    /// WARN once, with the holder, and shown on `board` as
+    /// `WaitingForLease`), until `deadline` (then
     /// [`Error::ConsumerNameInUse`]) or until `stop` changes (then
     /// [`Error::StartAborted`]). Errors other than the lease being held are
     /// answered at once (the caller decides whether to wait for Redis).
@@ -210,6 +226,7 @@ impl Lease {
         redis: &Addr<RedisActor>,
         deadline: Option<Instant>,
         mut stop: Option<&mut watch::Receiver<Option<Instant>>>,
+        board: &crate::status::Board,
     ) -> Result<(), Error> {
         let began = Instant::now();
         let mut warned = false;
@@ -217,7 +234,7 @@ impl Lease {
             let (holder, remaining) = match self.take(redis).await? {
                 Taken::Held => {
                     if warned {
-                        tracing::info!(stream = %self.stream, group = %self.group, consumer = %self.consumer, waited_ms = began.elapsed().as_millis() as u64, "the consumer name's lease lapsed elsewhere; it is ours now");
+                        tracing::info!(stream = %self.stream, group = %self.group, consumer = %self.consumer, waited_ms = began.elapsed().as_millis() as u64, "the consumer name's lease is free again; it is ours now");
                     }
                     return Ok(());
                 }
@@ -235,6 +252,10 @@ impl Lease {
             }
             if !warned {
                 warned = true;
+                board.set_state(crate::status::SubscriptionState::WaitingForLease {
+                    holder: holder.clone(),
+                    since: std::time::SystemTime::now(),
+                });
                 tracing::warn!(
                     stream = %self.stream, group = %self.group, consumer = %self.consumer,
                     holder = %holder, lease_ms = remaining.as_millis() as u64,
@@ -269,7 +290,20 @@ impl Lease {
             args: vec![self.token.as_bytes().to_vec()],
         });
         if let Ok(Err(e)) = req.await {
+            let e = self.denied(e);
             tracing::warn!(key = %self.key, error = %e, "could not drop the consumer name's lease; it lapses after its TTL");
+        }
+    }
+
+    /// A refusal of the lease script by the ACL, told as such.
+    fn denied(&self, e: Error) -> Error {
+        if e.class() == crate::connection::Class::Permission {
+            Error::LeaseDenied {
+                key: self.key.to_string(),
+                source: Box::new(e),
+            }
+        } else {
+            e
         }
     }
 

@@ -119,6 +119,7 @@ pub(crate) async fn consume(
         fresh: true,
         heartbeat_at: now,
         lease_at: now,
+        lease_until: None,
         lease_renewal: None,
         lease_retry: Retry::default(),
         prune_at: sub.opts.prune_idle.map(|_| now),
@@ -158,8 +159,11 @@ pub(crate) async fn consume(
     };
     let mut stop = stop;
     if let Some(lease) = &lp.sub.lease {
-        match hygiene::hold(lease, &lp.redis, &mut stop).await {
-            Ok(()) => lp.renew_lease(),
+        match hygiene::hold(lease, &lp.redis, &mut stop, &lp.sub.board).await {
+            Ok(()) => {
+                lp.lease_until = Some(tokio::time::Instant::now() + lease.ttl);
+                lp.lease_at = tokio::time::Instant::now() + lease.ttl / 3;
+            }
             Err(Error::StartAborted | Error::ShutDown) => {
                 lp.sub.board.set_state(SubscriptionState::Stopped);
                 return lp.report;
@@ -221,8 +225,12 @@ struct Loop {
     heartbeat_every: Duration,
     /// When to renew the consumer name's lease next.
     lease_at: tokio::time::Instant,
-    /// A lease renewal in flight.
-    lease_renewal: Option<LocalBoxFuture<'static, Result<Taken, Error>>>,
+    /// Until when the lease is surely ours: when the last successful
+    /// renewal was sent, plus the TTL (`None`: no lease). Past it, no read
+    /// and no handler starts until a renewal succeeds.
+    lease_until: Option<tokio::time::Instant>,
+    /// A lease renewal in flight, with when it was sent.
+    lease_renewal: Option<LocalBoxFuture<'static, (tokio::time::Instant, Result<Taken, Error>)>>,
     /// Failed renewals in a row (for logging).
     lease_retry: Retry,
     /// When to prune the group's idle empty consumers next (`None`: off).
@@ -352,9 +360,9 @@ impl Loop {
                 () = tokio::time::sleep_until(self.lease_at), if has_lease && self.lease_renewal.is_none() => {
                     self.renew_lease();
                 }
-                res = maybe(&mut self.lease_renewal) => {
+                (sent, res) = maybe(&mut self.lease_renewal) => {
                     self.lease_renewal = None;
-                    self.on_lease_renewed(res);
+                    self.on_lease_renewed(sent, res);
                 }
                 () = tokio::time::sleep_until(prune_at.unwrap_or_else(far_future)), if prune_at.is_some() => {
                     self.prune_idle();
@@ -389,6 +397,9 @@ impl Loop {
     /// neighbours'. An entry whose handler failed here runs beside others: a
     /// downstream outage must not serialise a consumer of many handlers.
     fn start_queued(&mut self) {
+        if !self.lease_ok() {
+            return;
+        }
         while self.running.len() < self.sub.opts.concurrency && !self.isolated {
             let Some(front) = self.queue.front() else {
                 break;
@@ -416,6 +427,7 @@ impl Loop {
     fn read_count(&self) -> Option<usize> {
         let o = &self.sub.opts;
         if self.deadline.is_some()
+            || !self.lease_ok()
             || self.read.is_some()
             || !self.queue.is_empty()
             || self.isolated

@@ -282,10 +282,17 @@ impl Ctx {
         resp.body(render(&token).into_string())
     }
 
+    /// A page for an error: 503 (refreshing) when Redis could not be
+    /// reached, 400 when it refused what was asked (a key of another type,
+    /// a malformed id).
     fn error(&self, e: &Error) -> HttpResponse {
-        HttpResponse::ServiceUnavailable()
-            .content_type("text/html; charset=utf-8")
-            .body(pages::error(&self.base, &e.to_string()).into_string())
+        let mut resp = if e.is_connection() {
+            HttpResponse::ServiceUnavailable()
+        } else {
+            HttpResponse::BadRequest()
+        };
+        resp.content_type("text/html; charset=utf-8")
+            .body(pages::error(&self.base, &e.to_string(), e.is_connection()).into_string())
     }
 }
 
@@ -318,6 +325,23 @@ pub(crate) struct StreamRow {
     pub rates: Vec<f64>,
     /// This process subscribes to it (else there is no handled rate).
     pub consumed_here: bool,
+    /// What Redis answered instead of the figures (a key of another type).
+    pub error: Option<String>,
+}
+
+impl StreamRow {
+    fn failed(name: String, error: String) -> Self {
+        StreamRow {
+            name,
+            length: 0,
+            dlq: String::new(),
+            dead_letters: 0,
+            groups: Vec::new(),
+            rates: Vec::new(),
+            consumed_here: false,
+            error: Some(error),
+        }
+    }
 }
 
 pub(crate) struct GroupRow {
@@ -327,7 +351,22 @@ pub(crate) struct GroupRow {
 
 async fn gather(dash: &Dashboard, admin: &Admin) -> Result<Vec<StreamRow>, Error> {
     let shown = dash.stream_names(admin).await?;
-    let rows = futures::future::try_join_all(shown.into_iter().map(|s| async move {
+    let rows = futures::future::join_all(shown.into_iter().map(|s| async move {
+        let name = s.name.clone();
+        match row(dash, admin, s).await {
+            // A key of another type (WRONGTYPE) spoils its own row only.
+            Err(e) if !e.is_connection() => Ok(StreamRow::failed(name, e.to_string())),
+            other => other,
+        }
+    }))
+    .await
+    .into_iter()
+    .collect::<Result<Vec<_>, Error>>()?;
+    Ok(rows)
+}
+
+async fn row(dash: &Dashboard, admin: &Admin, s: Shown) -> Result<StreamRow, Error> {
+    {
         let length = admin.stream_len(&s.name).await?;
         let groups = if length > 0 || exists(admin, &s.name).await? {
             admin.groups(&s.name).await.unwrap_or_default()
@@ -359,10 +398,9 @@ async fn gather(dash: &Dashboard, admin: &Admin) -> Result<Vec<StreamRow>, Error
             dlq: s.dlq,
             dead_letters,
             groups,
+            error: None,
         })
-    }))
-    .await?;
-    Ok(rows)
+    }
 }
 
 /// Whether the key exists (an empty stream has length 0 and may still
@@ -472,7 +510,7 @@ fn next_id(id: &str) -> Option<String> {
     let (ms, seq): (u64, u64) = (ms.parse().ok()?, seq.parse().ok()?);
     Some(match seq.checked_add(1) {
         Some(s) => format!("{ms}-{s}"),
-        None => format!("{}-0", ms + 1),
+        None => format!("{}-0", ms.checked_add(1)?),
     })
 }
 

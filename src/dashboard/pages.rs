@@ -46,9 +46,11 @@ fn layout(base: &str, title: &str, refresh: bool, body: Markup) -> Markup {
 
 /// A path segment, percent-encoded (stream names may hold anything).
 pub(super) fn path_segment(s: &str) -> String {
+    // Dots too: a browser resolves a segment `.` or `..` away.
     url::form_urlencoded::byte_serialize(s.as_bytes())
         .collect::<String>()
         .replace('+', "%20")
+        .replace('.', "%2E")
 }
 
 fn age(d: Option<Duration>) -> String {
@@ -99,6 +101,9 @@ fn state(s: &SubscriptionState) -> String {
         SubscriptionState::Running => "running".into(),
         SubscriptionState::Reconnecting { last_error, .. } => format!("reconnecting: {last_error}"),
         SubscriptionState::Restarting { restarts } => format!("restarting ({restarts})"),
+        SubscriptionState::WaitingForLease { holder, .. } => {
+            format!("waiting: its consumer name is held by {holder}")
+        }
         SubscriptionState::Failed => "failed".into(),
         SubscriptionState::Stopped => "stopped".into(),
     }
@@ -121,8 +126,14 @@ pub(super) fn overview(base: &str, status: &Status, rows: &[StreamRow]) -> Marku
                 } }
                 tbody {
                     @for r in rows {
+                        @if let Some(err) = &r.error {
+                            tr data-stream=(r.name) {
+                                td { (r.name) }
+                                td.warn colspan="8" { (err) }
+                            }
+                        }
                         @let span = r.groups.len().max(1);
-                        @for (i, g) in r.groups.iter().map(Some).chain(r.groups.is_empty().then_some(None)).enumerate() {
+                        @for (i, g) in r.groups.iter().map(Some).chain((r.groups.is_empty() && r.error.is_none()).then_some(None)).enumerate() {
                             tr data-stream=(r.name) {
                                 @if i == 0 {
                                     td rowspan=(span) { a href={ (base) "/stream/" (path_segment(&r.name)) } { (r.name) } }
@@ -216,16 +227,24 @@ fn fields(fields: &[(Vec<u8>, Vec<u8>)]) -> Markup {
     }
 }
 
+/// A value as text: lossy UTF-8, control characters (but newlines and
+/// tabs) shown as `\u{..}`, cut at `SHOWN_BYTES`.
 fn shown(v: &[u8]) -> String {
-    if v.len() <= SHOWN_BYTES {
-        String::from_utf8_lossy(v).into_owned()
-    } else {
-        format!(
-            "{}… ({} bytes in all)",
-            String::from_utf8_lossy(&v[..SHOWN_BYTES]),
-            v.len()
-        )
+    let cut = &v[..v.len().min(SHOWN_BYTES)];
+    let mut text: String = String::from_utf8_lossy(cut)
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                format!("\\u{{{:x}}}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
+    if v.len() > SHOWN_BYTES {
+        text.push_str(&format!("… ({} bytes in all)", v.len()));
     }
+    text
 }
 
 /// What the dead-letter page shows.
@@ -276,7 +295,7 @@ pub(super) fn dead_letters(p: &DlqPage<'_>) -> Markup {
             @if let (Some(token), Some((first, last))) = (p.token, range) {
                 p.bulk {
                     (action(base, stream, "redrive", token, &[("start", first), ("end", last)],
-                        &format!("Redrive the {} dead letters shown back to {stream}?", p.list.len())))
+                        &format!("Redrive the {} dead letters shown, each back to its origin stream?", p.list.len())))
                     " "
                     (action(base, stream, "purge", token, &[("start", first), ("end", last)],
                         &format!("Delete the {} dead letters shown for good?", p.list.len())))
@@ -298,7 +317,7 @@ pub(super) fn dead_letters(p: &DlqPage<'_>) -> Markup {
                             td.payload { (fields(&d.fields)) }
                             @if let Some(token) = p.token {
                                 td {
-                                    (action(base, stream, "redrive", token, &[("id", d.id.as_str())], &format!("Redrive {} back to {stream}?", d.id)))
+                                    (action(base, stream, "redrive", token, &[("id", d.id.as_str())], &format!("Redrive {} back to its origin stream?", d.id)))
                                     " "
                                     (action(base, stream, "purge", token, &[("id", d.id.as_str())], &format!("Delete {} for good?", d.id)))
                                 }
@@ -317,11 +336,19 @@ pub(super) fn dead_letters(p: &DlqPage<'_>) -> Markup {
     )
 }
 
-pub(super) fn error(base: &str, message: &str) -> Markup {
+pub(super) fn error(base: &str, message: &str, unreachable: bool) -> Markup {
     layout(
         base,
         "error",
-        true,
-        html! { p.warn { "Redis could not be read: " (message) } p.muted { "The page tries again every 5 s." } },
+        unreachable,
+        html! {
+            @if unreachable {
+                p.warn { "Redis could not be reached: " (message) }
+                p.muted { "The page tries again every 5 s." }
+            } @else {
+                p.warn { "Redis refused the request: " (message) }
+                p { a href={ (base) "/" } { "back to the overview" } }
+            }
+        },
     )
 }

@@ -60,6 +60,15 @@ pub enum SubscriptionState {
         /// Restarts so far in the restart window.
         restarts: usize,
     },
+    /// Its consumer name's lease is held by another live process (see
+    /// [`ConsumerOptions::lease_ttl`](crate::ConsumerOptions::lease_ttl)):
+    /// it waits for the lease to lapse before reading.
+    WaitingForLease {
+        /// The holder's token: `<hostname>-<pid>-<random>`.
+        holder: String,
+        /// Since when it waits.
+        since: SystemTime,
+    },
     /// It failed past its restart limit: it no longer runs.
     Failed,
     /// Stopped with the broker.

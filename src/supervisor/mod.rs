@@ -532,9 +532,10 @@ async fn connect(broker: &Broker, subs: &[Arc<Subscription>]) -> Result<Addr<Red
     }
     // 4. The consumer names' leases (SPEC §10): a name held by another
     // live process is waited for, up to the same deadline.
-    for lease in subs.iter().filter_map(|s| s.lease.as_ref()) {
+    for sub in subs {
+        let Some(lease) = &sub.lease else { continue };
         let taken = wait_until_ready("the consumer name's lease", "evalsha", deadline, || {
-            lease.acquire(&redis, Some(deadline), None)
+            lease.acquire(&redis, Some(deadline), None, &sub.board)
         })
         .await;
         if let Err(e) = taken {

@@ -10,7 +10,7 @@ use redis::Value;
 use tokio::sync::watch;
 
 use super::Loop;
-use crate::connection::{Class, Retry, log_wait};
+use crate::connection::{Retry, log_wait};
 use crate::consumer::hygiene::{LEAVE_GROUP, Lease, PRUNE_IDLE, Taken, prune_period, pruned_names};
 use crate::error::Error;
 use crate::redis::{Eval, RedisActor};
@@ -27,10 +27,11 @@ pub(super) async fn hold(
     lease: &Lease,
     redis: &actix::Addr<RedisActor>,
     stop: &mut watch::Receiver<Option<Instant>>,
+    board: &crate::status::Board,
 ) -> Result<(), Error> {
     let mut retry = Retry::default();
     loop {
-        let e = match lease.acquire(redis, None, Some(stop)).await {
+        let e = match lease.acquire(redis, None, Some(stop), board).await {
             Ok(()) => return Ok(()),
             Err(e @ (Error::StartAborted | Error::ShutDown)) => return Err(e),
             Err(e) if !e.class().is_transient() => return Err(e),
@@ -60,34 +61,59 @@ impl Loop {
             return;
         }
         let redis = self.redis.clone();
-        self.lease_renewal = Some(async move { lease.take(&redis).await }.boxed_local());
+        let sent = tokio::time::Instant::now();
+        self.lease_renewal = Some(async move { (sent, lease.take(&redis).await) }.boxed_local());
+    }
+
+    /// Whether the lease is surely ours now (always, without a lease). A
+    /// process paused past the TTL (SIGSTOP, a frozen VM) or cut off from
+    /// Redis that long finds it is not, and starts nothing until a renewal
+    /// says so: another process may have taken the name meanwhile.
+    pub(super) fn lease_ok(&self) -> bool {
+        self.lease_until
+            .is_none_or(|until| tokio::time::Instant::now() < until)
     }
 
     /// What a renewal answered. The lease held by another process (this one
     /// could not renew for longer than the TTL, and someone took the name)
     /// ends the loop with [`Error::ConsumerNameInUse`]: it reads nothing
     /// more and drains.
-    pub(super) fn on_lease_renewed(&mut self, res: Result<Taken, Error>) {
+    pub(super) fn on_lease_renewed(
+        &mut self,
+        sent: tokio::time::Instant,
+        res: Result<Taken, Error>,
+    ) {
         let Some(lease) = &self.sub.lease else {
             return;
         };
         match res {
             Ok(Taken::Held) => {
-                self.lease_retry.succeeded();
+                self.lease_until = Some(sent + lease.ttl);
+                if self.lease_retry.succeeded() > 0 {
+                    tracing::info!(stream = %self.sub.names.name, consumer = %self.sub.consumer, "the consumer name's lease is renewed again");
+                }
             }
             Ok(Taken::Elsewhere { holder, .. }) => {
-                let e = lease.lost(holder);
-                tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, "the consumer name's lease was taken by another process; this consumer stops reading and drains");
-                if self.report.error.is_none() {
-                    self.report.error = Some(e);
+                if self.report.error.is_some() {
+                    // Already ending for this (or another) reason.
+                    return;
                 }
+                let e = lease.lost(holder);
+                tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, "the consumer name's lease was taken by another process; this consumer starts nothing more and drains");
+                self.report.error = Some(e);
                 self.begin_drain(Instant::now() + self.sub.drain_timeout);
             }
             Err(Error::ShutDown) => {}
             Err(e) => {
                 let (_, log) = self.lease_retry.failed();
-                if log || e.class() == Class::Permission {
-                    log_wait!(e.class(), stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, ttl_ms = lease.ttl.as_millis() as u64, "could not renew the consumer name's lease; trying again at the next renewal");
+                let lapsed = !self.lease_ok();
+                if lapsed {
+                    self.sub.board.read_failed(&format!(
+                        "the consumer name's lease could not be renewed: {e}"
+                    ));
+                }
+                if log {
+                    log_wait!(e.class(), stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, ttl_ms = lease.ttl.as_millis() as u64, lapsed, "could not renew the consumer name's lease; trying again (once it has lapsed, nothing starts until it is renewed)");
                 }
             }
         }
