@@ -199,6 +199,11 @@ fn a_clean_stop_drops_the_lease_so_a_successor_starts_at_once() {
     assert!(lease_holder(&mut c, LEASE).is_some());
     first.signal("TERM");
     assert_eq!(first.wait_exit(WAIT), Some(0));
+    let log = first.log().join("\n");
+    assert!(
+        log.contains("signal received; draining") && !log.contains("during startup"),
+        "a signal after the start is told as such: {log}"
+    );
     assert_eq!(lease_holder(&mut c, LEASE), None, "dropped on a clean stop");
     let next = Worker::spawn(&redis.url(), &env);
     assert!(

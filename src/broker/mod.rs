@@ -654,14 +654,18 @@ async fn watch_signals(broker: Broker) {
         tracing::error!("could not install SIGINT/SIGTERM handlers");
         return;
     };
-    let what = if broker.phase() == Phase::Starting {
-        "signal received during startup; abandoning the start, or draining if it is done"
-    } else {
-        "signal received; draining"
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
     };
-    tokio::select! {
-        _ = term.recv() => tracing::info!(signal = "SIGTERM", "{what}"),
-        _ = int.recv() => tracing::info!(signal = "SIGINT", "{what}"),
+    // The phase when the signal came, not when the watch began.
+    if broker.phase() == Phase::Starting {
+        tracing::info!(
+            signal = name,
+            "signal received during startup; abandoning the start, or draining if it is done"
+        );
+    } else {
+        tracing::info!(signal = name, "signal received; draining");
     }
     broker.request_stop();
     tokio::select! {
