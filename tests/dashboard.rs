@@ -440,6 +440,27 @@ async fn discovery_stream_page_and_dead_letter_pages() {
     assert_eq!(code, 200, "the largest id pages to nothing, no panic");
     let (code, page) = get(&base, "/ops/stream/plain").await;
     assert_eq!(code, 400, "{page}");
+
+    // A 1 MiB dead letter: the server sends (and the page shows) its first
+    // 2 KiB and its length.
+    let _: String = redis::cmd("XADD")
+        .arg("big-dlq")
+        .arg("*")
+        .arg("data")
+        .arg("x".repeat(1 << 20))
+        .query(&mut conn)
+        .unwrap();
+    let (code, page) = get(&base, "/ops/dlq/big").await;
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("(1048576 bytes in all)"),
+        "the length is told"
+    );
+    assert!(
+        page.len() < 64 * 1024,
+        "not the whole value: {} bytes",
+        page.len()
+    );
 }
 
 /// Makes `docs/dashboard.png`, the README's screenshot of the overview:

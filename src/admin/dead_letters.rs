@@ -5,7 +5,9 @@
 
 use std::sync::LazyLock;
 
-use super::Admin;
+use redis::Value;
+
+use super::{Admin, StreamEntry};
 use crate::connection::dlq_slot_error;
 use crate::error::Error;
 use crate::redis::reply;
@@ -363,15 +365,21 @@ impl<'a> Selection<'a> {
             if self.done || self.left == Some(0) {
                 return Ok(None);
             }
+            // Without a text filter every entry read is selected: read no
+            // more than are still wanted (entries may be large).
+            let page = match (self.left, &self.filter.error) {
+                (Some(left), None) => left.min(PAGE),
+                _ => PAGE,
+            };
             let mut cmd = redis::cmd("XRANGE");
             cmd.arg(self.dlq)
                 .arg(&self.start)
                 .arg(&self.end)
                 .arg("COUNT")
-                .arg(PAGE);
+                .arg(page);
             let rows = reply::entries(self.admin.query(&cmd).await?)
                 .map_err(|m| Error::unparsable("XRANGE reply", m))?;
-            self.done = rows.len() < PAGE;
+            self.done = rows.len() < page;
             if let Some(last) = rows.last() {
                 self.start = format!("({}", last.id);
             }
@@ -396,7 +404,79 @@ impl<'a> Selection<'a> {
     }
 }
 
+/// KEYS: stream. ARGV: `XRANGE` or `XREVRANGE`, its two bounds, count, the
+/// most bytes of a value to send. The entries, each field value longer than
+/// that cut to it server-side, followed by ` … (<n> bytes in all)`: a page
+/// that shows entries sends only what it shows, however large they are.
+const PREVIEW_LUA: &str = r#"
+local rows = redis.call(ARGV[1], KEYS[1], ARGV[2], ARGV[3], 'COUNT', ARGV[4])
+local max = tonumber(ARGV[5])
+for _, row in ipairs(rows) do
+  local f = row[2]
+  for i = 2, #f, 2 do
+    local v = f[i]
+    if #v > max then
+      f[i] = string.sub(v, 1, max) .. ' … (' .. #v .. ' bytes in all)'
+    end
+  end
+end
+return rows
+"#;
+
+static PREVIEW: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PREVIEW_LUA));
+
 impl Admin {
+    /// For pages that show entries: `count` entries of `stream` from
+    /// `start` to `end` (`XRANGE`, or `XREVRANGE` with `newest_first`: then
+    /// `start` is the upper bound), every field value longer than
+    /// `max_bytes` cut on the server to that many bytes plus ` … (<n> bytes
+    /// in all)`. A missing key has none.
+    pub(crate) async fn preview(
+        &self,
+        stream: &str,
+        (start, end): (&str, &str),
+        count: usize,
+        newest_first: bool,
+        max_bytes: usize,
+    ) -> Result<Vec<StreamEntry>, Error> {
+        let mut call = PREVIEW.key(stream);
+        call.arg(if newest_first { "XREVRANGE" } else { "XRANGE" })
+            .arg(start)
+            .arg(end)
+            .arg(count)
+            .arg(max_bytes);
+        let mut conn = self.conn.clone();
+        let v: Value = call
+            .invoke_async(&mut conn)
+            .await
+            .map_err(Error::from_redis)?;
+        let rows = reply::entries(v).map_err(|m| Error::unparsable("preview script reply", m))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| StreamEntry {
+                id: r.id,
+                fields: r.fields.unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    /// [`preview`](Self::preview) of dead letters, oldest first from
+    /// `start`, read apart as [`dead_letters`](Self::dead_letters) does.
+    pub(crate) async fn dead_letters_preview(
+        &self,
+        dlq: &str,
+        start: &str,
+        count: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<DeadLetter>, Error> {
+        Ok(self
+            .preview(dlq, (start, "+"), count, false, max_bytes)
+            .await?
+            .into_iter()
+            .map(|e| split(e.id, e.fields))
+            .collect())
+    }
+
     /// The dead letters in `dlq` (a dead-letter stream key, e.g.
     /// [`Stream::dlq_for`](crate::Stream::dlq_for) or
     /// [`Admin::dlq_of`]) that `filter` selects, oldest first, each read

@@ -427,7 +427,9 @@ async fn stream_page(
             let pending = admin.pending(&stream, &g.name, PENDING).await?;
             detail.push((g, consumers, pending));
         }
-        let newest = admin.newest(&stream, NEWEST).await?;
+        let newest = admin
+            .preview(&stream, ("+", "-"), NEWEST, true, pages::SHOWN_BYTES)
+            .await?;
         Ok::<_, Error>((detail, newest))
     }
     .await;
@@ -468,13 +470,16 @@ async fn dlq_page(
         Err(e) => return ctx.error(&e),
     };
     let dlq = ctx.dash.dlq_of(&admin, &stream);
-    let mut filter = DeadLetterFilter::new().count(PAGE + 1);
-    if let Some(after) = q.after.as_deref().and_then(next_id) {
-        filter = filter.start(after);
-    }
+    let start = q
+        .after
+        .as_deref()
+        .and_then(next_id)
+        .unwrap_or_else(|| "-".into());
     let (list, total) = match async {
         Ok::<_, Error>((
-            admin.dead_letters(&dlq, &filter).await?,
+            admin
+                .dead_letters_preview(&dlq, &start, PAGE + 1, pages::SHOWN_BYTES)
+                .await?,
             admin.stream_len(&dlq).await?,
         ))
     }

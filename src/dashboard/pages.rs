@@ -10,8 +10,9 @@ use super::StreamRow;
 use crate::admin::{ConsumerInfo, DeadLetter, GroupInfo, PendingEntry, StreamEntry};
 use crate::{Status, SubscriptionState};
 
-/// Longest payload shown, in bytes (the rest is cut, with a note).
-const SHOWN_BYTES: usize = 2048;
+/// Longest value shown, in bytes: the server cuts longer ones (see
+/// `Admin::preview`) and notes their full length.
+pub(super) const SHOWN_BYTES: usize = 2048;
 
 const STYLE: &str = r#"
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
@@ -228,10 +229,9 @@ fn fields(fields: &[(Vec<u8>, Vec<u8>)]) -> Markup {
 }
 
 /// A value as text: lossy UTF-8, control characters (but newlines and
-/// tabs) shown as `\u{..}`, cut at `SHOWN_BYTES`.
+/// tabs) shown as `\u{..}`. The server already cut it to `SHOWN_BYTES`.
 fn shown(v: &[u8]) -> String {
-    let cut = &v[..v.len().min(SHOWN_BYTES)];
-    let mut text: String = String::from_utf8_lossy(cut)
+    String::from_utf8_lossy(v)
         .chars()
         .map(|c| {
             if c.is_control() && c != '\n' && c != '\t' {
@@ -240,11 +240,7 @@ fn shown(v: &[u8]) -> String {
                 c.to_string()
             }
         })
-        .collect();
-    if v.len() > SHOWN_BYTES {
-        text.push_str(&format!("… ({} bytes in all)", v.len()));
-    }
-    text
+        .collect()
 }
 
 /// What the dead-letter page shows.
