@@ -13,6 +13,11 @@
 //! 3-master Redis Cluster of its own; section 9 (with `--features
 //! dashboard`) times the dashboard's overview of 50 streams over HTTP.
 //!
+//! Rows 1 and 2 also print client CPU time (getrusage) and Redis's command
+//! time (INFO commandstats) per entry; rows 4 print each concurrency's bare
+//! ceiling (that many sleeps, no Redis); rows 4b and 4c fan one process out
+//! over several streams and several consumers of one group.
+//!
 //! Prints a table and, last, `consume_ratio=<rillkit entries/s ÷ raw entries/s>`.
 
 #[path = "../tests/support/mod.rs"]
@@ -407,8 +412,8 @@ async fn publish_rates(url: &str, n: u64) -> PublishRates {
     }
 }
 
-async fn slow_handler_rate(url: &str, concurrency: usize, n: u64) -> f64 {
-    let stream = format!("bench-slow-{concurrency}");
+async fn slow_handler_rate(url: &str, concurrency: usize, sleep: Duration, n: u64) -> f64 {
+    let stream = format!("bench-slow-{concurrency}-{}", sleep.as_millis());
     let mut conn = connect(url).await;
     prefill(&mut conn, &stream, n).await;
     let s = Stream::new(stream.as_str(), "g");
@@ -424,7 +429,7 @@ async fn slow_handler_rate(url: &str, concurrency: usize, n: u64) -> f64 {
             move |_: Entry| {
                 let h = h.clone();
                 async move {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    tokio::time::sleep(sleep).await;
                     h.fetch_add(1, Ordering::Relaxed);
                     Ok(())
                 }
@@ -439,6 +444,85 @@ async fn slow_handler_rate(url: &str, concurrency: usize, n: u64) -> f64 {
     })
     .await;
     let rate = n as f64 / t0.elapsed().as_secs_f64();
+    assert!(broker.stop().await.unwrap().is_clean());
+    rate
+}
+
+/// The ceiling for `concurrency` handlers sleeping `sleep` each, with no
+/// Redis: `n` sleeps, `concurrency` at a time, in one task (as rillkit runs
+/// handlers); entries/s.
+async fn bare_ceiling(concurrency: usize, sleep: Duration, n: u64) -> f64 {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let t0 = Instant::now();
+    let mut running = FuturesUnordered::new();
+    let (mut started, mut done) = (0u64, 0u64);
+    while done < n {
+        while running.len() < concurrency && started < n {
+            running.push(tokio::time::sleep(sleep));
+            started += 1;
+        }
+        running.next().await;
+        done += 1;
+    }
+    n as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// Redis's own command time so far (`INFO commandstats`, the sum of every
+/// command's `usec`), in µs.
+async fn redis_usec(conn: &mut MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            l.split("usec=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Aggregate entries/s of one process consuming `total` entries: spread
+/// over `streams` streams (one subscription each), or, with `streams` 1 and
+/// `consumers` > 1, through that many consumers of one group.
+async fn fan_rate(url: &str, tag: &str, streams: usize, consumers: usize, total: u64) -> f64 {
+    let mut conn = connect(url).await;
+    let names: Vec<String> = (0..streams).map(|i| format!("bench-{tag}-{i}")).collect();
+    for name in &names {
+        prefill(&mut conn, name, total / streams as u64).await;
+    }
+    let handled = Arc::new(AtomicUsize::new(0));
+    let mut builder = Broker::builder(url);
+    for name in &names {
+        for c in 0..consumers {
+            let h = handled.clone();
+            builder = builder.subscribe(
+                &Stream::new(name.as_str(), "g"),
+                ConsumerOptions::default()
+                    .consumer(format!("c{c}"))
+                    .count(100)
+                    .block(Duration::from_millis(100)),
+                move |_: Entry| {
+                    h.fetch_add(1, Ordering::Relaxed);
+                    std::future::ready(Ok(()))
+                },
+            );
+        }
+    }
+    let broker = builder.build().unwrap();
+    let expected = total / streams as u64 * streams as u64;
+    let t0 = Instant::now();
+    broker.start().await.unwrap();
+    wait_for("all handled", Duration::from_secs(600), || {
+        handled.load(Ordering::Relaxed) as u64 >= expected
+    })
+    .await;
+    let rate = expected as f64 / t0.elapsed().as_secs_f64();
     assert!(broker.stop().await.unwrap().is_clean());
     rate
 }
@@ -641,13 +725,32 @@ fn main() {
         }
         let mut conn = connect(&url).await;
         prefill(&mut conn, "bench-consume", n).await;
+        // Client CPU (getrusage) and Redis's command time per entry.
+        let costs = |cpu: Duration, usec: u64| {
+            format!(
+                "{:.2} / {:.2} µs",
+                cpu.as_secs_f64() * 1e6 / n as f64,
+                usec as f64 / n as f64
+            )
+        };
+        let (cpu0, us0) = (cpu_time(), redis_usec(&mut conn).await);
         let raw = raw_consume(&url, "bench-consume", "raw", n).await;
+        let (cpu1, us1) = (cpu_time(), redis_usec(&mut conn).await);
         row(
             "1. raw redis-rs loop (COUNT 100, decode, XACK/batch)",
             format!("{raw:.0} e/s"),
         );
+        row(
+            "   client CPU / redis time per entry",
+            costs(cpu1 - cpu0, us1 - us0),
+        );
         let rk = rillkit_consume(&url, "bench-consume", "rillkit", n).await;
+        let (cpu2, us2) = (cpu_time(), redis_usec(&mut conn).await);
         row("2. rillkit consume (decode + sum)", format!("{rk:.0} e/s"));
+        row(
+            "   client CPU / redis time per entry",
+            costs(cpu2 - cpu1, us2 - us1),
+        );
         row("   ratio to raw", format!("{:.2}x", rk / raw));
         let rss_after_drain = peak_rss_kib();
 
@@ -674,11 +777,42 @@ fn main() {
         );
 
         let scale = |k: u64| (n * k / 200_000).max(200);
-        for (c, k) in [(1usize, 2_000u64), (16, 20_000), (64, 60_000)] {
-            let r = slow_handler_rate(&url, c, scale(k)).await;
+        for (c, ms, k) in [
+            (1usize, 1u64, 2_000u64),
+            (16, 1, 20_000),
+            (64, 1, 60_000),
+            (256, 10, 60_000),
+        ] {
+            let sleep = Duration::from_millis(ms);
+            let r = slow_handler_rate(&url, c, sleep, scale(k)).await;
+            let ceiling = bare_ceiling(c, sleep, scale(k)).await;
             row(
-                &format!("4. 1 ms handler, concurrency {c}"),
+                &format!("4. {ms} ms handler, concurrency {c}"),
                 format!("{r:.0} e/s"),
+            );
+            row(
+                "   of the bare ceiling (that many sleeps, no Redis)",
+                format!("{:.2} of {ceiling:.0}", r / ceiling),
+            );
+        }
+        let total = scale(100_000);
+        let one = fan_rate(&url, "fan1", 1, 1, total).await;
+        for k in [4usize, 16] {
+            let r = fan_rate(&url, &format!("fan{k}"), k, 1, total).await;
+            row(
+                &format!("4b. {k} streams, one subscription each ({total} entries)"),
+                format!("{r:.0} e/s, {:.2}x one", r / one),
+            );
+        }
+        row(
+            &format!("   1 stream, one subscription ({total} entries)"),
+            format!("{one:.0} e/s"),
+        );
+        for k in [2usize, 4] {
+            let r = fan_rate(&url, &format!("grp{k}"), 1, k, total).await;
+            row(
+                &format!("4c. {k} consumers of one group in one process"),
+                format!("{r:.0} e/s, {:.2}x one", r / one),
             );
         }
 
