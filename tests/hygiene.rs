@@ -14,33 +14,13 @@ use std::time::Duration;
 use rillkit::admin::Admin;
 use rillkit::prelude::*;
 use rillkit::{Error, Status, SubscriptionState};
-use support::{RedisServer, Worker, eventually, eventually_blocking, xadd};
+use support::{RedisServer, Worker, consumers, eventually, eventually_blocking, xadd};
 
 const WAIT: Duration = Duration::from_secs(30);
 const LEASE: &str = "rillkit:lease:tasks:workers:w1";
 
 fn lease_holder(c: &mut redis::Connection, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query(c).unwrap()
-}
-
-fn consumers(c: &mut redis::Connection, stream: &str, group: &str) -> Vec<(String, u64)> {
-    let rows: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
-        .arg("CONSUMERS")
-        .arg(stream)
-        .arg(group)
-        .query(c)
-        .unwrap();
-    let mut v: Vec<(String, u64)> = rows
-        .iter()
-        .map(|r| {
-            (
-                redis::from_redis_value_ref(&r[1]).unwrap(),
-                redis::from_redis_value_ref(&r[3]).unwrap(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]

@@ -677,14 +677,9 @@ async fn the_connect_timeout_is_an_option() {
 #[actix_rt::test]
 async fn a_clean_stop_leaves_the_group_unless_entries_are_pending() {
     fn consumers(c: &mut redis::Connection) -> Vec<String> {
-        let rows: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
-            .arg("CONSUMERS")
-            .arg("s")
-            .arg("g")
-            .query(c)
-            .unwrap();
-        rows.iter()
-            .map(|r| redis::from_redis_value_ref(&r[1]).unwrap())
+        support::consumers(c, "s", "g")
+            .into_iter()
+            .map(|(name, _)| name)
             .collect()
     }
     let redis = RedisServer::start();

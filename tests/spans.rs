@@ -25,8 +25,8 @@ impl Write for Captured {
     }
 }
 
-#[actix_rt::test]
-async fn a_handlers_own_log_line_names_the_entry() {
+/// A plain-text subscriber for this thread, writing into a buffer.
+fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
     let captured = Captured::default();
     let out = captured.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -34,7 +34,12 @@ async fn a_handlers_own_log_line_names_the_entry() {
         .with_ansi(false)
         .with_max_level(tracing::Level::INFO)
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    (captured, tracing::subscriber::set_default(subscriber))
+}
+
+#[actix_rt::test]
+async fn a_handlers_own_log_line_names_the_entry() {
+    let (captured, _guard) = capture();
 
     let redis = RedisServer::start();
     let s = Stream::new("orders", "billing");
@@ -80,14 +85,7 @@ async fn a_handlers_own_log_line_names_the_entry() {
 /// consumer's span records it, and the handler can read it.
 #[actix_rt::test]
 async fn a_published_traceparent_is_recorded_by_the_consumers_span() {
-    let captured = Captured::default();
-    let out = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || out.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = capture();
 
     let redis = RedisServer::start();
     let s = Stream::new("orders", "billing");

@@ -576,39 +576,20 @@ fn serde_urlencoded_pair(key: &str, value: &str) -> String {
         .finish()
 }
 
+/// The two actions on dead letters.
+#[derive(Clone, Copy)]
+enum Verb {
+    Redrive,
+    Purge,
+}
+
 async fn redrive(
     ctx: web::Data<Ctx>,
     req: HttpRequest,
     path: web::Path<String>,
     form: web::Form<Action>,
 ) -> HttpResponse {
-    let filter = match admit(&ctx, &req, &form) {
-        Ok(f) => f,
-        Err(resp) => return resp,
-    };
-    let stream = path.into_inner();
-    let admin = match ctx.dash.admin().await {
-        Ok(a) => a,
-        Err(e) => return ctx.error(&e),
-    };
-    let dlq = ctx.dash.dlq_of(&admin, &stream);
-    match admin.redrive(&dlq, &filter).await {
-        Ok(report) => {
-            let mut msg = format!("redriven: {}", report.redriven.len());
-            if !report.skipped.is_empty() {
-                msg.push_str(&format!(", skipped: {}", report.skipped.len()));
-                for s in report.skipped.iter().take(3) {
-                    msg.push_str(&format!(" ({}: {})", s.id, s.reason));
-                }
-            }
-            tracing::info!(stream = %stream, dlq = %dlq, redriven = report.redriven.len(), skipped = report.skipped.len(), "dashboard: dead letters redriven");
-            back(&ctx, &stream, &msg)
-        }
-        Err(e) => {
-            ctx.dash.forget(&e).await;
-            ctx.error(&e)
-        }
-    }
+    act(Verb::Redrive, &ctx, &req, path.into_inner(), &form).await
 }
 
 async fn purge(
@@ -617,21 +598,46 @@ async fn purge(
     path: web::Path<String>,
     form: web::Form<Action>,
 ) -> HttpResponse {
-    let filter = match admit(&ctx, &req, &form) {
+    act(Verb::Purge, &ctx, &req, path.into_inner(), &form).await
+}
+
+/// Checks the POST, runs the action on the stream's dead-letter stream, and
+/// sends the browser back to its page with what was done.
+async fn act(
+    verb: Verb,
+    ctx: &Ctx,
+    req: &HttpRequest,
+    stream: String,
+    form: &Action,
+) -> HttpResponse {
+    let filter = match admit(ctx, req, form) {
         Ok(f) => f,
         Err(resp) => return resp,
     };
-    let stream = path.into_inner();
     let admin = match ctx.dash.admin().await {
         Ok(a) => a,
         Err(e) => return ctx.error(&e),
     };
     let dlq = ctx.dash.dlq_of(&admin, &stream);
-    match admin.purge(&dlq, &filter).await {
-        Ok(n) => {
+    let done = match verb {
+        Verb::Redrive => admin.redrive(&dlq, &filter).await.map(|report| {
+            tracing::info!(stream = %stream, dlq = %dlq, redriven = report.redriven.len(), skipped = report.skipped.len(), "dashboard: dead letters redriven");
+            let mut msg = format!("redriven: {}", report.redriven.len());
+            if !report.skipped.is_empty() {
+                msg.push_str(&format!(", skipped: {}", report.skipped.len()));
+                for s in report.skipped.iter().take(3) {
+                    msg.push_str(&format!(" ({}: {})", s.id, s.reason));
+                }
+            }
+            msg
+        }),
+        Verb::Purge => admin.purge(&dlq, &filter).await.map(|n| {
             tracing::info!(stream = %stream, dlq = %dlq, purged = n, "dashboard: dead letters purged");
-            back(&ctx, &stream, &format!("purged: {n}"))
-        }
+            format!("purged: {n}")
+        }),
+    };
+    match done {
+        Ok(msg) => back(ctx, &stream, &msg),
         Err(e) => {
             ctx.dash.forget(&e).await;
             ctx.error(&e)

@@ -544,6 +544,28 @@ impl Drop for Worker {
     }
 }
 
+/// The group's consumers as `(name, pending)`, sorted by name
+/// (`XINFO CONSUMERS`).
+pub fn consumers(conn: &mut redis::Connection, stream: &str, group: &str) -> Vec<(String, u64)> {
+    let rows: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(stream)
+        .arg(group)
+        .query(conn)
+        .unwrap();
+    let mut v: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                redis::from_redis_value_ref(&r[1]).unwrap(),
+                redis::from_redis_value_ref(&r[3]).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
 /// `XADD <stream> * data <json>`; returns the entry id.
 pub fn xadd(conn: &mut redis::Connection, stream: &str, json: &str) -> String {
     redis::cmd("XADD")
