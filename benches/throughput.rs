@@ -713,6 +713,19 @@ fn main() {
             recorder_cost(&url, n).await;
             return;
         }
+        if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("concurrency") {
+            // Row 4 for 64 handlers of 1 ms alone (for profiling).
+            let sleep = Duration::from_millis(1);
+            let m = (n / 4).max(1000);
+            let r = slow_handler_rate(&url, 64, sleep, m).await;
+            let ceiling = bare_ceiling(64, sleep, m).await;
+            row("4. 1 ms handler, concurrency 64", format!("{r:.0} e/s"));
+            row(
+                "   of the bare ceiling (that many sleeps, no Redis)",
+                format!("{:.2} of {ceiling:.0}", r / ceiling),
+            );
+            return;
+        }
         #[cfg(feature = "dashboard")]
         if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("dashboard") {
             let (median, worst) = dashboard_overview_ms(&url).await;

@@ -31,6 +31,8 @@
 //! [`Broker`]: crate::Broker
 
 mod dead_letters;
+#[cfg(feature = "dashboard")]
+mod preview;
 pub(crate) mod reply;
 
 pub use dead_letters::{
