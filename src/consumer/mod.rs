@@ -7,7 +7,8 @@
 //!   a reconnected one runs what a lost reply or a failover left in its PEL;
 //!   then new ones with `>`, fetching no
 //!   faster than handlers start them (free slots plus what handlers get
-//!   through in one round trip, at most `count`);
+//!   through in one round trip or 2 ms, whichever is longer, at most
+//!   `count`);
 //! * asks its `ReclaimerActor` for idle entries of the group (retries, crashed
 //!   consumers' entries), one at a time, once the own pending entries are done;
 //! * runs up to `concurrency` handlers, catching their panics; a redelivered

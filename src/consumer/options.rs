@@ -82,9 +82,11 @@ impl ConsumerOptions {
     ///
     /// rillkit fetches no faster than its handlers start entries: a read asks
     /// for the free handler slots plus what the handlers get through in one
-    /// Redis round trip (measured), never more than `count`. So with fast
-    /// handlers reads come in batches of `count`, and with slow ones a worker
-    /// never holds entries another idle worker could be running.
+    /// Redis round trip (measured) or in 2 ms, whichever is longer, never
+    /// more than `count`. So with fast handlers reads come in batches of
+    /// `count`, and a worker with slow ones holds no more entries than it
+    /// starts within about 2 ms: none another idle worker would start
+    /// sooner.
     pub fn count(mut self, entries: usize) -> Self {
         self.count = entries;
         self
