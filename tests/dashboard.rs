@@ -79,7 +79,8 @@ async fn browser(d: &Driver) -> Client {
             "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"],
         }),
     );
-    ClientBuilder::native()
+    // chromedriver speaks plain HTTP on loopback: no TLS connector.
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(caps)
         .connect(&format!("http://127.0.0.1:{}", d.1))
         .await
