@@ -145,14 +145,7 @@ async fn overview_dead_letters_redrive_and_escaping_in_a_browser() {
     let redis = RedisServer::start();
     let mut conn = redis.conn();
     // A group nobody reads from: its lag grows with every entry.
-    let _: () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg("audit")
-        .arg("auditors")
-        .arg("$")
-        .arg("MKSTREAM")
-        .query(&mut conn)
-        .unwrap();
+    support::create_group(&mut conn, "audit", "auditors", "$");
     let fixed = Arc::new(AtomicBool::new(false));
     let ran_13 = Arc::new(AtomicU64::new(0));
     let (f, r) = (fixed.clone(), ran_13.clone());
@@ -359,14 +352,7 @@ async fn discovery_stream_page_and_dead_letter_pages() {
     let redis = RedisServer::start();
     let mut conn = redis.conn();
     for key in ["found-a", "found-b"] {
-        let _: () = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(key)
-            .arg("g")
-            .arg("0")
-            .arg("MKSTREAM")
-            .query(&mut conn)
-            .unwrap();
+        support::create_group(&mut conn, key, "g", "0");
     }
     support::xadd(&mut conn, "found-a", "1");
     let _: redis::Value = redis::cmd("XREADGROUP")
@@ -488,14 +474,7 @@ async fn screenshot_of_the_overview() {
         .unwrap();
     broker.start().await.unwrap();
     let mut conn = redis.conn();
-    let _: () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg("audit")
-        .arg("auditors")
-        .arg("$")
-        .arg("MKSTREAM")
-        .query(&mut conn)
-        .unwrap();
+    support::create_group(&mut conn, "audit", "auditors", "$");
     let base = serve(vec![(
         "/rillkit",
         Dashboard::new(broker.clone()).streams(["audit"]),

@@ -339,14 +339,7 @@ async fn without_lease_no_key_is_written() {
 async fn prune_idle_deletes_idle_empty_consumers_and_spares_those_holding_entries() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
-    let _: () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg("s")
-        .arg("g")
-        .arg("$")
-        .arg("MKSTREAM")
-        .query(&mut c)
-        .unwrap();
+    support::create_group(&mut c, "s", "g", "$");
     let read = |c: &mut redis::Connection, consumer: &str| {
         let _: redis::Value = redis::cmd("XREADGROUP")
             .arg("GROUP")

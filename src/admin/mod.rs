@@ -380,15 +380,7 @@ impl Admin {
     pub async fn newest(&self, stream: &str, count: usize) -> Result<Vec<StreamEntry>, Error> {
         let mut cmd = redis::cmd("XREVRANGE");
         cmd.arg(stream).arg("+").arg("-").arg("COUNT").arg(count);
-        let rows = crate::redis::reply::entries(self.query(&cmd).await?)
-            .map_err(|m| Error::unparsable("XREVRANGE reply", m))?;
-        Ok(rows
-            .into_iter()
-            .map(|r| StreamEntry {
-                id: r.id,
-                fields: r.fields.unwrap_or_default(),
-            })
-            .collect())
+        stream_entries(self.query(&cmd).await?, "XREVRANGE reply")
     }
 
     /// Adds an entry with these field/value pairs to `stream` and answers its
@@ -413,4 +405,17 @@ impl Admin {
             .map_err(|e| Error::unparsable("XADD reply", e.to_string()))?;
         Ok(EntryId(id))
     }
+}
+
+/// An `XRANGE`-shaped reply (`what` names it in a parse error) as entries;
+/// an entry whose body is gone has no fields.
+pub(super) fn stream_entries(v: Value, what: &'static str) -> Result<Vec<StreamEntry>, Error> {
+    let rows = crate::redis::reply::entries(v).map_err(|m| Error::unparsable(what, m))?;
+    Ok(rows
+        .into_iter()
+        .map(|r| StreamEntry {
+            id: r.id,
+            fields: r.fields.unwrap_or_default(),
+        })
+        .collect())
 }

@@ -8,7 +8,6 @@ use redis::Value;
 
 use super::{Admin, DeadLetter, StreamEntry};
 use crate::error::Error;
-use crate::redis::reply;
 
 /// KEYS: stream. ARGV: `XRANGE` or `XREVRANGE`, its two bounds, count, the
 /// most bytes of a value to send. The entries, each field value longer than
@@ -56,14 +55,7 @@ impl Admin {
             .invoke_async(&mut conn)
             .await
             .map_err(Error::from_redis)?;
-        let rows = reply::entries(v).map_err(|m| Error::unparsable("preview script reply", m))?;
-        Ok(rows
-            .into_iter()
-            .map(|r| StreamEntry {
-                id: r.id,
-                fields: r.fields.unwrap_or_default(),
-            })
-            .collect())
+        super::stream_entries(v, "preview script reply")
     }
 
     /// [`preview`](Self::preview) of dead letters, oldest first from

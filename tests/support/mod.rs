@@ -577,6 +577,18 @@ pub fn xadd(conn: &mut redis::Connection, stream: &str, json: &str) -> String {
         .expect("XADD")
 }
 
+/// `XGROUP CREATE <stream> <group> <start> MKSTREAM`; a group that exists
+/// already is left as it is.
+pub fn create_group(conn: &mut redis::Connection, stream: &str, group: &str, start: &str) {
+    let _: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(group)
+        .arg(start)
+        .arg("MKSTREAM")
+        .query(conn);
+}
+
 /// Adds `{"id": <id>}` entries for each id to `stream` and has a consumer
 /// named `consumer` of `group` (created from `0` if missing) read them without
 /// acking, as a consumer that dies mid-batch leaves them.
@@ -588,13 +600,7 @@ pub fn strand(
     ids: std::ops::Range<u64>,
 ) {
     let mut c = redis.conn();
-    let _: redis::RedisResult<()> = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(stream)
-        .arg(group)
-        .arg("0")
-        .arg("MKSTREAM")
-        .query(&mut c);
+    create_group(&mut c, stream, group, "0");
     let n = ids.end - ids.start;
     for id in ids {
         xadd(&mut c, stream, &format!(r#"{{"id":{id}}}"#));
