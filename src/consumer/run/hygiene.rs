@@ -88,9 +88,16 @@ impl Loop {
         };
         match res {
             Ok(Taken::Held) => {
+                let lapsed = !self.lease_ok();
                 self.lease_until = Some(sent + lease.ttl);
                 if self.lease_retry.succeeded() > 0 {
                     tracing::info!(stream = %self.sub.names.name, consumer = %self.sub.consumer, "the consumer name's lease is renewed again");
+                }
+                if lapsed {
+                    // Redis answers again after an outage long enough to
+                    // lapse the lease: read now, not after the backoff the
+                    // outage built up.
+                    self.retry_now();
                 }
             }
             Ok(Taken::Elsewhere { holder, .. }) => {

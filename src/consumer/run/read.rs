@@ -183,6 +183,17 @@ pub(super) async fn connect_reader(
 }
 
 impl Loop {
+    /// Redis answered again (after an outage): a read waiting out its
+    /// backoff, or not started for it, starts over now without the delay.
+    /// A read on the wire is left alone.
+    pub(super) fn retry_now(&mut self) {
+        self.retry_delay = None;
+        self.read_retry.succeeded();
+        if self.read.is_some() && !self.in_read.get() {
+            self.read = None;
+        }
+    }
+
     pub(super) fn start_read(&mut self, count: usize) {
         let s = &self.sub;
         let read = match &self.cursor {
