@@ -54,6 +54,7 @@ mod outcome;
 mod reclaimer;
 mod redis;
 mod retention;
+mod source;
 mod status;
 mod stream;
 mod supervisor;
@@ -70,6 +71,10 @@ pub use error::{BoxError, ConfigError, Error, HookError, HookFailures};
 pub use handler::{Delivery, HandlerError, HandlerResult, Message};
 pub use hooks::Stage;
 pub use outcome::SupervisorOutcome;
+pub use source::SourceKind;
+pub use source::channel::{Channel, ChannelOptions};
+pub use source::list::{List, ListOptions};
+pub use source::runtime::{Removed, SubscriptionHandle};
 pub use status::{ServerFigures, Status, SubscriptionState, SubscriptionStatus};
 pub use stream::{Codec, EntryId, Json, Stream};
 pub use supervisor::RestartPolicy;
@@ -78,8 +83,8 @@ pub use traceparent::{InvalidTraceParent, TRACEPARENT_FIELD, TraceParent};
 /// The names most programs need: `use rillkit::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        Broker, ConsumerOptions, Delivery, HandlerError, HandlerResult, Json, Message, Phase,
-        Stream, SupervisorOutcome,
+        Broker, Channel, ChannelOptions, ConsumerOptions, Delivery, HandlerError, HandlerResult,
+        Json, List, ListOptions, Message, Phase, Stream, SupervisorOutcome,
     };
 }
 

@@ -27,6 +27,9 @@ pub struct SupervisorOutcome {
     /// by the server (a failover, `READONLY`, a revoked ACL); those handlers
     /// were abandoned and those entries stay pending for redelivery.
     pub timed_out: bool,
+    /// How many shared (pool) connections the stop closed (summed by
+    /// [`merge`](Self::merge)); it never counts in the exit code.
+    pub closed_connections: usize,
 }
 
 impl SupervisorOutcome {
@@ -57,6 +60,7 @@ impl SupervisorOutcome {
             errors: self.errors + other.errors,
             panics: self.panics + other.panics,
             timed_out: self.timed_out || other.timed_out,
+            closed_connections: self.closed_connections + other.closed_connections,
         }
     }
 }
@@ -70,6 +74,7 @@ mod tests {
             errors,
             panics,
             timed_out,
+            closed_connections: 0,
         }
     }
 

@@ -97,3 +97,9 @@ pub(crate) fn restarted(stream: &str, group: &str) {
     metrics::counter!(RESTARTS, "stream" => stream.to_owned(), "group" => group.to_owned())
         .increment(1);
 }
+
+/// A subscription's read connection was opened again.
+pub(crate) fn reconnected(stream: &str, group: &str) {
+    metrics::counter!(RECONNECTS, "stream" => stream.to_owned(), "group" => group.to_owned())
+        .increment(1);
+}

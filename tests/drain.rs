@@ -294,6 +294,7 @@ async fn run_until_a_trigger_and_outcomes_combine() {
         errors: 1,
         panics: 0,
         timed_out: false,
+        closed_connections: 0,
     };
     assert_eq!(outcome.merge(failed).exit_code(), 1);
 }

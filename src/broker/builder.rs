@@ -9,13 +9,14 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use super::{Broker, Inner, Phase};
-use crate::connection::{Connector, Timeouts, Tls, Topology, default_dlq, dlq_slot_error};
-use crate::consumer::hygiene::Lease;
-use crate::consumer::{ConsumerOptions, MAX_DURATION, Subscription, default_consumer_name};
+use crate::connection::{Connector, Timeouts, Tls, Topology};
+use crate::consumer::{ConsumerOptions, MAX_DURATION, Subscription};
 use crate::error::{BoxError, ConfigError};
 use crate::handler::{self, Delivery, ErasedHandler, HandlerResult, Message};
 use crate::hooks::{self, Hooks};
-use crate::status::Board;
+use crate::source::channel::{Channel, ChannelOptions, ChannelSub};
+use crate::source::list::{List, ListOptions, ListSub};
+use crate::source::{Source, typed_item};
 use crate::stream::{Codec, Stream, StreamNames};
 use crate::supervisor::RestartPolicy;
 
@@ -42,7 +43,7 @@ pub struct BrokerBuilder {
     startup_timeout: Duration,
     publish_timeout: Duration,
     hooks: Hooks,
-    subs: Vec<(StreamNames, ConsumerOptions, ErasedHandler)>,
+    subs: Vec<Pending>,
     pool_size: usize,
     shutdown_timeout: Duration,
     handle_signals: bool,
@@ -92,7 +93,7 @@ impl BrokerBuilder {
         Fut: Future<Output = HandlerResult> + 'static,
     {
         let h = handler::typed(stream.get_codec().clone(), handler);
-        self.subs.push((stream.names(), options, h));
+        self.subs.push(stream_source(stream.names(), options, h));
         self
     }
 
@@ -115,7 +116,7 @@ impl BrokerBuilder {
         Fut: Future<Output = HandlerResult> + 'static,
     {
         let h = handler::typed_with_context(stream.get_codec().clone(), handler);
-        self.subs.push((stream.names(), options, h));
+        self.subs.push(stream_source(stream.names(), options, h));
         self
     }
 
@@ -135,7 +136,44 @@ impl BrokerBuilder {
         Fut: Future<Output = HandlerResult> + 'static,
     {
         self.subs
-            .push((stream.names(), options, handler::whole(handler)));
+            .push(stream_source(stream.names(), options, handler::whole(handler)));
+        self
+    }
+
+    /// Subscribes a typed handler to a list: each item is decoded with the
+    /// list's codec into `T`. Reliable by default (`BLMOVE` onto this
+    /// consumer's processing list, `LREM` after `Ok`); see [`List`] and
+    /// [`ListOptions`] for retries, dead letters, crash recovery and the at
+    /// most once mode. An item that does not decode goes to the dead-letter
+    /// list at once.
+    pub fn subscribe_list<T, C, F, Fut>(mut self, list: &List<C>, options: ListOptions, handler: F) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        C: Codec,
+        F: Fn(T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + 'static,
+    {
+        self.subs.push(list_source(list, options, handler));
+        self
+    }
+
+    /// Subscribes a typed handler to a Pub/Sub channel or pattern: each
+    /// message is decoded with the channel's codec into `T`. At most once:
+    /// see [`Channel`] and [`ChannelOptions`]. A message that does not
+    /// decode, or whose handler fails, is logged and dropped.
+    pub fn subscribe_channel<T, C, F, Fut>(
+        mut self,
+        channel: &Channel<C>,
+        options: ChannelOptions,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        C: Codec,
+        F: Fn(T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + 'static,
+    {
+        self.subs.push(channel_source(channel, options, handler));
         self
     }
 
@@ -325,8 +363,6 @@ impl BrokerBuilder {
                 reason: "must be at least 1 connection".into(),
             });
         }
-        let mut subs: Vec<Arc<Subscription>> = Vec::with_capacity(self.subs.len());
-        let mut boards = Vec::with_capacity(self.subs.len());
         for (what, d) in [
             ("startup_timeout", self.startup_timeout),
             ("publish_timeout", self.publish_timeout),
@@ -340,63 +376,28 @@ impl BrokerBuilder {
                 });
             }
         }
-        for (mut names, opts, handler) in self.subs {
-            names.validate()?;
-            opts.validate(&names.name)?;
-            if connector.is_cluster() {
-                if names.dlq_default {
-                    names.dlq = default_dlq(&names.name).into();
-                }
-                if let Some(e) = dlq_slot_error(&names.name, &names.dlq) {
-                    return Err(e);
-                }
-            }
-            let consumer: Arc<str> = match &opts.consumer {
-                Some(c) => c.as_str().into(),
-                None => default_consumer_name(&names.group).into(),
-            };
-            if subs.iter().any(|s| {
-                s.names.name == names.name && s.names.group == names.group && s.consumer == consumer
-            }) {
-                return Err(ConfigError::DuplicateConsumer {
-                    stream: names.name.to_string(),
-                    group: names.group.to_string(),
-                    consumer: consumer.to_string(),
-                });
-            }
-            let board = Arc::new(Board::new(
-                names.name.clone(),
-                names.group.clone(),
-                consumer.clone(),
-                names.dlq.clone(),
-            ));
-            boards.push(board.clone());
-            let lease = opts
-                .lease_ttl
-                .map(|ttl| Lease::new(&names.name, &names.group, &consumer, ttl));
-            subs.push(Arc::new(Subscription {
-                lease,
-                names,
-                consumer,
-                opts,
-                handler,
-                drain_timeout: self.shutdown_timeout,
-                board,
-            }));
+        let cluster = connector.is_cluster();
+        let mut subs: Vec<Source> = Vec::with_capacity(self.subs.len());
+        for pending in self.subs {
+            let source = pending(cluster, self.shutdown_timeout)?;
+            check_unique(&subs, &source)?;
+            subs.push(source);
         }
+        let boards = subs.iter().map(|s| s.board().clone()).collect();
         Ok(Broker {
             inner: Arc::new(Inner {
                 connector,
                 startup_timeout: self.startup_timeout,
                 retention_period: self.retention_period,
                 status_period: self.status_period,
-                boards,
+                boards: Mutex::new(boards),
                 publish_timeout: self.publish_timeout,
                 pool_size: self.pool_size,
                 shutdown_timeout: self.shutdown_timeout,
                 handle_signals: self.handle_signals,
                 restart: self.restart,
                 setup: Mutex::new(Some((self.hooks, subs))),
+                supervisor: OnceLock::new(),
                 phase: watch::channel(Phase::Configured).0,
                 stop_req: watch::channel(None).0,
                 redis: OnceLock::new(),
@@ -405,4 +406,64 @@ impl BrokerBuilder {
             }),
         })
     }
+}
+
+/// A subscription as given to the builder, made into a [`Source`] by
+/// `build()` (or at once, for one added at run time), knowing whether the
+/// topology is a cluster and the drain deadline.
+pub(crate) type Pending = Box<dyn FnOnce(bool, Duration) -> Result<Source, ConfigError> + Send>;
+
+pub(crate) fn stream_source(names: StreamNames, opts: ConsumerOptions, handler: ErasedHandler) -> Pending {
+    Box::new(move |cluster, drain| {
+        Subscription::build(names, opts, handler, cluster, drain).map(|s| Source::Stream(Arc::new(s)))
+    })
+}
+
+pub(crate) fn list_source<T, C, F, Fut>(list: &List<C>, opts: ListOptions, handler: F) -> Pending
+where
+    T: DeserializeOwned + 'static,
+    C: Codec,
+    F: Fn(T) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + 'static,
+{
+    let list = list.clone();
+    let h = typed_item(list.get_codec().clone(), handler);
+    Box::new(move |cluster, drain| {
+        ListSub::build(&list, opts, h, cluster, drain).map(|s| Source::List(Arc::new(s)))
+    })
+}
+
+pub(crate) fn channel_source<T, C, F, Fut>(channel: &Channel<C>, opts: ChannelOptions, handler: F) -> Pending
+where
+    T: DeserializeOwned + 'static,
+    C: Codec,
+    F: Fn(T) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + 'static,
+{
+    let channel = channel.clone();
+    let h = typed_item(channel.get_codec().clone(), handler);
+    Box::new(move |_, _| {
+        ChannelSub::build(&channel, opts, h).map(|s| Source::Channel(Arc::new(s)))
+    })
+}
+
+/// Two subscriptions must not read as one consumer: the same stream, group
+/// and consumer name, or the same list and consumer name.
+pub(crate) fn check_unique(subs: &[Source], new: &Source) -> Result<(), ConfigError> {
+    let clash = |a: &Source| match (a, new) {
+        (Source::Stream(a), Source::Stream(b)) => {
+            a.names.name == b.names.name && a.names.group == b.names.group && a.consumer == b.consumer
+        }
+        (Source::List(a), Source::List(b)) => a.keys.list == b.keys.list && a.consumer == b.consumer,
+        _ => false,
+    };
+    if subs.iter().any(clash) {
+        let b = new.board();
+        return Err(ConfigError::DuplicateConsumer {
+            stream: b.stream.to_string(),
+            group: b.group.to_string(),
+            consumer: b.consumer.to_string(),
+        });
+    }
+    Ok(())
 }

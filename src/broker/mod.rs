@@ -1,7 +1,7 @@
 //! [`Broker`], the public handle (its phase, start, stop, publish, status),
 //! and [`BrokerBuilder`] (in `builder.rs`), which configures it.
 
-mod builder;
+pub(crate) mod builder;
 
 pub use builder::BrokerBuilder;
 
@@ -14,7 +14,7 @@ use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
 use crate::connection::{Connector, Topology};
-use crate::consumer::Subscription;
+use crate::source::Source;
 use crate::error::{Error, HookError, HookFailures};
 use crate::hooks::Hooks;
 use crate::outcome::SupervisorOutcome;
@@ -61,13 +61,14 @@ struct Inner {
     startup_timeout: Duration,
     retention_period: Duration,
     status_period: Duration,
-    boards: Vec<Arc<Board>>,
+    boards: Mutex<Vec<Arc<Board>>>,
     publish_timeout: Duration,
     pool_size: usize,
     shutdown_timeout: Duration,
     handle_signals: bool,
     restart: RestartPolicy,
-    setup: Mutex<Option<(Hooks, Vec<Arc<Subscription>>)>>,
+    setup: Mutex<Option<(Hooks, Vec<Source>)>>,
+    supervisor: OnceLock<Addr<Supervisor>>,
     phase: watch::Sender<Phase>,
     /// Set once, by the first stop request: the drain timeout to use.
     stop_req: watch::Sender<Option<Duration>>,
@@ -127,6 +128,15 @@ impl Broker {
     /// (standalone, Sentinel or Cluster).
     pub fn with_topology(topology: Topology) -> BrokerBuilder {
         BrokerBuilder::new(topology)
+    }
+
+    /// Starts configuring a broker on the application's own
+    /// `redis::Client` (a standalone server): see [`Topology::client`]. The
+    /// stop closes only the connections rillkit opened from it, and
+    /// reports how many shared ones in
+    /// [`SupervisorOutcome::closed_connections`].
+    pub fn from_client(client: redis::Client) -> BrokerBuilder {
+        BrokerBuilder::new(Topology::client(client))
     }
 
     /// Where the broker is in its lifecycle.
@@ -191,7 +201,8 @@ impl Broker {
             .take()
             .unwrap_or_default();
         let (tx, rx) = oneshot::channel();
-        Supervisor::new(self.clone(), hooks, subs, self.inner.restart, tx).start();
+        let sup = Supervisor::new(self.clone(), hooks, subs, self.inner.restart, tx).start();
+        let _ = self.inner.supervisor.set(sup);
         rx.await.unwrap_or(Err(Error::ShutDown))
     }
 
@@ -488,7 +499,7 @@ impl Broker {
             .map(|_| ())
     }
 
-    fn redis_addr(&self) -> Result<&Addr<RedisActor>, Error> {
+    pub(crate) fn redis_addr(&self) -> Result<&Addr<RedisActor>, Error> {
         match self.phase() {
             Phase::Stopped => Err(Error::ShutDown),
             _ => self.inner.redis.get().ok_or(Error::NotStarted),
@@ -538,8 +549,22 @@ impl Broker {
         self.inner.status_period
     }
 
-    pub(crate) fn boards(&self) -> &[Arc<Board>] {
-        &self.inner.boards
+    /// The live subscriptions' boards, in the order they were added.
+    pub(crate) fn boards(&self) -> Vec<Arc<Board>> {
+        self.inner.boards.lock().expect("boards lock").clone()
+    }
+
+    pub(crate) fn add_board(&self, board: Arc<Board>) {
+        self.inner.boards.lock().expect("boards lock").push(board);
+    }
+
+    /// A removed subscription leaves the status.
+    pub(crate) fn forget_board(&self, board: &Arc<Board>) {
+        self.inner
+            .boards
+            .lock()
+            .expect("boards lock")
+            .retain(|b| !Arc::ptr_eq(b, board));
     }
 
     /// A snapshot of the broker's status: its phase, and per subscription
@@ -558,8 +583,16 @@ impl Broker {
     pub fn status(&self) -> Status {
         Status {
             phase: self.phase(),
-            subscriptions: self.inner.boards.iter().map(|b| b.snapshot()).collect(),
+            subscriptions: self.boards().iter().map(|b| b.snapshot()).collect(),
         }
+    }
+
+    pub(crate) fn supervisor(&self) -> Option<Addr<Supervisor>> {
+        self.inner.supervisor.get().cloned()
+    }
+
+    pub(crate) fn shutdown_timeout(&self) -> Duration {
+        self.inner.shutdown_timeout
     }
 
     pub(crate) fn startup_timeout(&self) -> Duration {

@@ -22,7 +22,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{RedisConnectionInfo, TlsMode, Value};
+use redis::{Client, RedisConnectionInfo, TlsMode, Value};
 
 use super::topology::Kind;
 use super::{Timeouts, TlsSetup, connect_to, node_client, open, parse_addr, settings};
@@ -172,6 +172,13 @@ impl Cluster {
         key: &str,
         response_timeout: Duration,
     ) -> Result<(MultiplexedConnection, String), Error> {
+        let (client, node) = self.client_for(key).await?;
+        let conn = connect_to(&client, self.timeouts.connect, response_timeout).await?;
+        Ok((conn, node))
+    }
+
+    /// A client for the master that owns `key`'s slot, and its `host:port`.
+    pub(crate) async fn client_for(&self, key: &str) -> Result<(Client, String), Error> {
         let slot = key_slot(key.as_bytes());
         let hinted = self.moved.lock().expect("moved lock").remove(&slot);
         let (host, port) = match hinted {
@@ -180,8 +187,7 @@ impl Cluster {
         };
         let client =
             node_client(&host, port, &self.settings, self.tls.as_ref()).map_err(Error::Connect)?;
-        let conn = connect_to(&client, self.timeouts.connect, response_timeout).await?;
-        Ok((conn, format!("{host}:{port}")))
+        Ok((client, format!("{host}:{port}")))
     }
 
     /// Remembers where a `MOVED` answer said a slot went.

@@ -28,7 +28,7 @@ mod sentinel;
 mod topology;
 
 pub(crate) use classify::{Class, classify};
-pub(crate) use cluster::{default_dlq, dlq_slot_error};
+pub(crate) use cluster::{default_dlq, dlq_slot_error, key_slot};
 pub(crate) use pool::{Pool, Shared};
 pub(crate) use sentinel::Watcher;
 pub use topology::{Tls, Topology};
@@ -284,6 +284,21 @@ impl Connector {
                 .map_err(|e| ConfigError::Url(format!("{}: {e}", redact_url(url))))?;
                 (Target::Standalone(client), redact_url(url))
             }
+            Kind::Client(client) => {
+                if tls.is_some() {
+                    return Err(ConfigError::Invalid {
+                        stream: String::new(),
+                        option: "tls",
+                        reason: "a broker built on an application's redis::Client uses that client's TLS settings".into(),
+                    });
+                }
+                let info = client.get_connection_info();
+                if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
+                    ensure_crypto_provider();
+                }
+                let describe = format!("{} (the application's client)", info.addr());
+                (Target::Standalone((**client).clone()), describe)
+            }
             Kind::Sentinel { master, .. } => {
                 let tls = tls.map(TlsSetup::new);
                 if tls.is_some() {
@@ -390,6 +405,24 @@ impl Connector {
         };
         name_connection(&mut conn, name).await;
         Ok((conn, node))
+    }
+
+    /// A Pub/Sub connection for `channel`, one attempt: to the master of
+    /// the moment, or in a cluster to the master of the channel name's slot
+    /// (a cluster forwards every `PUBLISH` to every node). Pub/Sub
+    /// connections carry no `CLIENT SETNAME` name.
+    pub(crate) async fn pubsub(&self, channel: &str) -> Result<redis::aio::PubSub, Error> {
+        let client = match &self.inner.target {
+            Target::Cluster(c) => c.client_for(channel).await?.0,
+            _ => self.client().await?.expect("not a cluster"),
+        };
+        match tokio::time::timeout(self.inner.timeouts.connect, client.get_async_pubsub()).await {
+            Ok(r) => r.map_err(Error::Connect),
+            Err(_) => Err(Error::Connect(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connecting for Pub/Sub timed out",
+            )))),
+        }
     }
 
     /// A read answered `MOVED`: the next reader connection for that slot

@@ -54,6 +54,8 @@ pub(crate) enum Kind {
         nodes: Vec<String>,
         auth: Credentials,
     },
+    /// The application's own client (standalone; its TLS and credentials).
+    Client(Box<redis::Client>),
 }
 
 /// A username (optional: `default`) and a password.
@@ -73,6 +75,19 @@ impl fmt::Debug for Credentials {
 }
 
 impl Topology {
+    /// One server reached through the application's own `redis::Client`
+    /// (its address, credentials, database and TLS). rillkit opens every
+    /// connection it uses from it — the shared ones and one per
+    /// subscription — and closes only those at its stop; the client and any
+    /// connection the application opened from it are left alone.
+    /// [`BrokerBuilder::tls`](crate::BrokerBuilder::tls) does not apply:
+    /// the client carries its TLS settings.
+    pub fn client(client: redis::Client) -> Self {
+        Topology {
+            kind: Kind::Client(Box::new(client)),
+        }
+    }
+
     /// One server at `url`: `redis://[user:password@]host:port[/db]`, or
     /// `rediss://` for TLS (see [`Tls`] for a private CA or a client
     /// certificate).
@@ -138,7 +153,7 @@ impl Topology {
         match &mut self.kind {
             Kind::Sentinel { master_auth, .. } => *master_auth = creds,
             Kind::Cluster { auth, .. } => *auth = creds,
-            Kind::Standalone { .. } => {}
+            Kind::Standalone { .. } | Kind::Client(_) => {}
         }
         self
     }
@@ -196,6 +211,10 @@ impl fmt::Debug for Topology {
                 .debug_struct("Cluster")
                 .field("nodes", nodes)
                 .field("auth", auth)
+                .finish(),
+            Kind::Client(c) => f
+                .debug_struct("Client")
+                .field("addr", &c.get_connection_info().addr().to_string())
                 .finish(),
         }
     }

@@ -44,6 +44,7 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use futures::FutureExt;
+use futures::future::LocalBoxFuture;
 use tokio::sync::{oneshot, watch};
 
 use crate::handler::ErasedHandler;
@@ -66,6 +67,52 @@ pub(crate) struct Subscription {
     pub lease: Option<hygiene::Lease>,
 }
 
+impl Subscription {
+    /// Checks a stream subscription (its names, its options, under a
+    /// cluster its dead-letter stream's slot) and builds it.
+    pub(crate) fn build(
+        mut names: StreamNames,
+        opts: ConsumerOptions,
+        handler: ErasedHandler,
+        cluster: bool,
+        drain_timeout: std::time::Duration,
+    ) -> Result<Self, crate::error::ConfigError> {
+        names.validate()?;
+        opts.validate(&names.name)?;
+        if cluster {
+            if names.dlq_default {
+                names.dlq = crate::connection::default_dlq(&names.name).into();
+            }
+            if let Some(e) = crate::connection::dlq_slot_error(&names.name, &names.dlq) {
+                return Err(e);
+            }
+        }
+        let consumer: Arc<str> = match &opts.consumer {
+            Some(c) => c.as_str().into(),
+            None => default_consumer_name(&names.group).into(),
+        };
+        let board = Arc::new(crate::status::Board::new(
+            crate::source::SourceKind::Stream,
+            names.name.clone(),
+            names.group.clone(),
+            consumer.clone(),
+            names.dlq.clone(),
+        ));
+        let lease = opts
+            .lease_ttl
+            .map(|ttl| hygiene::Lease::new(&names.name, &names.group, &consumer, ttl));
+        Ok(Subscription {
+            lease,
+            names,
+            consumer,
+            opts,
+            handler,
+            drain_timeout,
+            board,
+        })
+    }
+}
+
 /// Sent by a consumer when its loop has ended, for whatever reason.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -80,53 +127,55 @@ pub(crate) struct ConsumerExited {
 #[rtype(result = "()")]
 pub(crate) struct Drain(pub Instant);
 
+/// The actor that runs one subscription's loop — of any kind: a stream's
+/// consumer loop, a list's, a channel's — and reports its end.
 pub(crate) struct ConsumerActor {
     broker: crate::Broker,
     index: usize,
-    sub: Arc<Subscription>,
-    redis: Addr<RedisActor>,
-    reclaimer: Addr<ReclaimerActor>,
+    run: Option<LocalBoxFuture<'static, ConsumerReport>>,
     exited: Recipient<ConsumerExited>,
     stop: watch::Sender<Option<Instant>>,
-    ready: Option<oneshot::Sender<()>>,
 }
 
 impl ConsumerActor {
+    /// `run` is the loop; it drains once `stop` (whose sender this actor
+    /// keeps) holds a deadline.
     pub(crate) fn new(
         broker: crate::Broker,
         index: usize,
-        sub: Arc<Subscription>,
-        redis: Addr<RedisActor>,
-        reclaimer: Addr<ReclaimerActor>,
+        run: LocalBoxFuture<'static, ConsumerReport>,
+        stop: watch::Sender<Option<Instant>>,
         exited: Recipient<ConsumerExited>,
-        ready: Option<oneshot::Sender<()>>,
     ) -> Self {
         ConsumerActor {
             broker,
             index,
-            sub,
-            redis,
-            reclaimer,
+            run: Some(run),
             exited,
-            stop: watch::channel(None).0,
-            ready,
+            stop,
         }
     }
+}
+
+/// A stream consumer's loop, for [`ConsumerActor::new`].
+pub(crate) fn stream_loop(
+    sub: Arc<Subscription>,
+    broker: crate::Broker,
+    redis: Addr<RedisActor>,
+    reclaimer: Addr<ReclaimerActor>,
+    stop: watch::Receiver<Option<Instant>>,
+    ready: Option<oneshot::Sender<()>>,
+) -> LocalBoxFuture<'static, ConsumerReport> {
+    Box::pin(run::consume(sub, broker, redis, reclaimer, stop, ready))
 }
 
 impl Actor for ConsumerActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let stop = self.stop.subscribe();
-        let run = run::consume(
-            self.sub.clone(),
-            self.broker.clone(),
-            self.redis.clone(),
-            self.reclaimer.clone(),
-            stop,
-            self.ready.take(),
-        );
+        let Some(run) = self.run.take() else {
+            return;
+        };
         // The actor boundary: a panic in rillkit's own loop code is caught here
         // and reported, never lost with the task.
         let guarded = AssertUnwindSafe(self.broker.within(run))

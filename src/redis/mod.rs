@@ -350,7 +350,7 @@ impl Handler<Unblock> for RedisActor {
 
 /// A Lua script (`EVALSHA`, loaded on `NOSCRIPT`) on a shared connection.
 /// Under a cluster every key must share one hash slot.
-#[derive(Message)]
+#[derive(Message, Clone)]
 #[rtype(result = "Result<Value, Error>")]
 pub(crate) struct Eval {
     pub script: &'static redis::Script,

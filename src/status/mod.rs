@@ -14,6 +14,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::Phase;
+use crate::source::SourceKind;
+
+/// An integer reply as `u64` (`None` for anything else, or a negative one).
+pub(crate) fn int(v: &redis::Value) -> Option<u64> {
+    match v {
+        redis::Value::Int(i) => u64::try_from(*i).ok(),
+        _ => None,
+    }
+}
 
 /// A snapshot of the broker: its phase and each subscription's status.
 #[derive(Debug, Clone)]
@@ -78,9 +87,11 @@ pub enum SubscriptionState {
 /// One subscription's status.
 #[derive(Debug, Clone)]
 pub struct SubscriptionStatus {
-    /// The stream key.
+    /// What it reads.
+    pub kind: SourceKind,
+    /// The key it reads: a stream, a list, or a channel (or pattern).
     pub stream: String,
-    /// The consumer group.
+    /// The consumer group (empty for lists and channels).
     pub group: String,
     /// This subscription's consumer name.
     pub consumer: String,
@@ -122,6 +133,7 @@ pub struct ServerFigures {
 /// One subscription's live status, shared by its consumer (which updates
 /// it) and the broker (which reads it).
 pub(crate) struct Board {
+    pub kind: SourceKind,
     pub stream: Arc<str>,
     pub group: Arc<str>,
     pub consumer: Arc<str>,
@@ -135,12 +147,14 @@ pub(crate) struct Board {
 
 impl Board {
     pub(crate) fn new(
+        kind: SourceKind,
         stream: Arc<str>,
         group: Arc<str>,
         consumer: Arc<str>,
         dlq: Arc<str>,
     ) -> Self {
         Board {
+            kind,
             stream,
             group,
             consumer,
@@ -196,6 +210,7 @@ impl Board {
 
     pub(crate) fn snapshot(&self) -> SubscriptionStatus {
         SubscriptionStatus {
+            kind: self.kind,
             stream: self.stream.to_string(),
             group: self.group.to_string(),
             consumer: self.consumer.to_string(),

@@ -12,19 +12,20 @@ use redis::Value;
 use super::{Board, ServerFigures};
 use crate::error::Error;
 use crate::redis::{Query, RedisActor};
+use crate::source::SourceKind;
 use crate::stream::EntryId;
 
 pub(crate) struct StatusPoller {
-    boards: Vec<Arc<Board>>,
+    broker: crate::Broker,
     redis: Addr<RedisActor>,
     period: Duration,
     busy: Arc<AtomicBool>,
 }
 
 impl StatusPoller {
-    pub(crate) fn new(boards: Vec<Arc<Board>>, redis: Addr<RedisActor>, period: Duration) -> Self {
+    pub(crate) fn new(broker: crate::Broker, redis: Addr<RedisActor>, period: Duration) -> Self {
         StatusPoller {
-            boards,
+            broker,
             redis,
             period,
             busy: Arc::default(),
@@ -35,9 +36,9 @@ impl StatusPoller {
         if self.busy.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (boards, redis, busy) = (self.boards.clone(), self.redis.clone(), self.busy.clone());
+        let (boards, redis, busy) = (self.broker.boards(), self.redis.clone(), self.busy.clone());
         actix_rt::spawn(async move {
-            for b in &boards {
+            for b in boards.iter().filter(|b| b.kind != SourceKind::Channel) {
                 match figures(&redis, b).await {
                     Ok(f) => {
                         crate::telemetry::polled(&b.stream, &b.group, &f);
@@ -65,14 +66,15 @@ async fn query(
         .unwrap_or(Err(Error::ShutDown))
 }
 
-fn int(v: &Value) -> Option<u64> {
-    match v {
-        Value::Int(i) => u64::try_from(*i).ok(),
-        _ => None,
-    }
-}
+use super::int;
 
 async fn figures(redis: &Addr<RedisActor>, b: &Board) -> Result<ServerFigures, Error> {
+    match b.kind {
+        SourceKind::Stream => {}
+        SourceKind::List | SourceKind::ListAtMostOnce => return list_figures(redis, b).await,
+        // Nothing on the server to poll: Pub/Sub keeps nothing.
+        SourceKind::Channel => unreachable!("channels are not polled"),
+    }
     let mut groups = redis::cmd("XINFO");
     groups.arg("GROUPS").arg(&*b.stream);
     let groups = query(redis, "xinfo|groups", groups).await?;
@@ -105,6 +107,31 @@ async fn figures(redis: &Addr<RedisActor>, b: &Board) -> Result<ServerFigures, E
         lag,
         pending,
         oldest_pending_age,
+        dead_letters,
+    })
+}
+
+/// A list's figures: lag is its length (`LLEN`), pending the length of
+/// this consumer's processing list, dead letters the dead-letter list's.
+async fn list_figures(redis: &Addr<RedisActor>, b: &Board) -> Result<ServerFigures, Error> {
+    let len = |key: &str| {
+        let mut cmd = redis::cmd("LLEN");
+        cmd.arg(key);
+        query(redis, "llen", cmd)
+    };
+    let lag = int(&len(&b.stream).await?);
+    let pending = if b.kind == SourceKind::List {
+        let keys = crate::source::list::ListKeys::new(b.stream.clone(), b.dlq.clone(), &b.consumer);
+        int(&len(&keys.processing).await?).unwrap_or(0)
+    } else {
+        0
+    };
+    let dead_letters = int(&len(&b.dlq).await?).unwrap_or(0);
+    Ok(ServerFigures {
+        polled_at: SystemTime::now(),
+        lag,
+        pending,
+        oldest_pending_age: None,
         dead_letters,
     })
 }

@@ -23,11 +23,14 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use backon::{BackoffBuilder, ExponentialBuilder};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::broker::{Broker, Phase};
 use crate::connection::{Class, Pool, wait_until_ready};
-use crate::consumer::{ConsumerActor, ConsumerExited, Drain, Subscription};
+use crate::consumer::{
+    ConsumerActor, ConsumerExited, ConsumerReport, Drain, Subscription, stream_loop,
+};
+use crate::source::Source;
 use crate::error::{Error, HookFailures};
 use crate::hooks::{Hooks, Stage};
 use crate::outcome::SupervisorOutcome;
@@ -63,21 +66,47 @@ impl Default for RestartPolicy {
 }
 
 struct Slot {
-    sub: Arc<Subscription>,
-    reclaimer: Addr<ReclaimerActor>,
+    source: Source,
+    /// A stream subscription's reclaimer (shared per (stream, group)).
+    reclaimer: Option<Addr<ReclaimerActor>>,
     addr: Option<Addr<ConsumerActor>>,
     restarts: VecDeque<Instant>,
     failed: bool,
+    /// Removed at run time: no longer restarted, counted or drained.
+    removed: bool,
+    /// Waits for the end of a subscription being removed.
+    on_removed: Option<oneshot::Sender<ConsumerReport>>,
+}
+
+impl Slot {
+    fn new(source: Source, reclaimer: Option<Addr<ReclaimerActor>>) -> Self {
+        Slot {
+            source,
+            reclaimer,
+            addr: None,
+            restarts: VecDeque::new(),
+            failed: false,
+            removed: false,
+            on_removed: None,
+        }
+    }
+
+    /// The source's name (stream, list or channel), for logs.
+    fn name(&self) -> Arc<str> {
+        self.source.board().stream.clone()
+    }
 }
 
 pub(crate) struct Supervisor {
     broker: Broker,
     hooks: Hooks,
-    subs: Vec<Arc<Subscription>>,
+    subs: Vec<Source>,
     restart: RestartPolicy,
     started: Option<oneshot::Sender<Result<(), Error>>>,
     redis: Option<Addr<RedisActor>>,
     slots: Vec<Slot>,
+    /// Consumers are running (`StartConsumers` has run).
+    running: bool,
     draining: bool,
     outcome: SupervisorOutcome,
     drained: Option<oneshot::Sender<SupervisorOutcome>>,
@@ -87,7 +116,7 @@ impl Supervisor {
     pub(crate) fn new(
         broker: Broker,
         hooks: Hooks,
-        subs: Vec<Arc<Subscription>>,
+        subs: Vec<Source>,
         restart: RestartPolicy,
         started: oneshot::Sender<Result<(), Error>>,
     ) -> Self {
@@ -99,6 +128,7 @@ impl Supervisor {
             started: Some(started),
             redis: None,
             slots: Vec::new(),
+            running: false,
             draining: false,
             outcome: SupervisorOutcome::default(),
             drained: None,
@@ -106,7 +136,29 @@ impl Supervisor {
     }
 
     fn live(&self) -> usize {
-        self.slots.iter().filter(|s| s.addr.is_some()).count()
+        self.slots
+            .iter()
+            .filter(|s| s.addr.is_some() && !s.removed)
+            .count()
+    }
+
+    /// One reclaimer per (stream, group), shared by its consumers: the one
+    /// a live slot already has, or a new one.
+    fn reclaimer_for(&self, sub: &Subscription, redis: &Addr<RedisActor>) -> Addr<ReclaimerActor> {
+        let n = &sub.names;
+        self.slots
+            .iter()
+            .filter(|s| !s.removed)
+            .filter_map(|s| match (&s.source, &s.reclaimer) {
+                (Source::Stream(o), Some(r))
+                    if o.names.name == n.name && o.names.group == n.group && r.connected() =>
+                {
+                    Some(r.clone())
+                }
+                _ => None,
+            })
+            .next()
+            .unwrap_or_else(|| ReclaimerActor::new(n.clone(), redis.clone()).start())
     }
 
     fn spawn_consumer(&mut self, index: usize, ctx: &mut Context<Self>) -> oneshot::Receiver<()> {
@@ -114,37 +166,52 @@ impl Supervisor {
         let Some(redis) = self.redis.clone() else {
             return rx;
         };
-        if self
-            .slots
-            .get(index)
-            .is_some_and(|s| !s.reclaimer.connected())
-        {
-            // It died (a panic): one new reclaimer for its (stream, group),
-            // shared by every slot that had the dead one.
-            let names = self.slots[index].sub.names.clone();
-            let fresh = ReclaimerActor::new(names.clone(), redis.clone()).start();
-            for s in &mut self.slots {
-                if s.sub.names.name == names.name
-                    && s.sub.names.group == names.group
-                    && !s.reclaimer.connected()
-                {
-                    s.reclaimer = fresh.clone();
-                }
-            }
-        }
-        let Some(slot) = self.slots.get_mut(index) else {
+        let Some(source) = self.slots.get(index).map(|s| s.source.clone()) else {
             return rx;
         };
-        let actor = ConsumerActor::new(
-            self.broker.clone(),
-            index,
-            slot.sub.clone(),
-            redis,
-            slot.reclaimer.clone(),
-            ctx.address().recipient(),
-            Some(ready),
-        );
-        slot.addr = Some(actor.start());
+        let (stop_tx, stop) = watch::channel(None);
+        let broker = self.broker.clone();
+        let run = match &source {
+            Source::Stream(sub) => {
+                let alive = self.slots[index]
+                    .reclaimer
+                    .as_ref()
+                    .is_some_and(Addr::connected);
+                if !alive {
+                    // It died (a panic): one new reclaimer for its (stream,
+                    // group), shared by every slot that had the dead one.
+                    let fresh = ReclaimerActor::new(sub.names.clone(), redis.clone()).start();
+                    for s in &mut self.slots {
+                        if let (Source::Stream(o), Some(r)) = (&s.source, &mut s.reclaimer) {
+                            if o.names.name == sub.names.name
+                                && o.names.group == sub.names.group
+                                && !r.connected()
+                            {
+                                *r = fresh.clone();
+                            }
+                        }
+                    }
+                    self.slots[index].reclaimer = Some(fresh);
+                }
+                let reclaimer = self.slots[index].reclaimer.clone().expect("set above");
+                stream_loop(sub.clone(), broker.clone(), redis, reclaimer, stop, Some(ready))
+            }
+            Source::List(sub) => Box::pin(crate::source::list::consume(
+                sub.clone(),
+                broker.clone(),
+                redis,
+                stop,
+                Some(ready),
+            )),
+            Source::Channel(sub) => Box::pin(crate::source::channel::consume(
+                sub.clone(),
+                broker.clone(),
+                stop,
+                Some(ready),
+            )),
+        };
+        let actor = ConsumerActor::new(broker, index, run, stop_tx, ctx.address().recipient());
+        self.slots[index].addr = Some(actor.start());
         rx
     }
 
@@ -184,37 +251,78 @@ impl Handler<StartConsumers> for Supervisor {
     fn handle(&mut self, msg: StartConsumers, ctx: &mut Self::Context) -> Self::Result {
         let redis = msg.0;
         self.redis = Some(redis.clone());
-        // One reclaimer per (stream, group), shared by its consumers.
-        let mut reclaimers: Vec<(Arc<str>, Arc<str>, Addr<ReclaimerActor>)> = Vec::new();
-        let mut reclaimer_for = |sub: &Subscription| {
-            let n = &sub.names;
-            if let Some((_, _, a)) = reclaimers
-                .iter()
-                .find(|(s, g, _)| *s == n.name && *g == n.group)
-            {
-                return a.clone();
-            }
-            let a = ReclaimerActor::new(n.clone(), redis.clone()).start();
-            reclaimers.push((n.name.clone(), n.group.clone(), a.clone()));
-            a
-        };
-        self.slots = self
-            .subs
-            .iter()
-            .map(|sub| Slot {
-                sub: sub.clone(),
-                reclaimer: reclaimer_for(sub),
-                addr: None,
-                restarts: VecDeque::new(),
-                failed: false,
-            })
-            .collect();
+        self.running = true;
+        for source in self.subs.clone() {
+            let reclaimer = source.as_stream().map(|s| self.reclaimer_for(s, &redis));
+            self.slots.push(Slot::new(source, reclaimer));
+        }
         let ready: Vec<_> = (0..self.slots.len())
             .map(|i| self.spawn_consumer(i, ctx))
             .collect();
         Box::pin(async move {
             futures::future::join_all(ready).await;
         })
+    }
+}
+
+/// Adds a subscription to a running broker and starts its consumer;
+/// answers its index once it has started reading.
+#[derive(Message)]
+#[rtype(result = "Result<usize, Error>")]
+pub(crate) struct AddSource(pub Source);
+
+impl Handler<AddSource> for Supervisor {
+    type Result = ResponseFuture<Result<usize, Error>>;
+
+    fn handle(&mut self, msg: AddSource, ctx: &mut Self::Context) -> Self::Result {
+        let (Some(redis), true, false) = (self.redis.clone(), self.running, self.draining) else {
+            let e = if self.draining {
+                Error::ShutDown
+            } else {
+                Error::NotStarted
+            };
+            return Box::pin(async move { Err(e) });
+        };
+        let reclaimer = msg.0.as_stream().map(|s| self.reclaimer_for(s, &redis));
+        self.slots.push(Slot::new(msg.0, reclaimer));
+        let index = self.slots.len() - 1;
+        let ready = self.spawn_consumer(index, ctx);
+        Box::pin(async move {
+            let _ = ready.await;
+            Ok(index)
+        })
+    }
+}
+
+/// Removes a subscription added at run time (or at build time): its
+/// consumer drains with the deadline; answers its report once it ended.
+#[derive(Message)]
+#[rtype(result = "Option<oneshot::Receiver<ConsumerReport>>")]
+pub(crate) struct RemoveSource(pub usize, pub Instant);
+
+impl Handler<RemoveSource> for Supervisor {
+    type Result = Option<oneshot::Receiver<ConsumerReport>>;
+
+    fn handle(&mut self, msg: RemoveSource, _: &mut Self::Context) -> Self::Result {
+        let slot = self.slots.get_mut(msg.0)?;
+        if slot.removed {
+            return None;
+        }
+        slot.removed = true;
+        let (tx, rx) = oneshot::channel();
+        match &slot.addr {
+            Some(addr) => {
+                slot.on_removed = Some(tx);
+                addr.do_send(Drain(msg.1));
+            }
+            None => {
+                // Between restarts, or failed: nothing runs.
+                let _ = tx.send(ConsumerReport::default());
+            }
+        }
+        self.broker.forget_board(slot.source.board());
+        self.maybe_drained();
+        Some(rx)
     }
 }
 
@@ -228,7 +336,7 @@ impl Handler<DrainAll> for Supervisor {
 
     fn handle(&mut self, msg: DrainAll, _: &mut Self::Context) -> Self::Result {
         self.draining = true;
-        for slot in &self.slots {
+        for slot in self.slots.iter().filter(|s| !s.removed) {
             if let Some(addr) = &slot.addr {
                 addr.do_send(Drain(msg.0));
             }
@@ -262,6 +370,18 @@ impl Handler<ConsumerExited> for Supervisor {
         };
         slot.addr = None;
         let failed_run = report.error.is_some() || report.panic.is_some();
+        if slot.removed {
+            // A removed subscription counts in the final outcome as it
+            // would have at the stop.
+            self.outcome.timed_out |= report.timed_out;
+            self.outcome.errors += usize::from(report.error.is_some());
+            self.outcome.panics += usize::from(report.panic.is_some());
+            if let Some(tx) = slot.on_removed.take() {
+                let _ = tx.send(report);
+            }
+            self.maybe_drained();
+            return;
+        }
         if self.draining {
             self.outcome.timed_out |= report.timed_out;
             self.outcome.errors += usize::from(report.error.is_some());
@@ -275,7 +395,8 @@ impl Handler<ConsumerExited> for Supervisor {
         }
         // Every escaped panic counts, restarted or not.
         self.outcome.panics += usize::from(report.panic.is_some());
-        let stream = slot.sub.names.name.clone();
+        let stream = slot.name();
+        let board = slot.source.board().clone();
         let now = Instant::now();
         while slot
             .restarts
@@ -286,12 +407,11 @@ impl Handler<ConsumerExited> for Supervisor {
         }
         if slot.restarts.len() >= self.restart.max_restarts {
             slot.failed = true;
-            slot.sub
-                .board
-                .set_state(crate::status::SubscriptionState::Failed);
+            board.set_state(crate::status::SubscriptionState::Failed);
             self.outcome.errors += 1;
             tracing::error!(stream = %stream, restarts = slot.restarts.len(), "consumer failed past its restart limit; subscription is failed");
-            if self.slots.iter().all(|s| s.failed) {
+            let mut kept = self.slots.iter().filter(|s| !s.removed).peekable();
+            if kept.peek().is_some() && kept.all(|s| s.failed) {
                 tracing::error!("every subscription has failed; stopping the broker");
                 self.broker.request_stop();
             }
@@ -305,12 +425,10 @@ impl Handler<ConsumerExited> for Supervisor {
             .nth(slot.restarts.len())
             .unwrap_or(self.restart.max_backoff);
         slot.restarts.push_back(now);
-        crate::telemetry::restarted(&stream, &slot.sub.names.group);
-        slot.sub
-            .board
-            .set_state(crate::status::SubscriptionState::Restarting {
-                restarts: slot.restarts.len(),
-            });
+        crate::telemetry::restarted(&stream, &board.group);
+        board.set_state(crate::status::SubscriptionState::Restarting {
+            restarts: slot.restarts.len(),
+        });
         tracing::warn!(
             stream = %stream,
             error = ?report.error.as_ref().map(|e| e.to_string()),
@@ -320,7 +438,7 @@ impl Handler<ConsumerExited> for Supervisor {
         );
         let index = msg.index;
         ctx.run_later(delay, move |act, ctx| {
-            if !act.draining {
+            if !act.draining && !act.slots[index].removed {
                 // Nobody waits for a restarted consumer to be ready.
                 drop(act.spawn_consumer(index, ctx));
             }
@@ -332,7 +450,7 @@ impl Handler<ConsumerExited> for Supervisor {
 async fn lifecycle(
     broker: Broker,
     hooks: Hooks,
-    subs: Vec<Arc<Subscription>>,
+    subs: Vec<Source>,
     me: Addr<Supervisor>,
     started: Option<oneshot::Sender<Result<(), Error>>>,
 ) {
@@ -378,8 +496,9 @@ async fn lifecycle(
         return report_start(abort_start(broker.clone(), hooks.clone()).await);
     }
     // 2. PING (waiting for a server that is starting); then the shared pool.
+    let streams: Vec<Arc<Subscription>> = subs.iter().filter_map(Source::as_stream).cloned().collect();
     let connected = tokio::select! {
-        r = connect(&broker, &subs) => Some(r),
+        r = connect(&broker, &streams) => Some(r),
         () = broker.wait_stop_requested() => None,
     };
     let redis = match connected {
@@ -392,12 +511,12 @@ async fn lifecycle(
     // 4. Consumers, and retention for the streams that ask for it.
     let _ = me.send(StartConsumers(redis.clone())).await;
     let retention = crate::retention::start(
-        subs.iter().map(|s| &s.names),
+        streams.iter().map(|s| &s.names),
         &redis,
         broker.retention_period(),
     );
     let poller = crate::status::StatusPoller::new(
-        broker.boards().to_vec(),
+        broker.clone(),
         redis.clone(),
         broker.status_period(),
     )
@@ -438,7 +557,15 @@ async fn lifecycle(
     // 8. Close the connections.
     broker.set_phase(Phase::Stopped);
     let closed = redis.send(Close).await.unwrap_or(0);
-    tracing::debug!(connections = closed, "shared connections closed");
+    let outcome = SupervisorOutcome {
+        closed_connections: closed,
+        ..outcome
+    };
+    tracing::info!(
+        connections = closed,
+        exit_code = outcome.exit_code(),
+        "stopped; shared pool connections closed"
+    );
     // 9. Every after_shutdown hook.
     failures.extend(hooks.run(Stage::AfterShutdown, &broker, true).await);
 

@@ -1,0 +1,239 @@
+//! The loop of one Pub/Sub subscription: a reader that keeps its own
+//! connection subscribed (again after every reconnect) and moves each
+//! message into a bounded buffer, and up to `concurrency` handlers fed from
+//! that buffer.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::future::LocalBoxFuture;
+use futures::stream::FuturesUnordered;
+use tokio::sync::{Notify, oneshot, watch};
+
+use super::ChannelSub;
+use crate::Broker;
+use crate::connection::Retry;
+use crate::consumer::ConsumerReport;
+use crate::error::Error;
+use crate::source::{Ran, run_guarded};
+use crate::status::SubscriptionState;
+
+/// Messages dropped because the buffer was full.
+pub(crate) const DROPPED: &str = "rillkit_channel_dropped_total";
+
+/// How often, at most, dropping messages is logged (with the count since
+/// the last line).
+const DROP_LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// Received messages waiting for a handler.
+struct Buffer {
+    messages: VecDeque<Vec<u8>>,
+    capacity: usize,
+    dropped_unlogged: u64,
+    last_log: Option<Instant>,
+}
+
+impl Buffer {
+    fn push(&mut self, sub: &ChannelSub, message: Vec<u8>) {
+        if self.messages.len() >= self.capacity {
+            self.messages.pop_front();
+            self.dropped_unlogged += 1;
+            metrics::counter!(DROPPED, "stream" => sub.name.to_string(), "group" => "").increment(1);
+            if self.last_log.is_none_or(|t| t.elapsed() >= DROP_LOG_EVERY) {
+                tracing::warn!(
+                    channel = %sub.name,
+                    dropped = self.dropped_unlogged,
+                    buffer = self.capacity,
+                    "the handlers do not keep up with the channel; dropping the oldest buffered messages"
+                );
+                self.dropped_unlogged = 0;
+                self.last_log = Some(Instant::now());
+            }
+        }
+        self.messages.push_back(message);
+    }
+}
+
+/// Runs one Pub/Sub subscription until it is told to drain.
+pub(crate) async fn consume(
+    sub: Arc<ChannelSub>,
+    broker: Broker,
+    mut stop: watch::Receiver<Option<Instant>>,
+    ready: Option<oneshot::Sender<()>>,
+) -> ConsumerReport {
+    let buffer = Rc::new(RefCell::new(Buffer {
+        messages: VecDeque::new(),
+        capacity: sub.opts.buffer,
+        dropped_unlogged: 0,
+        last_log: None,
+    }));
+    let arrived = Rc::new(Notify::new());
+    let (subscribed_tx, subscribed) = oneshot::channel();
+    let mut reader: LocalBoxFuture<'static, ()> = Box::pin(read(
+        sub.clone(),
+        broker.clone(),
+        buffer.clone(),
+        arrived.clone(),
+        subscribed_tx,
+    ));
+    // Ready once subscribed the first time (or stopped): a message published
+    // after start() returned is then seen.
+    tokio::select! {
+        () = &mut reader => {}
+        _ = subscribed => {}
+        _ = stop.wait_for(Option::is_some) => {}
+    }
+    if let Some(tx) = ready {
+        let _ = tx.send(());
+    }
+    let mut running: FuturesUnordered<LocalBoxFuture<'static, (Ran, Duration)>> =
+        FuturesUnordered::new();
+    let deadline = loop {
+        if let Some(d) = *stop.borrow() {
+            break d;
+        }
+        while running.len() < sub.opts.concurrency {
+            let Some(message) = buffer.borrow_mut().messages.pop_front() else {
+                break;
+            };
+            running.push(start(&sub, &message));
+        }
+        tokio::select! {
+            biased;
+            _ = stop.changed() => {}
+            Some(done) = running.next(), if !running.is_empty() => finished(&sub, done),
+            () = arrived.notified() => {}
+            () = &mut reader => {}
+        }
+    };
+    // Stop reading (dropping the connection ends the subscription); what
+    // is buffered is dropped: at most once.
+    drop(reader);
+    let left = buffer.borrow().messages.len();
+    if left > 0 {
+        tracing::info!(channel = %sub.name, messages = left, "dropping buffered messages not yet handled (Pub/Sub is at most once)");
+    }
+    let until = tokio::time::Instant::from_std(deadline);
+    let mut timed_out = false;
+    while !running.is_empty() {
+        tokio::select! {
+            Some(done) = running.next() => finished(&sub, done),
+            () = tokio::time::sleep_until(until) => {
+                timed_out = true;
+                tracing::warn!(channel = %sub.name, handlers = running.len(), "drain deadline passed with channel handlers still running");
+                break;
+            }
+        }
+    }
+    sub.board.set_state(SubscriptionState::Stopped);
+    ConsumerReport {
+        error: None,
+        panic: None,
+        timed_out,
+    }
+}
+
+fn start(sub: &ChannelSub, message: &[u8]) -> LocalBoxFuture<'static, (Ran, Duration)> {
+    match (sub.handler)(message) {
+        Ok(fut) => {
+            let span = tracing::info_span!("rillkit.handle", channel = %sub.name, consumer = %sub.consumer);
+            Box::pin(tracing::Instrument::instrument(run_guarded(fut), span))
+        }
+        Err(e) => {
+            let error = format!("message does not decode: {e}");
+            Box::pin(async move {
+                (
+                    Ran::Failed {
+                        error,
+                        reject: true,
+                    },
+                    Duration::ZERO,
+                )
+            })
+        }
+    }
+}
+
+fn finished(sub: &ChannelSub, (ran, took): (Ran, Duration)) {
+    let name = sub.name.to_string();
+    metrics::histogram!(crate::telemetry::HANDLER_DURATION, "stream" => name.clone(), "group" => "")
+        .record(took.as_secs_f64());
+    match ran {
+        Ran::Ok => {
+            sub.board.handled();
+            metrics::counter!(crate::telemetry::HANDLED, "stream" => name, "group" => "")
+                .increment(1);
+        }
+        Ran::Failed { error, .. } => {
+            sub.board.failed();
+            metrics::counter!(crate::telemetry::FAILED, "stream" => name, "group" => "")
+                .increment(1);
+            tracing::warn!(channel = %sub.name, error = %error, "channel message failed; it is not retried (Pub/Sub is at most once)");
+        }
+    }
+}
+
+/// Keeps a connection subscribed and moves every message into the buffer;
+/// a closed connection (a restart, a failover, or Redis closing it at its
+/// `client-output-buffer-limit pubsub`) is opened and subscribed again with
+/// backoff. Never ends.
+async fn read(
+    sub: Arc<ChannelSub>,
+    broker: Broker,
+    buffer: Rc<RefCell<Buffer>>,
+    arrived: Rc<Notify>,
+    subscribed: oneshot::Sender<()>,
+) {
+    let mut subscribed = Some(subscribed);
+    let mut retry = Retry::default();
+    let mut was_subscribed = false;
+    loop {
+        let pubsub = async {
+            let mut ps = broker.connector().pubsub(&sub.name).await?;
+            if sub.pattern {
+                ps.psubscribe(&*sub.name).await
+            } else {
+                ps.subscribe(&*sub.name).await
+            }
+            .map_err(Error::from_redis)?;
+            Ok::<_, Error>(ps)
+        }
+        .await;
+        let ps = match pubsub {
+            Ok(ps) => ps,
+            Err(e) => {
+                sub.board.read_failed(&e.to_string());
+                let (delay, log) = retry.failed();
+                if log {
+                    tracing::warn!(channel = %sub.name, error = %e, retry_in_ms = delay.as_millis() as u64, failures = retry.failures(), "subscribing failed; retrying");
+                }
+                tokio::time::sleep(delay).await;
+                continue;
+            }
+        };
+        if std::mem::replace(&mut was_subscribed, true) {
+            tracing::info!(channel = %sub.name, "subscribed again after the connection closed; messages published meanwhile were not received");
+        }
+        retry.succeeded();
+        sub.board.read_ok();
+        if let Some(tx) = subscribed.take() {
+            let _ = tx.send(());
+        }
+        let mut messages = ps.into_on_message();
+        while let Some(msg) = messages.next().await {
+            buffer
+                .borrow_mut()
+                .push(&sub, msg.get_payload_bytes().to_vec());
+            arrived.notify_one();
+        }
+        let e = "the Pub/Sub connection closed (a restart or failover, or Redis's client-output-buffer-limit for pubsub)";
+        tracing::warn!(channel = %sub.name, "{e}; subscribing again");
+        sub.board.read_failed(e);
+        crate::telemetry::reconnected(&sub.name, "");
+        tokio::time::sleep(retry.failed().0).await;
+    }
+}

@@ -1,0 +1,471 @@
+//! List subscriptions: [`List`] (a Redis list, described once for producers
+//! and consumers) and [`ListOptions`].
+//!
+//! *Reliable* (the default): each item is moved atomically from the list
+//! onto this consumer's processing list (`BLMOVE <list> <processing> RIGHT
+//! LEFT`) and removed from there (`LREM`) once its handler succeeded. A
+//! failed item stays on the processing list, waits out its backoff in this
+//! consumer and runs again, up to `max_retries` more times; then it moves to
+//! the dead-letter list. A consumer keeps a heartbeat key alive and is
+//! registered beside the list; when its heartbeat lapses (the process died),
+//! a surviving consumer of the list moves its processing list back onto the
+//! list, in one script, once.
+//!
+//! *At most once* ([`ListOptions::at_most_once`]): `BRPOP`. An item is gone
+//! from Redis once popped: a crash loses the items being handled.
+
+mod run;
+mod scripts;
+
+pub(crate) use run::consume;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::consumer::{MAX_DURATION, RetryBackoff};
+use crate::error::{ConfigError, Error};
+use crate::status::Board;
+use crate::stream::{Codec, Json};
+use crate::{Broker, redis::Query};
+
+use super::{ItemHandler, slot_prefix};
+
+/// A Redis list as a source of work: its key, its dead-letter list and the
+/// codec of its items. Producers and consumers share one description.
+///
+/// Items are the codec's bytes (JSON by default), so any client's `LPUSH`
+/// produces for rillkit: `LPUSH jobs '{"id":7}'`. Consumers pop from the
+/// right, so a list fed with `LPUSH` is handled in push order.
+///
+/// ```
+/// use rillkit::List;
+///
+/// let jobs = List::new("jobs");
+/// assert_eq!(jobs.get_dlq_name(), "jobs-dlq");
+/// ```
+#[derive(Debug, Clone)]
+pub struct List<C: Codec = Json> {
+    name: Arc<str>,
+    dlq: Option<Arc<str>>,
+    codec: C,
+}
+
+impl List<Json> {
+    /// A list named `name`, items in JSON, dead letters in `<name>-dlq`.
+    pub fn new(name: impl Into<String>) -> Self {
+        List {
+            name: name.into().into(),
+            dlq: None,
+            codec: Json,
+        }
+    }
+}
+
+impl<C: Codec> List<C> {
+    /// The list's key.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets the dead-letter list (default `<name>-dlq`; under a cluster,
+    /// `{<name>}-dlq` unless the name holds a hash tag, so that it shares
+    /// the list's slot).
+    pub fn dlq_name(mut self, name: impl Into<String>) -> Self {
+        self.dlq = Some(name.into().into());
+        self
+    }
+
+    /// The dead-letter list's key (the default for a standalone server).
+    pub fn get_dlq_name(&self) -> String {
+        self.dlq
+            .as_deref()
+            .map_or_else(|| format!("{}-dlq", self.name), str::to_owned)
+    }
+
+    /// Uses another codec for the items.
+    pub fn codec<D: Codec>(self, codec: D) -> List<D> {
+        List {
+            name: self.name,
+            dlq: self.dlq,
+            codec,
+        }
+    }
+
+    /// The codec.
+    pub fn get_codec(&self) -> &C {
+        &self.codec
+    }
+
+    pub(crate) fn dlq_or_default(&self, cluster: bool) -> Arc<str> {
+        match &self.dlq {
+            Some(d) => d.clone(),
+            None if cluster => crate::connection::default_dlq(&self.name).into(),
+            None => format!("{}-dlq", self.name).into(),
+        }
+    }
+}
+
+/// How a list subscription reads and retries.
+///
+/// | option | default |
+/// |--------|---------|
+/// | [`consumer`](Self::consumer) | `<list>-<hostname>-<pid>` |
+/// | [`concurrency`](Self::concurrency) | 1 handler at a time |
+/// | [`max_retries`](Self::max_retries) | 3 runs after the first; then the dead-letter list |
+/// | [`retry_backoff`](Self::retry_backoff) | 1 s doubling, at most 60 s, with jitter |
+/// | [`block`](Self::block) | 5 s |
+/// | [`heartbeat_ttl`](Self::heartbeat_ttl) | 10 s |
+/// | [`at_most_once`](Self::at_most_once) | off: reliable |
+#[derive(Debug, Clone)]
+pub struct ListOptions {
+    pub(crate) consumer: Option<String>,
+    pub(crate) concurrency: usize,
+    pub(crate) max_retries: u64,
+    pub(crate) retry_backoff: RetryBackoff,
+    pub(crate) block: Duration,
+    pub(crate) heartbeat_ttl: Duration,
+    pub(crate) at_most_once: bool,
+}
+
+impl Default for ListOptions {
+    fn default() -> Self {
+        ListOptions {
+            consumer: None,
+            concurrency: 1,
+            max_retries: 3,
+            retry_backoff: RetryBackoff::default(),
+            block: Duration::from_secs(5),
+            heartbeat_ttl: Duration::from_secs(10),
+            at_most_once: false,
+        }
+    }
+}
+
+/// The longest wait between two runs of a failed item.
+pub(crate) const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+
+impl ListOptions {
+    /// The consumer's name: it names the processing list
+    /// (`{<list>}:rillkit:processing:<consumer>`) and the heartbeat key.
+    /// Two live processes must not share one.
+    pub fn consumer(mut self, name: impl Into<String>) -> Self {
+        self.consumer = Some(name.into());
+        self
+    }
+
+    /// How many handlers run at once (default 1). Each pops its own item.
+    pub fn concurrency(mut self, handlers: usize) -> Self {
+        self.concurrency = handlers;
+        self
+    }
+
+    /// How many times a failed item runs again before it goes to the
+    /// dead-letter list: a handler runs at most `max_retries + 1` times per
+    /// item (default 3).
+    pub fn max_retries(mut self, retries: u64) -> Self {
+        self.max_retries = retries;
+        self
+    }
+
+    /// How long a failed item waits before it runs again (default 1 s
+    /// doubling, capped at 60 s, with jitter). The item waits on this
+    /// consumer's processing list.
+    pub fn retry_backoff(mut self, backoff: RetryBackoff) -> Self {
+        self.retry_backoff = backoff;
+        self
+    }
+
+    /// How long one blocking pop (`BLMOVE`, `BRPOP`) waits for an item
+    /// before it is sent again (default 5 s, at least 10 ms). A stop or a
+    /// removal cuts it short with `CLIENT UNBLOCK`.
+    pub fn block(mut self, block: Duration) -> Self {
+        self.block = block;
+        self
+    }
+
+    /// The TTL of this consumer's heartbeat key (default 10 s, at least
+    /// 100 ms), renewed every `ttl / 3`. Once it has lapsed, the other
+    /// consumers of the list take this consumer for dead and move its
+    /// processing list back onto the list: a crash costs a redelivery of
+    /// what it held after at most about this long.
+    pub fn heartbeat_ttl(mut self, ttl: Duration) -> Self {
+        self.heartbeat_ttl = ttl;
+        self
+    }
+
+    /// Pops with `BRPOP` instead: no processing list, no retries, no
+    /// heartbeat. An item is gone from Redis once popped; one that fails, or
+    /// does not decode, is written to the dead-letter list for the record,
+    /// and one being handled when the process dies is lost.
+    pub fn at_most_once(mut self) -> Self {
+        self.at_most_once = true;
+        self
+    }
+
+    /// [`consumer`](Self::consumer), when set.
+    pub fn get_consumer(&self) -> Option<&str> {
+        self.consumer.as_deref()
+    }
+
+    /// [`concurrency`](Self::concurrency).
+    pub fn get_concurrency(&self) -> usize {
+        self.concurrency
+    }
+
+    /// [`max_retries`](Self::max_retries).
+    pub fn get_max_retries(&self) -> u64 {
+        self.max_retries
+    }
+
+    /// [`block`](Self::block).
+    pub fn get_block(&self) -> Duration {
+        self.block
+    }
+
+    /// [`heartbeat_ttl`](Self::heartbeat_ttl).
+    pub fn get_heartbeat_ttl(&self) -> Duration {
+        self.heartbeat_ttl
+    }
+
+    /// Whether [`at_most_once`](Self::at_most_once) is set.
+    pub fn is_at_most_once(&self) -> bool {
+        self.at_most_once
+    }
+
+    pub(crate) fn validate(&self, list: &str) -> Result<(), ConfigError> {
+        let bad = |option: &'static str, reason: &str| {
+            Err(ConfigError::Invalid {
+                stream: list.to_owned(),
+                option,
+                reason: reason.to_owned(),
+            })
+        };
+        if list.is_empty() {
+            return bad("name", "a list needs a name");
+        }
+        if self.concurrency == 0 {
+            return bad("concurrency", "must be at least 1");
+        }
+        if self.block < Duration::from_millis(10) || self.block > MAX_DURATION {
+            return bad("block", "must be at least 10 ms and at most 365 days");
+        }
+        if self.heartbeat_ttl < Duration::from_millis(100) || self.heartbeat_ttl > MAX_DURATION {
+            return bad(
+                "heartbeat_ttl",
+                "must be at least 100 ms and at most 365 days",
+            );
+        }
+        if self.consumer.as_deref().is_some_and(str::is_empty) {
+            return bad("consumer", "must not be empty");
+        }
+        Ok(())
+    }
+}
+
+/// The keys one list consumer uses.
+#[derive(Debug, Clone)]
+pub(crate) struct ListKeys {
+    pub list: Arc<str>,
+    pub dlq: Arc<str>,
+    /// `<prefix>:rillkit:` — the prefix of the consumer-specific keys.
+    pub own: String,
+    pub processing: String,
+    pub heartbeat: String,
+    pub registry: String,
+    pub attempts: String,
+}
+
+impl ListKeys {
+    pub(crate) fn new(list: Arc<str>, dlq: Arc<str>, consumer: &str) -> Self {
+        let own = format!("{}:rillkit:", slot_prefix(&list));
+        ListKeys {
+            processing: format!("{own}processing:{consumer}"),
+            heartbeat: format!("{own}heartbeat:{consumer}"),
+            registry: format!("{own}consumers"),
+            attempts: format!("{own}attempts"),
+            own,
+            list,
+            dlq,
+        }
+    }
+}
+
+/// One list subscription as configured.
+pub(crate) struct ListSub {
+    pub keys: ListKeys,
+    pub consumer: Arc<str>,
+    pub opts: ListOptions,
+    pub handler: ItemHandler,
+    pub drain_timeout: Duration,
+    pub board: Arc<Board>,
+}
+
+impl ListSub {
+    /// Checks a list subscription and builds it.
+    pub(crate) fn build<C: Codec>(
+        list: &List<C>,
+        opts: ListOptions,
+        handler: ItemHandler,
+        cluster: bool,
+        drain_timeout: Duration,
+    ) -> Result<Self, ConfigError> {
+        opts.validate(list.name())?;
+        let dlq = list.dlq_or_default(cluster);
+        let consumer: Arc<str> = match &opts.consumer {
+            Some(c) => c.as_str().into(),
+            None => crate::consumer::default_consumer_name(list.name()).into(),
+        };
+        let keys = ListKeys::new(list.name.clone(), dlq.clone(), &consumer);
+        if cluster {
+            use crate::connection::key_slot;
+            let slot = key_slot(list.name().as_bytes());
+            for (option, key) in [("dlq_name", &*dlq), ("name", keys.processing.as_str())] {
+                if key_slot(key.as_bytes()) != slot {
+                    return Err(ConfigError::Invalid {
+                        stream: list.name().to_owned(),
+                        option,
+                        reason: format!(
+                            "{key:?} hashes to another cluster slot than the list; give the list a hash tag, like {{{}}}",
+                            list.name()
+                        ),
+                    });
+                }
+            }
+        }
+        let kind = if opts.at_most_once {
+            super::SourceKind::ListAtMostOnce
+        } else {
+            super::SourceKind::List
+        };
+        Ok(ListSub {
+            board: Arc::new(Board::new(
+                kind,
+                list.name.clone(),
+                "".into(),
+                consumer.clone(),
+                dlq,
+            )),
+            keys,
+            consumer,
+            opts,
+            handler,
+            drain_timeout,
+        })
+    }
+}
+
+/// The JSON document a dead letter of a list is: the item (as text when it
+/// is UTF-8, else its bytes as an array of numbers), why it failed, and
+/// where.
+#[derive(Serialize)]
+pub(crate) struct ListDeadLetter<'a> {
+    pub list: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item_bytes: Option<&'a [u8]>,
+    pub error: &'a str,
+    pub consumer: &'a str,
+    pub attempts: u64,
+    pub dead_lettered_at_ms: u64,
+}
+
+impl<'a> ListDeadLetter<'a> {
+    pub(crate) fn encode(
+        list: &'a str,
+        item: &'a [u8],
+        error: &'a str,
+        consumer: &'a str,
+        attempts: u64,
+    ) -> Vec<u8> {
+        let text = std::str::from_utf8(item).ok();
+        let letter = ListDeadLetter {
+            list,
+            item: text,
+            item_bytes: if text.is_some() { None } else { Some(item) },
+            error,
+            consumer,
+            attempts,
+            dead_lettered_at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        };
+        serde_json::to_vec(&letter).unwrap_or_default()
+    }
+}
+
+impl Broker {
+    /// Pushes one item onto a list (`LPUSH`), encoded with the list's codec.
+    /// Answers the list's length after the push.
+    ///
+    /// # Errors
+    /// [`Error::Encode`]; otherwise as [`publish`](Self::publish).
+    pub async fn publish_list<T: Serialize + ?Sized, C: Codec>(
+        &self,
+        list: &List<C>,
+        value: &T,
+    ) -> Result<u64, Error> {
+        let item = encode_item(list, value)?;
+        self.push(list, vec![item]).await
+    }
+
+    /// Pushes many items onto a list in one `LPUSH` (in the order given, so
+    /// consumers pop them in that order). Answers the list's length after
+    /// the push; nothing is sent when a value fails to encode or there is
+    /// none.
+    ///
+    /// # Errors
+    /// As [`publish_list`](Self::publish_list).
+    pub async fn publish_list_batch<T, C, I>(&self, list: &List<C>, values: I) -> Result<u64, Error>
+    where
+        T: Serialize,
+        C: Codec,
+        I: IntoIterator<Item = T>,
+    {
+        let items = values
+            .into_iter()
+            .map(|v| encode_item(list, &v))
+            .collect::<Result<Vec<_>, _>>()?;
+        if items.is_empty() {
+            return Ok(0);
+        }
+        self.push(list, items).await
+    }
+
+    async fn push<C: Codec>(&self, list: &List<C>, items: Vec<Vec<u8>>) -> Result<u64, Error> {
+        if list.name().is_empty() {
+            return Err(Error::Config(ConfigError::Invalid {
+                stream: String::new(),
+                option: "name",
+                reason: "a list needs a name".into(),
+            }));
+        }
+        let mut cmd = redis::cmd("LPUSH");
+        cmd.arg(list.name()).arg(items);
+        let v = self.query("lpush", cmd).await?;
+        Ok(crate::status::int(&v).unwrap_or(0))
+    }
+
+    /// A command on a shared connection.
+    pub(crate) async fn query(
+        &self,
+        acl: &'static str,
+        cmd: redis::Cmd,
+    ) -> Result<redis::Value, Error> {
+        self.redis_addr()?
+            .send(Query(acl, cmd))
+            .await
+            .map_err(|_| Error::ShutDown)?
+    }
+}
+
+fn encode_item<T: Serialize + ?Sized, C: Codec>(list: &List<C>, value: &T) -> Result<Vec<u8>, Error> {
+    list.get_codec()
+        .encode(value)
+        .map_err(|source| Error::Encode {
+            stream: list.name().to_owned(),
+            source,
+        })
+}

@@ -1,0 +1,571 @@
+//! The loop of one list consumer: pop (`BLMOVE`, or `BRPOP` at most once)
+//! on its own connection when a handler slot is free, run the handler,
+//! settle the item (`LREM`, or a move to the dead-letter list), keep the
+//! heartbeat alive and recover dead consumers' processing lists, and drain
+//! on a stop.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use futures::StreamExt;
+use futures::future::LocalBoxFuture;
+use futures::stream::FuturesUnordered;
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+use tokio::sync::{oneshot, watch};
+
+use super::scripts::{DEAD_LETTER, DONE, HEARTBEAT, PUT_BACK, RECOVER_DEAD, RETURN_OWN};
+use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
+use crate::Broker;
+use crate::connection::{Class, READ_TIMEOUT_MARGIN, Retry, client_name};
+use crate::consumer::ConsumerReport;
+use crate::error::Error;
+use crate::redis::{Eval, RedisActor, Unblock};
+use crate::source::{Ran, run_guarded, until_done};
+use crate::status::SubscriptionState;
+
+/// A finished handler run: the item, its attempt number, how it ended.
+type Finished = (Vec<u8>, u64, Ran, Duration);
+
+/// A finished pop: the connection (when it is still usable) and the item.
+type ReadDone = (Option<MultiplexedConnection>, Result<Option<Vec<u8>>, Error>);
+
+struct Loop {
+    sub: Arc<ListSub>,
+    redis: Addr<RedisActor>,
+    broker: Broker,
+    conn: Option<MultiplexedConnection>,
+    /// How to cut the read connection's blocked pop short (its `CLIENT
+    /// ID`), set by the read that opened it.
+    reader: Rc<RefCell<Option<Unblock>>>,
+    read: Option<LocalBoxFuture<'static, ReadDone>>,
+    running: FuturesUnordered<LocalBoxFuture<'static, Finished>>,
+    /// Failed items waiting out their backoff (they stay on the processing
+    /// list meanwhile).
+    waiting: Vec<(tokio::time::Instant, Vec<u8>, u64)>,
+    side: FuturesUnordered<LocalBoxFuture<'static, ()>>,
+    retry: Retry,
+    retry_at: Option<tokio::time::Instant>,
+    token: String,
+    fatal: Option<Error>,
+}
+
+/// Runs one list subscription until it is told to drain (or fails with an
+/// error nothing fixes, like `WRONGTYPE`).
+pub(crate) async fn consume(
+    sub: Arc<ListSub>,
+    broker: Broker,
+    redis: Addr<RedisActor>,
+    mut stop: watch::Receiver<Option<Instant>>,
+    ready: Option<oneshot::Sender<()>>,
+) -> ConsumerReport {
+    let host = gethostname::gethostname();
+    let mut l = Loop {
+        token: format!("{}-{}", host.to_string_lossy(), std::process::id()),
+        sub,
+        redis,
+        broker,
+        conn: None,
+        reader: Rc::default(),
+        read: None,
+        running: FuturesUnordered::new(),
+        waiting: Vec::new(),
+        side: FuturesUnordered::new(),
+        retry: Retry::default(),
+        retry_at: None,
+        fatal: None,
+    };
+    let reliable = !l.sub.opts.at_most_once;
+    if reliable {
+        // Register, then take back what an earlier process under this name
+        // left on its processing list.
+        let started = tokio::select! {
+            r = l.join() => r,
+            _ = stop.wait_for(Option::is_some) => Ok(()),
+        };
+        if let Err(e) = started {
+            return ConsumerReport {
+                error: Some(e),
+                ..Default::default()
+            };
+        }
+    }
+    if let Some(tx) = ready {
+        let _ = tx.send(());
+    }
+    l.sub.board.set_state(SubscriptionState::Running);
+    let ttl = l.sub.opts.heartbeat_ttl;
+    let mut beat = tokio::time::interval(ttl / 3);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    beat.tick().await;
+    let deadline = loop {
+        if let Some(d) = *stop.borrow() {
+            break d;
+        }
+        if l.fatal.is_some() {
+            break Instant::now() + l.sub.drain_timeout;
+        }
+        l.maybe_start();
+        let next_retry = l.next_due();
+        tokio::select! {
+            biased;
+            _ = stop.changed() => {}
+            Some(done) = l.running.next(), if !l.running.is_empty() => l.finished(done),
+            Some(()) = l.side.next(), if !l.side.is_empty() => {}
+            r = async { l.read.as_mut().expect("read").await }, if l.read.is_some() => {
+                l.read = None;
+                l.on_read(r);
+            }
+            () = sleep_until(next_retry), if next_retry.is_some() => {}
+            () = sleep_until(l.retry_at), if l.retry_at.is_some() => l.retry_at = None,
+            _ = beat.tick(), if reliable => l.heartbeat(),
+        }
+    };
+    l.drain(deadline).await
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => futures::future::pending().await,
+    }
+}
+
+impl Loop {
+    fn reliable(&self) -> bool {
+        !self.sub.opts.at_most_once
+    }
+
+    /// Registers the consumer (heartbeat) and moves its own processing list
+    /// back onto the list, retrying transient errors.
+    async fn join(&mut self) -> Result<(), Error> {
+        let k = &self.sub.keys;
+        let ttl = self.sub.opts.heartbeat_ttl.as_millis().to_string();
+        let beat = Eval {
+            script: &HEARTBEAT,
+            keys: vec![k.registry.clone().into(), k.heartbeat.clone().into()],
+            args: vec![
+                self.sub.consumer.as_bytes().to_vec(),
+                ttl.into_bytes(),
+                self.token.clone().into_bytes(),
+            ],
+        };
+        until_done(&self.redis, beat.clone(), None).await?;
+        let own = self.return_own("keep");
+        let moved = until_done(&self.redis, own.clone(), None).await?;
+        if let Value::Int(n @ 1..) = moved {
+            tracing::info!(list = %k.list, consumer = %self.sub.consumer, items = n,
+                "moved this consumer's processing list, left by an earlier process under its name, back onto the list");
+        }
+        Ok(())
+    }
+
+    fn return_own(&self, mode: &str) -> Eval {
+        let k = &self.sub.keys;
+        Eval {
+            script: &RETURN_OWN,
+            keys: vec![
+                k.processing.clone().into(),
+                k.list.as_bytes().to_vec(),
+                k.registry.clone().into(),
+                k.heartbeat.clone().into(),
+            ],
+            args: vec![mode.into(), self.sub.consumer.as_bytes().to_vec()],
+        }
+    }
+
+    /// When the earliest waiting retry is due.
+    fn next_due(&self) -> Option<tokio::time::Instant> {
+        self.waiting.iter().map(|(at, ..)| *at).min()
+    }
+
+    /// Starts what a free slot allows: a due retry first, else a pop.
+    fn maybe_start(&mut self) {
+        let now = tokio::time::Instant::now();
+        while self.running.len() + usize::from(self.read.is_some()) < self.sub.opts.concurrency {
+            let Some(i) = self.waiting.iter().position(|(at, ..)| *at <= now) else {
+                break;
+            };
+            let (_, item, attempts) = self.waiting.swap_remove(i);
+            self.run(item, attempts + 1);
+        }
+        if self.read.is_none()
+            && self.retry_at.is_none()
+            && self.running.len() < self.sub.opts.concurrency
+        {
+            self.start_read();
+        }
+    }
+
+    fn start_read(&mut self) {
+        let sub = self.sub.clone();
+        let connector = self.broker.connector().clone();
+        let conn = self.conn.take();
+        let reader = self.reader.clone();
+        // While a failed item waits, a pop waits no longer than until it is
+        // due (a blocking pop's timeout of 0 would wait forever).
+        let block = match self.next_due() {
+            Some(due) => due
+                .saturating_duration_since(tokio::time::Instant::now())
+                .clamp(Duration::from_millis(10), sub.opts.block),
+            None => sub.opts.block,
+        };
+        self.read = Some(Box::pin(async move {
+            let mut conn = match conn {
+                Some(c) => c,
+                None => {
+                    let name = client_name(&[&sub.keys.list, &sub.consumer, "list"]);
+                    let opened = connector
+                        .connect_reader(&sub.keys.list, sub.opts.block + READ_TIMEOUT_MARGIN, &name)
+                        .await;
+                    let (mut c, node) = match opened {
+                        Ok(x) => x,
+                        Err(e) => return (None, Err(e)),
+                    };
+                    let id: Option<i64> = redis::cmd("CLIENT")
+                        .arg("ID")
+                        .query_async(&mut c)
+                        .await
+                        .ok();
+                    *reader.borrow_mut() = id.map(|id| Unblock { id, node });
+                    c
+                }
+            };
+            let secs = block.as_secs_f64();
+            let item: Result<Option<Vec<u8>>, Error> = if sub.opts.at_most_once {
+                redis::cmd("BRPOP")
+                    .arg(&*sub.keys.list)
+                    .arg(secs)
+                    .query_async::<Option<(Vec<u8>, Vec<u8>)>>(&mut conn)
+                    .await
+                    .map(|popped| popped.map(|(_, item)| item))
+                    .map_err(Error::from_redis)
+            } else {
+                redis::cmd("BLMOVE")
+                    .arg(&*sub.keys.list)
+                    .arg(&sub.keys.processing)
+                    .arg("RIGHT")
+                    .arg("LEFT")
+                    .arg(secs)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(Error::from_redis)
+            };
+            (Some(conn), item)
+        }));
+    }
+
+    fn on_read(&mut self, (conn, r): ReadDone) {
+        self.conn = conn;
+        match r {
+            Ok(item) => {
+                if self.retry.succeeded() > 0 {
+                    tracing::info!(list = %self.sub.keys.list, "list reads work again");
+                }
+                self.sub.board.read_ok();
+                if let Some(item) = item {
+                    if self.reliable() {
+                        self.run(item, 0);
+                    } else {
+                        self.run(item, 1);
+                    }
+                }
+            }
+            Err(e) => self.on_read_error(e),
+        }
+    }
+
+    fn on_read_error(&mut self, e: Error) {
+        let class = e.class();
+        if class == Class::Fatal {
+            tracing::error!(list = %self.sub.keys.list, error = %e, "the list cannot be read; the consumer ends");
+            self.fatal = Some(e);
+            return;
+        }
+        if matches!(
+            class,
+            Class::Connection | Class::RoleChange | Class::Routing | Class::GroupGone
+        ) {
+            self.conn = None;
+            *self.reader.borrow_mut() = None;
+            if class == Class::Routing {
+                self.broker.connector().redirected(&e);
+            }
+        }
+        self.sub.board.read_failed(&e.to_string());
+        let (delay, log) = self.retry.failed();
+        if log {
+            if class.is_configuration() {
+                tracing::error!(list = %self.sub.keys.list, error = %e, retry_in_ms = delay.as_millis() as u64, failures = self.retry.failures(), "list read refused; retrying");
+            } else {
+                tracing::warn!(list = %self.sub.keys.list, error = %e, retry_in_ms = delay.as_millis() as u64, failures = self.retry.failures(), "list read failed; retrying");
+            }
+        }
+        self.retry_at = Some(tokio::time::Instant::now() + delay);
+    }
+
+    /// Starts a handler run of `item`. In reliable mode `attempts` is the
+    /// count before this run (0 for a fresh pop): the run first adds one to
+    /// the item's count in Redis, which is what the dead-letter decision
+    /// reads, so a crash while it runs still counts.
+    fn run(&mut self, item: Vec<u8>, attempts: u64) {
+        let prepared = (self.sub.handler)(&item);
+        let (redis, sub) = (self.redis.clone(), self.sub.clone());
+        let reliable = self.reliable();
+        self.running.push(Box::pin(async move {
+            let attempt = if reliable {
+                let mut hincr = redis::cmd("HINCRBY");
+                hincr
+                    .arg(&sub.keys.attempts)
+                    .arg(item.as_slice())
+                    .arg(1);
+                match redis.send(crate::redis::Query("hincrby", hincr)).await {
+                    Ok(Ok(Value::Int(n))) => u64::try_from(n).unwrap_or(1),
+                    // Not counted (Redis unreachable): the local count.
+                    _ => attempts + 1,
+                }
+            } else {
+                1
+            };
+            let (ran, took) = match prepared {
+                Ok(fut) => {
+                    let span = tracing::info_span!("rillkit.handle", list = %sub.keys.list, consumer = %sub.consumer, attempt);
+                    tracing::Instrument::instrument(run_guarded(fut), span).await
+                }
+                Err(e) => (
+                    Ran::Failed {
+                        error: format!("item does not decode: {e}"),
+                        reject: true,
+                    },
+                    Duration::ZERO,
+                ),
+            };
+            (item, attempt, ran, took)
+        }));
+    }
+
+    fn finished(&mut self, (item, attempt, ran, took): Finished) {
+        let list = &self.sub.keys.list;
+        metrics::histogram!(crate::telemetry::HANDLER_DURATION, "stream" => list.to_string(), "group" => "")
+            .record(took.as_secs_f64());
+        match ran {
+            Ran::Ok => {
+                self.sub.board.handled();
+                metrics::counter!(crate::telemetry::HANDLED, "stream" => list.to_string(), "group" => "").increment(1);
+                if self.reliable() {
+                    let k = &self.sub.keys;
+                    let done = Eval {
+                        script: &DONE,
+                        keys: vec![k.processing.clone().into(), k.attempts.clone().into()],
+                        args: vec![item],
+                    };
+                    self.settle(done, "LREM of a handled item");
+                }
+            }
+            Ran::Failed { error, reject } => {
+                self.sub.board.failed();
+                metrics::counter!(crate::telemetry::FAILED, "stream" => list.to_string(), "group" => "").increment(1);
+                let exhausted = attempt > self.sub.opts.max_retries;
+                if reject || exhausted || !self.reliable() {
+                    tracing::warn!(list = %list, consumer = %self.sub.consumer, attempt, error = %error, "item goes to the dead-letter list");
+                    self.dead_letter(item, &error, attempt);
+                } else {
+                    let wait = self.sub.opts.retry_backoff.wait(
+                        attempt,
+                        MAX_RETRY_WAIT,
+                        u64::from(std::process::id()) ^ (attempt << 20) ^ item.len() as u64,
+                    );
+                    tracing::debug!(list = %list, attempt, error = %error, retry_in_ms = wait.as_millis() as u64, "item failed; it runs again after its backoff");
+                    self.waiting
+                        .push((tokio::time::Instant::now() + wait, item, attempt));
+                }
+            }
+        }
+    }
+
+    fn dead_letter(&mut self, item: Vec<u8>, error: &str, attempts: u64) {
+        let k = &self.sub.keys;
+        let letter = ListDeadLetter::encode(&k.list, &item, error, &self.sub.consumer, attempts);
+        self.sub.board.dead_lettered();
+        metrics::counter!(crate::telemetry::DEAD_LETTERED, "stream" => k.list.to_string(), "group" => "").increment(1);
+        if self.reliable() {
+            let eval = Eval {
+                script: &DEAD_LETTER,
+                keys: vec![
+                    k.processing.clone().into(),
+                    k.dlq.as_bytes().to_vec(),
+                    k.attempts.clone().into(),
+                ],
+                args: vec![item, letter],
+            };
+            self.settle(eval, "move to the dead-letter list");
+        } else {
+            let mut cmd = redis::cmd("LPUSH");
+            cmd.arg(&*k.dlq).arg(letter);
+            self.settle_cmd("lpush", cmd, "dead letter of an at-most-once item");
+        }
+    }
+
+    /// Runs a settling script until Redis has done it (transient errors
+    /// wait with backoff): a handled item is never handled again because
+    /// its `LREM` failed once.
+    fn settle(&mut self, eval: Eval, what: &'static str) {
+        let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
+        self.side.push(Box::pin(async move {
+            if let Err(e) = until_done(&redis, eval, None).await {
+                tracing::error!(list = %list, error = %e, what, "settling a list item failed");
+            }
+        }));
+    }
+
+    fn settle_cmd(&mut self, acl: &'static str, cmd: redis::Cmd, what: &'static str) {
+        let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
+        self.side.push(Box::pin(async move {
+            let mut retry = Retry::default();
+            loop {
+                match redis.send(crate::redis::Query(acl, cmd.clone())).await {
+                    Ok(Ok(_)) => return,
+                    Ok(Err(e)) if e.class().is_transient() && !matches!(e, Error::ShutDown) => {
+                        tokio::time::sleep(retry.failed().0).await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::error!(list = %list, error = %e, what, "writing to the list failed");
+                        return;
+                    }
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+
+    /// Renews the heartbeat and moves dead consumers' processing lists back.
+    fn heartbeat(&mut self) {
+        let k = &self.sub.keys;
+        let ttl = self.sub.opts.heartbeat_ttl.as_millis().to_string();
+        let beat = Eval {
+            script: &HEARTBEAT,
+            keys: vec![k.registry.clone().into(), k.heartbeat.clone().into()],
+            args: vec![
+                self.sub.consumer.as_bytes().to_vec(),
+                ttl.into_bytes(),
+                self.token.clone().into_bytes(),
+            ],
+        };
+        let recover = Eval {
+            script: &RECOVER_DEAD,
+            keys: vec![k.list.as_bytes().to_vec(), k.registry.clone().into()],
+            args: vec![k.own.clone().into(), self.sub.consumer.as_bytes().to_vec()],
+        };
+        let (redis, list) = (self.redis.clone(), k.list.clone());
+        self.side.push(Box::pin(async move {
+            if let Ok(Err(e)) = redis.send(beat).await {
+                tracing::warn!(list = %list, error = %e, "heartbeat failed; trying again next beat");
+                return;
+            }
+            match redis.send(recover).await {
+                Ok(Ok(Value::Array(v))) => {
+                    if let [Value::Int(dead @ 1..), Value::Int(moved)] = v.as_slice() {
+                        tracing::warn!(list = %list, consumers = dead, items = moved,
+                            "moved the processing lists of consumers whose heartbeat lapsed back onto the list");
+                    }
+                }
+                Ok(Err(e)) => tracing::warn!(list = %list, error = %e, "recovering dead consumers failed; trying again next beat"),
+                _ => {}
+            }
+        }));
+    }
+}
+
+impl Loop {
+    /// Stops popping (a blocked pop is cut short with `CLIENT UNBLOCK`,
+    /// sent again every 50 ms while it lasts), puts an item popped after the
+    /// stop back onto the list, gives running handlers until `deadline`,
+    /// then moves whatever this consumer still holds back onto the list,
+    /// unregisters it, and closes its connection with `QUIT`.
+    async fn drain(mut self, deadline: Instant) -> ConsumerReport {
+        let until = tokio::time::Instant::from_std(deadline);
+        self.waiting.clear();
+        let mut unblock = tokio::time::interval(Duration::from_millis(50));
+        let mut timed_out = false;
+        loop {
+            if self.read.is_none() && self.running.is_empty() && self.side.is_empty() {
+                break;
+            }
+            tokio::select! {
+                biased;
+                Some(done) = self.running.next(), if !self.running.is_empty() => self.finished(done),
+                Some(()) = self.side.next(), if !self.side.is_empty() => {}
+                r = async { self.read.as_mut().expect("read").await }, if self.read.is_some() => {
+                    self.read = None;
+                    let (conn, r) = r;
+                    self.conn = conn;
+                    if let Ok(Some(item)) = r {
+                        self.put_back(item);
+                    }
+                }
+                _ = unblock.tick(), if self.read.is_some() => {
+                    let target = self.reader.borrow().clone();
+                    if let Some(u) = target {
+                        let req = self.redis.send(u);
+                        self.side.push(Box::pin(async move {
+                            let _ = req.await;
+                        }));
+                    }
+                }
+                () = tokio::time::sleep_until(until) => {
+                    timed_out = !self.running.is_empty() || !self.side.is_empty();
+                    break;
+                }
+            }
+        }
+        if timed_out {
+            tracing::warn!(list = %self.sub.keys.list, handlers = self.running.len(),
+                "drain deadline passed with list handlers still running; their items go back onto the list");
+        }
+        if self.reliable() {
+            // Whatever is left (abandoned handlers, waiting retries) goes
+            // back onto the list now; should this fail, the heartbeat lapses
+            // and a survivor moves it.
+            let leave = self.return_own("leave");
+            let limit = Instant::now() + Duration::from_secs(2);
+            match until_done(&self.redis, leave, Some(limit)).await {
+                Ok(Value::Int(n @ 1..)) => {
+                    tracing::info!(list = %self.sub.keys.list, items = n, "moved unfinished items back onto the list");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(list = %self.sub.keys.list, error = %e, "could not leave the list cleanly; other consumers recover its processing list once the heartbeat lapses");
+                }
+            }
+        }
+        if let Some(mut conn) = self.conn.take() {
+            let _: redis::RedisResult<Value> = redis::cmd("QUIT").query_async(&mut conn).await;
+        }
+        self.sub.board.set_state(SubscriptionState::Stopped);
+        ConsumerReport {
+            error: self.fatal.take(),
+            panic: None,
+            timed_out,
+        }
+    }
+
+    /// An item popped after the stop: back where it came from, unrun.
+    fn put_back(&mut self, item: Vec<u8>) {
+        let k = &self.sub.keys;
+        if self.reliable() {
+            let eval = Eval {
+                script: &PUT_BACK,
+                keys: vec![k.processing.clone().into(), k.list.as_bytes().to_vec()],
+                args: vec![item],
+            };
+            self.settle(eval, "putting back an item popped after the stop");
+        } else {
+            let mut cmd = redis::cmd("RPUSH");
+            cmd.arg(&*k.list).arg(item);
+            self.settle_cmd("rpush", cmd, "putting back an item popped after the stop");
+        }
+    }
+}
