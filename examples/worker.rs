@@ -11,7 +11,9 @@
 //! | `RILLKIT_STARTUP_TIMEOUT_MS` | 60000 | how long start waits for a server that is loading or not yet master |
 //! | `RILLKIT_RETAIN` | unset | `acked`: trim what every group has acked ([`Stream::retain_acked`](rillkit::Stream::retain_acked)) |
 //! | `RILLKIT_DLQ_MAXLEN` | unset | cap of the dead-letter stream, in entries |
-//! | `RILLKIT_STREAM` | `tasks` | stream key |
+//! | `RILLKIT_SOURCE` | `stream` | `stream`, `list` (reliable: `BLMOVE`), `list-at-most-once` (`BRPOP`) or `channel` (Pub/Sub) |
+//! | `RILLKIT_STREAM` | `tasks` | the key read: a stream, a list or a channel |
+//! | `RILLKIT_HEARTBEAT_TTL_MS` | 10000 | a reliable list consumer's heartbeat TTL ([`ListOptions::heartbeat_ttl`](rillkit::ListOptions::heartbeat_ttl)) |
 //! | `RILLKIT_GROUP` | `workers` | consumer group |
 //! | `RILLKIT_CONSUMER` | `<group>-<hostname>-<pid>` | consumer name |
 //! | `RILLKIT_BLOCK_MS` | 5000 | `block` |
@@ -27,7 +29,9 @@
 //! "panic": <bool>?, "exit": <bool>?}`: the handler sleeps `sleep_ms`; `fail`
 //! returns an error (retry), `panic` panics, `exit` ends the process with
 //! status 9 in the middle of handling (a crash). On success it prints
-//! `handled <id> delivery <n>` on stdout. Logs go to stderr.
+//! `handled <id> delivery <n>` on stdout (`n` is 0 for lists and channels,
+//! which have no server delivery count). Logs go to stderr. List items and
+//! channel messages are the same JSON objects.
 //!
 //! ```sh
 //! RILLKIT_STREAM=s cargo run --example worker &
@@ -53,6 +57,27 @@ struct Task {
     panic: bool,
     #[serde(default)]
     exit: bool,
+}
+
+/// Runs one task as its fields ask.
+async fn handle(task: Task, delivery: u64) -> HandlerResult {
+    if task.sleep_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(task.sleep_ms)).await;
+    }
+    if task.exit {
+        eprintln!("task {} asks the worker to crash", task.id);
+        std::process::exit(9);
+    }
+    if task.panic {
+        panic!("task {} asked for a panic", task.id);
+    }
+    if task.fail {
+        return Err(HandlerError::retry(format!("task {} asked to fail", task.id)));
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "handled {} delivery {delivery}", task.id);
+    let _ = out.flush();
+    Ok(())
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -137,32 +162,42 @@ async fn main() {
         let pem = std::fs::read(&path).unwrap_or_else(|e| panic!("RILLKIT_TLS_CA={path:?}: {e}"));
         builder = builder.tls(Tls::new().ca_pem(pem));
     }
-    let broker = builder
-        .subscribe_message(&stream, opts, |msg: Message| async move {
+    let key = stream.name().to_owned();
+    let builder = match std::env::var("RILLKIT_SOURCE").as_deref() {
+        Err(_) | Ok("stream") => builder.subscribe_message(&stream, opts, |msg: Message| async move {
             let task: Task = msg
                 .decode(&rillkit::Json)
                 .map_err(|e| HandlerError::reject(format!("not a task: {e}")))?;
-            if task.sleep_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(task.sleep_ms)).await;
-            }
-            if task.exit {
-                eprintln!("task {} asks the worker to crash", task.id);
-                std::process::exit(9);
-            }
-            if task.panic {
-                panic!("task {} asked for a panic", task.id);
-            }
-            if task.fail {
-                return Err(HandlerError::retry(format!(
-                    "task {} asked to fail",
-                    task.id
+            handle(task, msg.delivery_count).await
+        }),
+        Ok(kind @ ("list" | "list-at-most-once")) => {
+            let mut list_opts = ListOptions::default()
+                .max_retries(env_or("RILLKIT_MAX_RETRIES", 3))
+                .concurrency(env_or("RILLKIT_CONCURRENCY", 1))
+                .block(Duration::from_millis(env_or("RILLKIT_BLOCK_MS", 5000)))
+                .heartbeat_ttl(Duration::from_millis(env_or(
+                    "RILLKIT_HEARTBEAT_TTL_MS",
+                    10_000,
                 )));
+            if let Ok(name) = std::env::var("RILLKIT_CONSUMER") {
+                list_opts = list_opts.consumer(name);
             }
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "handled {} delivery {}", task.id, msg.delivery_count);
-            let _ = out.flush();
-            Ok(())
-        })
+            if kind == "list-at-most-once" {
+                list_opts = list_opts.at_most_once();
+            }
+            builder.subscribe_list(&List::new(key), list_opts, |task: Task| handle(task, 0))
+        }
+        Ok("channel") => builder.subscribe_channel(
+            &Channel::new(key),
+            ChannelOptions::default().concurrency(env_or("RILLKIT_CONCURRENCY", 1)),
+            |task: Task| handle(task, 0),
+        ),
+        Ok(other) => {
+            eprintln!("RILLKIT_SOURCE={other:?}: use stream, list, list-at-most-once or channel");
+            std::process::exit(1);
+        }
+    };
+    let broker = builder
         .build()
         .unwrap_or_else(|e| {
             eprintln!("invalid configuration: {e}");

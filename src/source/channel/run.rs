@@ -87,6 +87,7 @@ pub(crate) async fn consume(
         _ = subscribed => {}
         _ = stop.wait_for(Option::is_some) => {}
     }
+    tracing::info!(channel = %sub.name, pattern = sub.pattern, consumer = %sub.consumer, "channel consumer started");
     if let Some(tx) = ready {
         let _ = tx.send(());
     }

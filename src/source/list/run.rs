@@ -96,6 +96,13 @@ pub(crate) async fn consume(
     if let Some(tx) = ready {
         let _ = tx.send(());
     }
+    tracing::info!(
+        list = %l.sub.keys.list,
+        consumer = %l.sub.consumer,
+        mode = if reliable { "reliable" } else { "at_most_once" },
+        max_retries = l.sub.opts.max_retries,
+        "list consumer started"
+    );
     l.sub.board.set_state(SubscriptionState::Running);
     let ttl = l.sub.opts.heartbeat_ttl;
     let mut beat = tokio::time::interval(ttl / 3);

@@ -1,0 +1,298 @@
+//! List subscriptions (issue 12, SPEC §9): reliable pops onto a processing
+//! list with `LREM` after success, retries then the dead-letter list, crash
+//! recovery from a dead consumer's processing list, at most once with
+//! `BRPOP`, and a subscription removed at run time during a blocked pop.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rillkit::prelude::*;
+use rillkit::{RetryBackoff, SourceKind};
+use serde::{Deserialize, Serialize};
+use support::{RedisServer, Worker, eventually, eventually_blocking};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Job {
+    id: u64,
+    #[serde(default)]
+    fail: bool,
+}
+
+fn llen(c: &mut redis::Connection, key: &str) -> usize {
+    redis::cmd("LLEN").arg(key).query(c).unwrap()
+}
+
+fn processing(list: &str, consumer: &str) -> String {
+    format!("{{{list}}}:rillkit:processing:{consumer}")
+}
+
+#[actix::test]
+async fn reliable_items_are_handled_once_removed_after_success_and_poison_goes_to_the_dlq() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let jobs = List::new("jobs");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let runs_of_poison = Arc::new(AtomicUsize::new(0));
+    let (s, p) = (seen.clone(), runs_of_poison.clone());
+    let broker = Broker::builder(redis.url())
+        .subscribe_list(
+            &jobs,
+            ListOptions::default()
+                .consumer("c1")
+                .concurrency(4)
+                .max_retries(2)
+                .retry_backoff(RetryBackoff::fixed(Duration::from_millis(20))),
+            move |job: Job| {
+                let (s, p) = (s.clone(), p.clone());
+                async move {
+                    if job.fail {
+                        p.fetch_add(1, Ordering::SeqCst);
+                        return Err(HandlerError::retry(format!("job {} is poison", job.id)));
+                    }
+                    s.lock().unwrap().push(job.id);
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let len = broker
+        .publish_list_batch(&jobs, (1..=200).map(|id| Job { id, fail: false }))
+        .await
+        .unwrap();
+    assert!(len <= 200);
+    broker
+        .publish_list(&jobs, &Job { id: 999, fail: true })
+        .await
+        .unwrap();
+    // Anything an LPUSH producer writes that is not a job: dead-lettered
+    // at once, the handler never called.
+    let _: () = redis::cmd("LPUSH")
+        .arg("jobs")
+        .arg("not json")
+        .query(&mut c)
+        .unwrap();
+    eventually("200 handled and 2 dead letters", WAIT, || {
+        seen.lock().unwrap().len() == 200 && llen(&mut c, "jobs-dlq") == 2
+    })
+    .await;
+    let mut ids = seen.lock().unwrap().clone();
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=200).collect::<Vec<_>>(), "each item once");
+    assert_eq!(runs_of_poison.load(Ordering::SeqCst), 3, "1 run + 2 retries");
+    assert_eq!(llen(&mut c, "jobs"), 0);
+    eventually("processing list empty", WAIT, || {
+        llen(&mut c, &processing("jobs", "c1")) == 0
+    })
+    .await;
+    let letters: Vec<String> = redis::cmd("LRANGE")
+        .arg("jobs-dlq")
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    let letters: Vec<serde_json::Value> = letters
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let poison = letters
+        .iter()
+        .find(|l| l["item"].as_str().is_some_and(|i| i.contains("999")))
+        .expect("the poison item's dead letter");
+    assert_eq!(poison["attempts"], 3);
+    assert_eq!(poison["list"], "jobs");
+    assert_eq!(poison["consumer"], "c1");
+    assert!(poison["error"].as_str().unwrap().contains("poison"));
+    let garbage = letters
+        .iter()
+        .find(|l| l["item"] == "not json")
+        .expect("the undecodable item's dead letter");
+    assert!(garbage["error"].as_str().unwrap().contains("does not decode"));
+    let attempts: usize = redis::cmd("HLEN")
+        .arg("{jobs}:rillkit:attempts")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(attempts, 0, "counts go with their items");
+    let status = broker.status();
+    let sub = &status.subscriptions[0];
+    assert_eq!(sub.kind, SourceKind::List);
+    assert_eq!((sub.handled, sub.dead_lettered), (200, 2));
+    let outcome = broker.stop().await.unwrap();
+    assert!(outcome.is_clean(), "{outcome:?}");
+    assert!(outcome.closed_connections >= 1, "{outcome:?}");
+    let registered: Vec<String> = redis::cmd("SMEMBERS")
+        .arg("{jobs}:rillkit:consumers")
+        .query(&mut c)
+        .unwrap();
+    assert!(registered.is_empty(), "a clean stop unregisters: {registered:?}");
+}
+
+#[actix::test]
+async fn at_most_once_pops_with_brpop_and_keeps_no_processing_list() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let jobs = List::new("fire");
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe_list(
+            &jobs,
+            ListOptions::default().consumer("c1").at_most_once(),
+            move |job: Job| {
+                let s = s.clone();
+                async move {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    if job.fail {
+                        return Err(HandlerError::retry("failed"));
+                    }
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker
+        .publish_list_batch(&jobs, (1..=20).map(|id| Job { id, fail: id == 7 }))
+        .await
+        .unwrap();
+    eventually("20 runs", WAIT, || seen.load(Ordering::SeqCst) == 20).await;
+    eventually("the failed one recorded", WAIT, || llen(&mut c, "fire-dlq") == 1).await;
+    assert_eq!(seen.load(Ordering::SeqCst), 20, "no retry at most once");
+    assert!(redis.command_calls("brpop") >= 20);
+    assert_eq!(redis.command_calls("blmove"), 0);
+    let keys: Vec<String> = redis::cmd("KEYS").arg("{fire}*").query(&mut c).unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+    assert!(broker.stop().await.unwrap().is_clean());
+}
+
+#[actix::test]
+async fn removing_a_list_subscription_cuts_its_blocked_pop_short_and_leaves_the_next_item() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    broker.start().await.unwrap();
+    let jobs = List::new("rt");
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    let handle = broker
+        .subscribe_list(
+            &jobs,
+            ListOptions::default()
+                .consumer("c1")
+                .block(Duration::from_secs(20)),
+            move |_: Job| {
+                let s = s.clone();
+                async move {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            },
+        )
+        .await
+        .unwrap();
+    broker.publish_list(&jobs, &Job { id: 1, fail: false }).await.unwrap();
+    eventually("first item handled", WAIT, || seen.load(Ordering::SeqCst) == 1).await;
+    eventually("blocked in BLMOVE", WAIT, || redis.blocked_clients() == 1).await;
+    let asked = Instant::now();
+    let removed = handle.remove().await.unwrap();
+    let took = asked.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "remove waited for the 20 s block: {took:?}"
+    );
+    assert!(removed.outcome.is_clean());
+    assert_eq!(removed.handled, 1);
+    assert_eq!(redis.blocked_clients(), 0);
+    broker.publish_list(&jobs, &Job { id: 2, fail: false }).await.unwrap();
+    assert_eq!(llen(&mut c, "rt"), 1, "nobody pops for a removed subscription");
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+    assert!(broker.status().subscriptions.is_empty());
+    // The broker runs on with no subscription at all.
+    assert_eq!(broker.phase(), Phase::Running);
+    broker.ping().await.unwrap();
+    assert!(broker.stop().await.unwrap().is_clean());
+    assert_eq!(llen(&mut c, "rt"), 1);
+}
+
+/// Two workers share 10 000 items; one is killed with SIGKILL mid-run. The
+/// survivor moves the dead one's processing list back once its heartbeat
+/// lapsed: every item is handled, and items handled twice are at most what
+/// the dead consumer held at the kill.
+#[test]
+fn a_killed_consumers_processing_list_is_recovered_by_a_survivor() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let items: Vec<String> = (1..=10_000)
+        .map(|id| format!(r#"{{"id":{id},"sleep_ms":1}}"#))
+        .collect();
+    for chunk in items.chunks(1000) {
+        let _: () = redis::cmd("LPUSH")
+            .arg("work")
+            .arg(chunk)
+            .query(&mut c)
+            .unwrap();
+    }
+    let env = |name: &'static str| {
+        vec![
+            ("RILLKIT_SOURCE", "list"),
+            ("RILLKIT_STREAM", "work"),
+            ("RILLKIT_CONSUMER", name),
+            ("RILLKIT_CONCURRENCY", "8"),
+            ("RILLKIT_HEARTBEAT_TTL_MS", "1000"),
+            ("RILLKIT_BLOCK_MS", "500"),
+        ]
+    };
+    let victim = Worker::spawn(&redis.url(), &env("victim"));
+    let mut survivor = Worker::spawn(&redis.url(), &env("survivor"));
+    eventually_blocking("the victim is busy", WAIT, || victim.handled().len() >= 1000);
+    victim.signal("KILL");
+    let held_at_kill = llen(&mut c, &processing("work", "victim"));
+    let mut victim = victim;
+    victim.wait_exit(WAIT);
+    eventually_blocking("every item handled", Duration::from_secs(120), || {
+        let ids: HashSet<u64> = victim
+            .handled()
+            .into_iter()
+            .chain(survivor.handled())
+            .map(|(id, _)| id)
+            .collect();
+        ids.len() == 10_000
+    });
+    let all: Vec<u64> = victim
+        .handled()
+        .into_iter()
+        .chain(survivor.handled())
+        .map(|(id, _)| id)
+        .collect();
+    let unique: HashSet<u64> = all.iter().copied().collect();
+    let repeats = all.len() - unique.len();
+    assert!(
+        repeats <= held_at_kill,
+        "{repeats} repeats, but the victim held only {held_at_kill} at the kill"
+    );
+    assert!(unique.iter().all(|id| (1..=10_000).contains(id)));
+    assert_eq!(llen(&mut c, "work"), 0);
+    assert_eq!(llen(&mut c, &processing("work", "victim")), 0);
+    let registered: Vec<String> = redis::cmd("SMEMBERS")
+        .arg("{work}:rillkit:consumers")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(registered, vec!["survivor".to_string()], "the dead one is unregistered");
+    assert!(
+        survivor
+            .log()
+            .iter()
+            .any(|l| l.contains("heartbeat lapsed")),
+        "the survivor says what it recovered"
+    );
+    survivor.signal("TERM");
+    assert_eq!(survivor.wait_exit(WAIT), Some(0));
+}
