@@ -104,6 +104,9 @@ pub struct SubscriptionStatus {
     pub failed: u64,
     /// Entries this broker moved to the dead-letter stream since it started.
     pub dead_lettered: u64,
+    /// Pub/Sub messages dropped because the subscription's buffer was full
+    /// (0 for other kinds).
+    pub dropped: u64,
     /// Figures read from the server at the last poll (`None` before the
     /// first).
     pub server: Option<ServerFigures>,
@@ -142,6 +145,7 @@ pub(crate) struct Board {
     handled: AtomicU64,
     failed: AtomicU64,
     dead_lettered: AtomicU64,
+    dropped: AtomicU64,
     server: Mutex<Option<ServerFigures>>,
 }
 
@@ -163,6 +167,7 @@ impl Board {
             handled: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
             server: Mutex::new(None),
         }
     }
@@ -204,6 +209,10 @@ impl Board {
         self.dead_lettered.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn dropped(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_server(&self, figures: ServerFigures) {
         *self.server.lock().expect("status lock") = Some(figures);
     }
@@ -218,6 +227,7 @@ impl Board {
             handled: self.handled.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
             server: self.server.lock().expect("status lock").clone(),
         }
     }
