@@ -72,7 +72,10 @@ async fn handle(task: Task, delivery: u64) -> HandlerResult {
         panic!("task {} asked for a panic", task.id);
     }
     if task.fail {
-        return Err(HandlerError::retry(format!("task {} asked to fail", task.id)));
+        return Err(HandlerError::retry(format!(
+            "task {} asked to fail",
+            task.id
+        )));
     }
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "handled {} delivery {delivery}", task.id);
@@ -164,12 +167,14 @@ async fn main() {
     }
     let key = stream.name().to_owned();
     let builder = match std::env::var("RILLKIT_SOURCE").as_deref() {
-        Err(_) | Ok("stream") => builder.subscribe_message(&stream, opts, |msg: Message| async move {
-            let task: Task = msg
-                .decode(&rillkit::Json)
-                .map_err(|e| HandlerError::reject(format!("not a task: {e}")))?;
-            handle(task, msg.delivery_count).await
-        }),
+        Err(_) | Ok("stream") => {
+            builder.subscribe_message(&stream, opts, |msg: Message| async move {
+                let task: Task = msg
+                    .decode(&rillkit::Json)
+                    .map_err(|e| HandlerError::reject(format!("not a task: {e}")))?;
+                handle(task, msg.delivery_count).await
+            })
+        }
         Ok(kind @ ("list" | "list-at-most-once")) => {
             let mut list_opts = ListOptions::default()
                 .max_retries(env_or("RILLKIT_MAX_RETRIES", 3))
@@ -197,12 +202,10 @@ async fn main() {
             std::process::exit(1);
         }
     };
-    let broker = builder
-        .build()
-        .unwrap_or_else(|e| {
-            eprintln!("invalid configuration: {e}");
-            std::process::exit(e.exit_code());
-        });
+    let broker = builder.build().unwrap_or_else(|e| {
+        eprintln!("invalid configuration: {e}");
+        std::process::exit(e.exit_code());
+    });
 
     let code = match broker.run().await {
         Ok(outcome) => {

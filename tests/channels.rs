@@ -115,7 +115,10 @@ async fn a_slow_handler_with_a_full_buffer_drops_the_oldest_and_counts_them() {
     })
     .await;
     let got = handled.lock().unwrap().clone();
-    assert!(got.len() <= 11, "at most the running one and a full buffer: {got:?}");
+    assert!(
+        got.len() <= 11,
+        "at most the running one and a full buffer: {got:?}"
+    );
     assert_eq!(
         &got[got.len() - 10..],
         &(991..=1000).collect::<Vec<_>>()[..],

@@ -69,7 +69,13 @@ async fn reliable_items_are_handled_once_removed_after_success_and_poison_goes_t
         .unwrap();
     assert!(len <= 200);
     broker
-        .publish_list(&jobs, &Job { id: 999, fail: true })
+        .publish_list(
+            &jobs,
+            &Job {
+                id: 999,
+                fail: true,
+            },
+        )
         .await
         .unwrap();
     // Anything an LPUSH producer writes that is not a job: dead-lettered
@@ -86,7 +92,11 @@ async fn reliable_items_are_handled_once_removed_after_success_and_poison_goes_t
     let mut ids = seen.lock().unwrap().clone();
     ids.sort_unstable();
     assert_eq!(ids, (1..=200).collect::<Vec<_>>(), "each item once");
-    assert_eq!(runs_of_poison.load(Ordering::SeqCst), 3, "1 run + 2 retries");
+    assert_eq!(
+        runs_of_poison.load(Ordering::SeqCst),
+        3,
+        "1 run + 2 retries"
+    );
     assert_eq!(llen(&mut c, "jobs"), 0);
     eventually("processing list empty", WAIT, || {
         llen(&mut c, &processing("jobs", "c1")) == 0
@@ -114,7 +124,12 @@ async fn reliable_items_are_handled_once_removed_after_success_and_poison_goes_t
         .iter()
         .find(|l| l["item"] == "not json")
         .expect("the undecodable item's dead letter");
-    assert!(garbage["error"].as_str().unwrap().contains("does not decode"));
+    assert!(
+        garbage["error"]
+            .as_str()
+            .unwrap()
+            .contains("does not decode")
+    );
     let attempts: usize = redis::cmd("HLEN")
         .arg("{jobs}:rillkit:attempts")
         .query(&mut c)
@@ -131,7 +146,10 @@ async fn reliable_items_are_handled_once_removed_after_success_and_poison_goes_t
         .arg("{jobs}:rillkit:consumers")
         .query(&mut c)
         .unwrap();
-    assert!(registered.is_empty(), "a clean stop unregisters: {registered:?}");
+    assert!(
+        registered.is_empty(),
+        "a clean stop unregisters: {registered:?}"
+    );
 }
 
 #[actix::test]
@@ -164,7 +182,10 @@ async fn at_most_once_pops_with_brpop_and_keeps_no_processing_list() {
         .await
         .unwrap();
     eventually("20 runs", WAIT, || seen.load(Ordering::SeqCst) == 20).await;
-    eventually("the failed one recorded", WAIT, || llen(&mut c, "fire-dlq") == 1).await;
+    eventually("the failed one recorded", WAIT, || {
+        llen(&mut c, "fire-dlq") == 1
+    })
+    .await;
     assert_eq!(seen.load(Ordering::SeqCst), 20, "no retry at most once");
     assert!(redis.command_calls("brpop") >= 20);
     assert_eq!(redis.command_calls("blmove"), 0);
@@ -198,8 +219,14 @@ async fn removing_a_list_subscription_cuts_its_blocked_pop_short_and_leaves_the_
         )
         .await
         .unwrap();
-    broker.publish_list(&jobs, &Job { id: 1, fail: false }).await.unwrap();
-    eventually("first item handled", WAIT, || seen.load(Ordering::SeqCst) == 1).await;
+    broker
+        .publish_list(&jobs, &Job { id: 1, fail: false })
+        .await
+        .unwrap();
+    eventually("first item handled", WAIT, || {
+        seen.load(Ordering::SeqCst) == 1
+    })
+    .await;
     eventually("blocked in BLMOVE", WAIT, || redis.blocked_clients() == 1).await;
     let asked = Instant::now();
     let removed = handle.remove().await.unwrap();
@@ -211,8 +238,15 @@ async fn removing_a_list_subscription_cuts_its_blocked_pop_short_and_leaves_the_
     assert!(removed.outcome.is_clean());
     assert_eq!(removed.handled, 1);
     assert_eq!(redis.blocked_clients(), 0);
-    broker.publish_list(&jobs, &Job { id: 2, fail: false }).await.unwrap();
-    assert_eq!(llen(&mut c, "rt"), 1, "nobody pops for a removed subscription");
+    broker
+        .publish_list(&jobs, &Job { id: 2, fail: false })
+        .await
+        .unwrap();
+    assert_eq!(
+        llen(&mut c, "rt"),
+        1,
+        "nobody pops for a removed subscription"
+    );
     assert_eq!(seen.load(Ordering::SeqCst), 1);
     assert!(broker.status().subscriptions.is_empty());
     // The broker runs on with no subscription at all.
@@ -252,7 +286,9 @@ fn a_killed_consumers_processing_list_is_recovered_by_a_survivor() {
     };
     let victim = Worker::spawn(&redis.url(), &env("victim"));
     let mut survivor = Worker::spawn(&redis.url(), &env("survivor"));
-    eventually_blocking("the victim is busy", WAIT, || victim.handled().len() >= 1000);
+    eventually_blocking("the victim is busy", WAIT, || {
+        victim.handled().len() >= 1000
+    });
     victim.signal("KILL");
     let held_at_kill = llen(&mut c, &processing("work", "victim"));
     let mut victim = victim;
@@ -285,7 +321,11 @@ fn a_killed_consumers_processing_list_is_recovered_by_a_survivor() {
         .arg("{work}:rillkit:consumers")
         .query(&mut c)
         .unwrap();
-    assert_eq!(registered, vec!["survivor".to_string()], "the dead one is unregistered");
+    assert_eq!(
+        registered,
+        vec!["survivor".to_string()],
+        "the dead one is unregistered"
+    );
     assert!(
         survivor
             .log()

@@ -135,8 +135,11 @@ impl BrokerBuilder {
         F: Fn(Message) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        self.subs
-            .push(stream_source(stream.names(), options, handler::whole(handler)));
+        self.subs.push(stream_source(
+            stream.names(),
+            options,
+            handler::whole(handler),
+        ));
         self
     }
 
@@ -146,7 +149,12 @@ impl BrokerBuilder {
     /// [`ListOptions`] for retries, dead letters, crash recovery and the at
     /// most once mode. An item that does not decode goes to the dead-letter
     /// list at once.
-    pub fn subscribe_list<T, C, F, Fut>(mut self, list: &List<C>, options: ListOptions, handler: F) -> Self
+    pub fn subscribe_list<T, C, F, Fut>(
+        mut self,
+        list: &List<C>,
+        options: ListOptions,
+        handler: F,
+    ) -> Self
     where
         T: DeserializeOwned + 'static,
         C: Codec,
@@ -413,9 +421,14 @@ impl BrokerBuilder {
 /// topology is a cluster and the drain deadline.
 pub(crate) type Pending = Box<dyn FnOnce(bool, Duration) -> Result<Source, ConfigError> + Send>;
 
-pub(crate) fn stream_source(names: StreamNames, opts: ConsumerOptions, handler: ErasedHandler) -> Pending {
+pub(crate) fn stream_source(
+    names: StreamNames,
+    opts: ConsumerOptions,
+    handler: ErasedHandler,
+) -> Pending {
     Box::new(move |cluster, drain| {
-        Subscription::build(names, opts, handler, cluster, drain).map(|s| Source::Stream(Arc::new(s)))
+        Subscription::build(names, opts, handler, cluster, drain)
+            .map(|s| Source::Stream(Arc::new(s)))
     })
 }
 
@@ -433,7 +446,11 @@ where
     })
 }
 
-pub(crate) fn channel_source<T, C, F, Fut>(channel: &Channel<C>, opts: ChannelOptions, handler: F) -> Pending
+pub(crate) fn channel_source<T, C, F, Fut>(
+    channel: &Channel<C>,
+    opts: ChannelOptions,
+    handler: F,
+) -> Pending
 where
     T: DeserializeOwned + 'static,
     C: Codec,
@@ -442,9 +459,7 @@ where
 {
     let channel = channel.clone();
     let h = typed_item(channel.get_codec().clone(), handler);
-    Box::new(move |_, _| {
-        ChannelSub::build(&channel, opts, h).map(|s| Source::Channel(Arc::new(s)))
-    })
+    Box::new(move |_, _| ChannelSub::build(&channel, opts, h).map(|s| Source::Channel(Arc::new(s))))
 }
 
 /// Two subscriptions must not read as one consumer: the same stream, group
@@ -452,9 +467,13 @@ where
 pub(crate) fn check_unique(subs: &[Source], new: &Source) -> Result<(), ConfigError> {
     let clash = |a: &Source| match (a, new) {
         (Source::Stream(a), Source::Stream(b)) => {
-            a.names.name == b.names.name && a.names.group == b.names.group && a.consumer == b.consumer
+            a.names.name == b.names.name
+                && a.names.group == b.names.group
+                && a.consumer == b.consumer
         }
-        (Source::List(a), Source::List(b)) => a.keys.list == b.keys.list && a.consumer == b.consumer,
+        (Source::List(a), Source::List(b)) => {
+            a.keys.list == b.keys.list && a.consumer == b.consumer
+        }
         _ => false,
     };
     if subs.iter().any(clash) {

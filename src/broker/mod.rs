@@ -14,11 +14,11 @@ use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
 use crate::connection::{Connector, Topology};
-use crate::source::Source;
 use crate::error::{Error, HookError, HookFailures};
 use crate::hooks::Hooks;
 use crate::outcome::SupervisorOutcome;
 use crate::redis::{Publish, Query, RedisActor};
+use crate::source::Source;
 use crate::status::{Board, Status};
 use crate::stream::{Codec, EntryId, Stream};
 use crate::supervisor::{RestartPolicy, Supervisor};

@@ -418,10 +418,12 @@ impl Connector {
         };
         match tokio::time::timeout(self.inner.timeouts.connect, client.get_async_pubsub()).await {
             Ok(r) => r.map_err(Error::Connect),
-            Err(_) => Err(Error::Connect(redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "connecting for Pub/Sub timed out",
-            )))),
+            Err(_) => Err(Error::Connect(redis::RedisError::from(
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connecting for Pub/Sub timed out",
+                ),
+            ))),
         }
     }
 

@@ -196,7 +196,11 @@ impl Dashboard {
                 out.push(Shown { name, dlq });
             }
         };
+        // Lists and channels are not streams: the subscriptions table shows them.
         for s in self.broker.status().subscriptions {
+            if s.kind != crate::SourceKind::Stream {
+                continue;
+            }
             let dlq = self.dlq_of(admin, &s.stream);
             push(&mut out, s.stream, dlq);
         }

@@ -167,11 +167,11 @@ pub(super) fn overview(base: &str, status: &Status, rows: &[StreamRow]) -> Marku
             @if !status.subscriptions.is_empty() {
                 h3 { "Subscriptions of this process" }
                 table {
-                    thead { tr { th { "stream" } th { "group" } th { "consumer" } th { "state" } th { "handled" } th { "failed" } th { "dead-lettered" } } }
+                    thead { tr { th { "kind" } th { "key" } th { "group" } th { "consumer" } th { "state" } th { "handled" } th { "failed" } th { "dead-lettered" } } }
                     tbody {
                         @for s in &status.subscriptions {
                             tr {
-                                td { (s.stream) } td { (s.group) } td { (s.consumer) } td { (state(&s.state)) }
+                                td { (kind(s.kind)) } td { (s.stream) } td { (s.group) } td { (s.consumer) } td { (state(&s.state)) }
                                 td.n { (s.handled) } td.n { (s.failed) } td.n { (s.dead_lettered) }
                             }
                         }
@@ -181,6 +181,15 @@ pub(super) fn overview(base: &str, status: &Status, rows: &[StreamRow]) -> Marku
             p.muted { "lag: entries not yet delivered to the group (XINFO GROUPS; \"?\" when Redis cannot tell, after deletions). oldest pending: age of the oldest entry delivered and not acked." }
         },
     )
+}
+
+fn kind(k: crate::SourceKind) -> &'static str {
+    match k {
+        crate::SourceKind::Stream => "stream",
+        crate::SourceKind::List => "list",
+        crate::SourceKind::ListAtMostOnce => "list (at most once)",
+        crate::SourceKind::Channel => "channel",
+    }
 }
 
 pub(super) fn stream(

@@ -19,16 +19,16 @@ use std::time::Duration;
 
 use actix::Addr;
 use futures::FutureExt;
-use redis::Value;
 use futures::future::LocalBoxFuture;
+use redis::Value;
 use serde::de::DeserializeOwned;
 
 use crate::connection::Retry;
 use crate::consumer::Subscription;
-use crate::error::Error;
-use crate::redis::{Eval, RedisActor};
 use crate::error::BoxError;
+use crate::error::Error;
 use crate::handler::HandlerResult;
+use crate::redis::{Eval, RedisActor};
 use crate::status::Board;
 use crate::stream::Codec;
 

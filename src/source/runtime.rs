@@ -182,11 +182,8 @@ impl Broker {
             Phase::Configured | Phase::Starting => return Err(Error::NotStarted),
             Phase::Draining | Phase::Stopped => return Err(Error::ShutDown),
         }
-        let source = pending(
-            self.connector().is_cluster(),
-            self.shutdown_timeout(),
-        )
-        .map_err(Error::Config)?;
+        let source = pending(self.connector().is_cluster(), self.shutdown_timeout())
+            .map_err(Error::Config)?;
         check_live(&self.boards(), source.board()).map_err(Error::Config)?;
         if let Source::Stream(sub) = &source {
             self.redis_addr()?

@@ -30,12 +30,12 @@ use crate::connection::{Class, Pool, wait_until_ready};
 use crate::consumer::{
     ConsumerActor, ConsumerExited, ConsumerReport, Drain, Subscription, stream_loop,
 };
-use crate::source::Source;
 use crate::error::{Error, HookFailures};
 use crate::hooks::{Hooks, Stage};
 use crate::outcome::SupervisorOutcome;
 use crate::reclaimer::ReclaimerActor;
 use crate::redis::{Close, CreateGroup, Query, RedisActor};
+use crate::source::Source;
 use futures::FutureExt;
 
 /// How often a failed consumer may be restarted before its subscription is
@@ -194,7 +194,14 @@ impl Supervisor {
                     self.slots[index].reclaimer = Some(fresh);
                 }
                 let reclaimer = self.slots[index].reclaimer.clone().expect("set above");
-                stream_loop(sub.clone(), broker.clone(), redis, reclaimer, stop, Some(ready))
+                stream_loop(
+                    sub.clone(),
+                    broker.clone(),
+                    redis,
+                    reclaimer,
+                    stop,
+                    Some(ready),
+                )
             }
             Source::List(sub) => Box::pin(crate::source::list::consume(
                 sub.clone(),
@@ -496,7 +503,8 @@ async fn lifecycle(
         return report_start(abort_start(broker.clone(), hooks.clone()).await);
     }
     // 2. PING (waiting for a server that is starting); then the shared pool.
-    let streams: Vec<Arc<Subscription>> = subs.iter().filter_map(Source::as_stream).cloned().collect();
+    let streams: Vec<Arc<Subscription>> =
+        subs.iter().filter_map(Source::as_stream).cloned().collect();
     let connected = tokio::select! {
         r = connect(&broker, &streams) => Some(r),
         () = broker.wait_stop_requested() => None,
@@ -515,12 +523,9 @@ async fn lifecycle(
         &redis,
         broker.retention_period(),
     );
-    let poller = crate::status::StatusPoller::new(
-        broker.clone(),
-        redis.clone(),
-        broker.status_period(),
-    )
-    .start();
+    let poller =
+        crate::status::StatusPoller::new(broker.clone(), redis.clone(), broker.status_period())
+            .start();
     broker.set_phase(Phase::Running);
     // 5. after_startup hooks.
     let failures = hooks.run(Stage::AfterStartup, &broker, false).await;

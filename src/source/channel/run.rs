@@ -43,7 +43,8 @@ impl Buffer {
             self.messages.pop_front();
             self.dropped_unlogged += 1;
             sub.board.dropped();
-            metrics::counter!(DROPPED, "stream" => sub.name.to_string(), "group" => "").increment(1);
+            metrics::counter!(DROPPED, "stream" => sub.name.to_string(), "group" => "")
+                .increment(1);
             if self.last_log.is_none_or(|t| t.elapsed() >= DROP_LOG_EVERY) {
                 tracing::warn!(
                     channel = %sub.name,

@@ -461,7 +461,10 @@ impl Broker {
     }
 }
 
-fn encode_item<T: Serialize + ?Sized, C: Codec>(list: &List<C>, value: &T) -> Result<Vec<u8>, Error> {
+fn encode_item<T: Serialize + ?Sized, C: Codec>(
+    list: &List<C>,
+    value: &T,
+) -> Result<Vec<u8>, Error> {
     list.get_codec()
         .encode(value)
         .map_err(|source| Error::Encode {

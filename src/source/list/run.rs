@@ -31,7 +31,10 @@ use crate::status::SubscriptionState;
 type Finished = (Vec<u8>, u64, Ran, Duration);
 
 /// A finished pop: the connection (when it is still usable) and the item.
-type ReadDone = (Option<MultiplexedConnection>, Result<Option<Vec<u8>>, Error>);
+type ReadDone = (
+    Option<MultiplexedConnection>,
+    Result<Option<Vec<u8>>, Error>,
+);
 
 struct Loop {
     sub: Arc<ListSub>,
