@@ -336,3 +336,63 @@ fn a_killed_consumers_processing_list_is_recovered_by_a_survivor() {
     survivor.signal("TERM");
     assert_eq!(survivor.wait_exit(WAIT), Some(0));
 }
+
+/// A `BLMOVE` whose reply is lost (the connection breaks after Redis moved
+/// the item) leaves an item on the processing list that no handler runs.
+/// Stand-in: an item put there by hand, then the read connection killed.
+/// After the reconnect the consumer puts it back onto the list and runs it.
+#[actix::test]
+async fn an_item_a_lost_pop_reply_left_on_the_processing_list_is_put_back_and_run() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let jobs = List::new("lost");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe_list(
+            &jobs,
+            ListOptions::default()
+                .consumer("c1")
+                .block(Duration::from_secs(20)),
+            move |job: Job| {
+                let s = s.clone();
+                async move {
+                    s.lock().unwrap().push(job.id);
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    eventually("blocked in BLMOVE", WAIT, || redis.blocked_clients() == 1).await;
+    let _: () = redis::cmd("LPUSH")
+        .arg(processing("lost", "c1"))
+        .arg(r#"{"id":42}"#)
+        .query(&mut c)
+        .unwrap();
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap();
+    let reader = clients
+        .lines()
+        .find(|l| l.contains("name=rillkit:lost:c1:list"))
+        .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("id=")))
+        .expect("the list reader's connection, named")
+        .to_owned();
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(&reader)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(killed, 1);
+    eventually("the stranded item ran", WAIT, || {
+        seen.lock().unwrap().contains(&42)
+    })
+    .await;
+    eventually("processing list empty", WAIT, || {
+        llen(&mut c, &processing("lost", "c1")) == 0
+    })
+    .await;
+    assert_eq!(seen.lock().unwrap().as_slice(), &[42]);
+    assert!(broker.stop().await.unwrap().is_clean());
+}

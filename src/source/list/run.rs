@@ -5,6 +5,7 @@
 //! on a stop.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,6 +55,14 @@ struct Loop {
     retry_at: Option<tokio::time::Instant>,
     token: String,
     fatal: Option<Error>,
+    /// Items on the processing list this loop knows of (running, waiting
+    /// for a retry, or being settled), as a multiset.
+    held: Rc<RefCell<HashMap<Vec<u8>, usize>>>,
+    /// The read connection was lost: a `BLMOVE` whose reply was lost may
+    /// have left an item on the processing list that nobody runs. Before
+    /// the next pop, such items go back onto the list.
+    reconcile_due: bool,
+    reconcile: Option<LocalBoxFuture<'static, Result<u64, Error>>>,
 }
 
 /// Runs one list subscription until it is told to drain (or fails with an
@@ -80,6 +89,9 @@ pub(crate) async fn consume(
         retry: Retry::default(),
         retry_at: None,
         fatal: None,
+        held: Rc::default(),
+        reconcile_due: false,
+        reconcile: None,
     };
     let reliable = !l.sub.opts.at_most_once;
     if reliable {
@@ -128,6 +140,10 @@ pub(crate) async fn consume(
             r = async { l.read.as_mut().expect("read").await }, if l.read.is_some() => {
                 l.read = None;
                 l.on_read(r);
+            }
+            r = async { l.reconcile.as_mut().expect("reconcile").await }, if l.reconcile.is_some() => {
+                l.reconcile = None;
+                l.on_reconciled(r);
             }
             () = sleep_until(next_retry), if next_retry.is_some() => {}
             () = sleep_until(l.retry_at), if l.retry_at.is_some() => l.retry_at = None,
@@ -202,10 +218,12 @@ impl Loop {
             let (_, item, attempts) = self.waiting.swap_remove(i);
             self.run(item, attempts + 1);
         }
-        if self.read.is_none()
-            && self.retry_at.is_none()
-            && self.running.len() < self.sub.opts.concurrency
-        {
+        if self.read.is_some() || self.reconcile.is_some() || self.retry_at.is_some() {
+            return;
+        }
+        if self.reconcile_due {
+            self.start_reconcile();
+        } else if self.running.len() < self.sub.opts.concurrency {
             self.start_read();
         }
     }
@@ -301,6 +319,7 @@ impl Loop {
         ) {
             self.conn = None;
             *self.reader.borrow_mut() = None;
+            self.reconcile_due = self.reliable();
             if class == Class::Routing {
                 self.broker.connector().redirected(&e);
             }
@@ -322,6 +341,9 @@ impl Loop {
     /// the item's count in Redis, which is what the dead-letter decision
     /// reads, so a crash while it runs still counts.
     fn run(&mut self, item: Vec<u8>, attempts: u64) {
+        if self.reliable() && attempts == 0 {
+            *self.held.borrow_mut().entry(item.clone()).or_default() += 1;
+        }
         let prepared = (self.sub.handler)(&item);
         let (redis, sub) = (self.redis.clone(), self.sub.clone());
         let reliable = self.reliable();
@@ -372,7 +394,7 @@ impl Loop {
                         keys: vec![k.processing.clone().into(), k.attempts.clone().into()],
                         args: vec![item],
                     };
-                    self.settle(done, "LREM of a handled item");
+                    self.settle(done, "LREM of a handled item", true);
                 }
             }
             Ran::Failed { error, reject } => {
@@ -411,7 +433,7 @@ impl Loop {
                 ],
                 args: vec![item, letter],
             };
-            self.settle(eval, "move to the dead-letter list");
+            self.settle(eval, "move to the dead-letter list", true);
         } else {
             let mut cmd = redis::cmd("LPUSH");
             cmd.arg(&*k.dlq).arg(letter);
@@ -422,13 +444,82 @@ impl Loop {
     /// Runs a settling script until Redis has done it (transient errors
     /// wait with backoff): a handled item is never handled again because
     /// its `LREM` failed once.
-    fn settle(&mut self, eval: Eval, what: &'static str) {
+    /// With `release`, the item (the script's first argument) stops being
+    /// held once the script ran.
+    fn settle(&mut self, eval: Eval, what: &'static str, release: bool) {
         let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
+        let held = release.then(|| (self.held.clone(), eval.args[0].clone()));
         self.side.push(Box::pin(async move {
             if let Err(e) = until_done(&redis, eval, None).await {
                 tracing::error!(list = %list, error = %e, what, "settling a list item failed");
             }
+            if let Some((held, item)) = held {
+                let mut held = held.borrow_mut();
+                if let Some(n) = held.get_mut(&item) {
+                    *n -= 1;
+                    if *n == 0 {
+                        held.remove(&item);
+                    }
+                }
+            }
         }));
+    }
+
+    /// Reads the processing list and puts every item this loop does not
+    /// hold back onto the list (each with the conditional `PUT_BACK`, so an
+    /// item settled meanwhile is left alone). Answers how many went back.
+    fn start_reconcile(&mut self) {
+        let (redis, held) = (self.redis.clone(), self.held.clone());
+        let keys = self.sub.keys.clone();
+        self.reconcile = Some(Box::pin(async move {
+            let mut range = redis::cmd("LRANGE");
+            range.arg(&keys.processing).arg(0).arg(-1);
+            let items: Vec<Vec<u8>> = match redis.send(crate::redis::Query("lrange", range)).await {
+                Ok(Ok(v)) => redis::FromRedisValue::from_redis_value(v)
+                    .map_err(|e| Error::unparsable("LRANGE reply", e.to_string()))?,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(Error::ShutDown),
+            };
+            let mut counts: HashMap<Vec<u8>, usize> = HashMap::new();
+            for item in items {
+                *counts.entry(item).or_default() += 1;
+            }
+            let mut moved = 0;
+            for (item, n) in counts {
+                let known = held.borrow().get(&item).copied().unwrap_or(0);
+                for _ in known..n {
+                    let back = Eval {
+                        script: &PUT_BACK,
+                        keys: vec![
+                            keys.processing.clone().into(),
+                            keys.list.as_bytes().to_vec(),
+                        ],
+                        args: vec![item.clone()],
+                    };
+                    if until_done(&redis, back, None).await? == Value::Int(1) {
+                        moved += 1;
+                    }
+                }
+            }
+            Ok(moved)
+        }));
+    }
+
+    fn on_reconciled(&mut self, r: Result<u64, Error>) {
+        match r {
+            Ok(moved) => {
+                self.reconcile_due = false;
+                if moved > 0 {
+                    tracing::info!(list = %self.sub.keys.list, items = moved,
+                        "put back items a lost pop reply had left on the processing list");
+                }
+            }
+            Err(e) => {
+                let (delay, _) = self.retry.failed();
+                tracing::debug!(list = %self.sub.keys.list, error = %e, "checking the processing list failed; trying again");
+                self.retry_at = Some(tokio::time::Instant::now() + delay);
+            }
+        }
     }
 
     fn settle_cmd(&mut self, acl: &'static str, cmd: redis::Cmd, what: &'static str) {
@@ -571,7 +662,7 @@ impl Loop {
                 keys: vec![k.processing.clone().into(), k.list.as_bytes().to_vec()],
                 args: vec![item],
             };
-            self.settle(eval, "putting back an item popped after the stop");
+            self.settle(eval, "putting back an item popped after the stop", false);
         } else {
             let mut cmd = redis::cmd("RPUSH");
             cmd.arg(&*k.list).arg(item);
