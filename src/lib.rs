@@ -50,6 +50,8 @@ pub mod dashboard;
 mod error;
 mod handler;
 mod hooks;
+#[cfg(feature = "otel")]
+mod otel;
 mod outcome;
 mod reclaimer;
 mod redis;

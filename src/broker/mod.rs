@@ -511,7 +511,12 @@ impl Broker {
         stream: &Stream<C>,
         payloads: Vec<Vec<u8>>,
     ) -> Result<Vec<EntryId>, Error> {
-        self.send(stream, payloads, None).await
+        // With the `otel` feature, the current span's context travels along.
+        #[cfg(feature = "otel")]
+        let traceparent = crate::otel::current();
+        #[cfg(not(feature = "otel"))]
+        let traceparent = None;
+        self.send(stream, payloads, traceparent).await
     }
 
     async fn send<C: Codec>(

@@ -569,6 +569,13 @@ impl Loop {
                 "traceparent",
                 tracing::field::display(String::from_utf8_lossy(tp)),
             );
+            #[cfg(feature = "otel")]
+            if let Some(tp) = std::str::from_utf8(tp)
+                .ok()
+                .and_then(|t| t.parse::<crate::TraceParent>().ok())
+            {
+                crate::otel::link(&span, &tp);
+            }
         }
         let prepared = span.in_scope(|| {
             std::panic::catch_unwind(AssertUnwindSafe(|| (s.handler)(&msg, &self.broker)))
