@@ -238,6 +238,11 @@ async fn removing_a_list_subscription_cuts_its_blocked_pop_short_and_leaves_the_
     assert!(removed.outcome.is_clean());
     assert_eq!(removed.handled, 1);
     assert_eq!(redis.blocked_clients(), 0);
+    assert_eq!(
+        redis.command_calls("quit"),
+        1,
+        "its connection ends with QUIT"
+    );
     broker
         .publish_list(&jobs, &Job { id: 2, fail: false })
         .await

@@ -77,6 +77,11 @@ async fn a_stream_subscription_added_at_run_time_consumes_and_its_removal_cuts_t
     );
     assert_eq!(removed.handled, 10);
     assert!(removed.outcome.is_clean());
+    assert_eq!(
+        redis.command_calls("quit"),
+        1,
+        "its read connection ends with QUIT"
+    );
     xadd(&mut c, "orders", "11");
     assert_eq!(support::pending_count(&mut c, "orders", "g"), 0);
     assert_eq!(

@@ -194,6 +194,15 @@ pub(crate) async fn consume(
         lp.leave_group().await;
     }
     lp.release_lease().await;
+    // The read connection ends with QUIT (bounded: a broken one is dropped).
+    if let Some(mut conn) = lp.conn.take() {
+        let quit = redis::cmd("QUIT");
+        let _ = tokio::time::timeout(
+            Duration::from_secs(1),
+            quit.query_async::<redis::Value>(&mut conn),
+        )
+        .await;
+    }
     if lp.report.error.is_none() && lp.report.panic.is_none() {
         lp.sub.board.set_state(SubscriptionState::Stopped);
     }

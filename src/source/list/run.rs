@@ -643,7 +643,10 @@ impl Loop {
             }
         }
         if let Some(mut conn) = self.conn.take() {
-            let _: redis::RedisResult<Value> = redis::cmd("QUIT").query_async(&mut conn).await;
+            let quit = redis::cmd("QUIT");
+            let _ =
+                tokio::time::timeout(Duration::from_secs(1), quit.query_async::<Value>(&mut conn))
+                    .await;
         }
         self.sub.board.set_state(SubscriptionState::Stopped);
         ConsumerReport {
