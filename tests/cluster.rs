@@ -595,3 +595,81 @@ async fn a_worker_with_the_readmes_minimal_acl_runs_on_a_cluster() {
         assert!(log.is_empty(), "node {i} refused a command: {log:?}");
     }
 }
+
+/// Lists and Pub/Sub on a cluster (issue 12): every key beside a list
+/// shares its slot (`{<list>}:rillkit:…`), so pops, settles and dead-letter
+/// moves work on its master; a channel's subscriber sees what any node
+/// publishes.
+#[actix::test]
+async fn lists_and_channels_work_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let jobs = rillkit::List::new("jobs");
+    let seen: Seen = Arc::default();
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let (s, h) = (seen.clone(), heard.clone());
+    let broker = Broker::with_topology(topology(&cluster))
+        .subscribe_list(
+            &jobs,
+            rillkit::ListOptions::default()
+                .consumer("c1")
+                .max_retries(0)
+                .concurrency(4),
+            move |job: Job| {
+                let s = s.clone();
+                async move {
+                    if job.poison {
+                        return Err(HandlerError::retry("poison"));
+                    }
+                    *s.lock().unwrap().entry(job.id).or_default() += 1;
+                    Ok(())
+                }
+            },
+        )
+        .subscribe_channel(
+            &rillkit::Channel::new("news"),
+            rillkit::ChannelOptions::default(),
+            move |n: u64| {
+                let h = h.clone();
+                async move {
+                    h.lock().unwrap().push(n);
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker
+        .publish_list_batch(&jobs, (1..=100).map(|id| Job { id, poison: false }))
+        .await
+        .unwrap();
+    broker
+        .publish_list(
+            &jobs,
+            &Job {
+                id: 0,
+                poison: true,
+            },
+        )
+        .await
+        .unwrap();
+    for n in 1..=5u64 {
+        broker
+            .publish_channel(&rillkit::Channel::new("news"), &n)
+            .await
+            .unwrap();
+    }
+    let mut c = cluster.conn_for_key("{jobs}-dlq");
+    eventually("100 handled and one dead letter", WAIT, || {
+        seen.lock().unwrap().len() == 100
+            && redis::cmd("LLEN")
+                .arg("{jobs}-dlq")
+                .query::<usize>(&mut c)
+                .unwrap()
+                == 1
+    })
+    .await;
+    assert!(seen.lock().unwrap().values().all(|n| *n == 1));
+    eventually("5 heard", WAIT, || heard.lock().unwrap().len() == 5).await;
+    assert!(broker.stop().await.unwrap().is_clean());
+}
