@@ -401,3 +401,78 @@ async fn an_item_a_lost_pop_reply_left_on_the_processing_list_is_put_back_and_ru
     assert_eq!(seen.lock().unwrap().as_slice(), &[42]);
     assert!(broker.stop().await.unwrap().is_clean());
 }
+
+/// Two live processes under one list consumer name (a StatefulSet pod
+/// during a rollout): the second waits for the first's heartbeat (the
+/// name's lease) instead of taking its processing list, so the first's item
+/// runs once; once the first stops, the second takes over.
+#[actix::test]
+async fn a_second_process_under_a_live_list_consumer_name_waits_for_it() {
+    let redis = RedisServer::start();
+    let jobs = List::new("shared");
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let broker = |runs: Arc<Mutex<Vec<u64>>>, gate: Arc<tokio::sync::Semaphore>| {
+        Broker::builder(redis.url())
+            .subscribe_list(
+                &jobs,
+                ListOptions::default()
+                    .consumer("same")
+                    .heartbeat_ttl(Duration::from_millis(600))
+                    .block(Duration::from_millis(200)),
+                move |job: Job| {
+                    let (runs, gate) = (runs.clone(), gate.clone());
+                    async move {
+                        runs.lock().unwrap().push(job.id);
+                        gate.acquire().await.unwrap().forget();
+                        Ok(())
+                    }
+                },
+            )
+            .build()
+            .unwrap()
+    };
+    let first = broker(runs.clone(), gate.clone());
+    first.start().await.unwrap();
+    first
+        .publish_list(&jobs, &Job { id: 1, fail: false })
+        .await
+        .unwrap();
+    eventually("the first runs item 1", WAIT, || {
+        runs.lock().unwrap().len() == 1
+    })
+    .await;
+    let second = broker(runs.clone(), gate.clone());
+    second.start().await.unwrap();
+    eventually("the second waits for the name", WAIT, || {
+        matches!(
+            second.status().subscriptions[0].state,
+            rillkit::SubscriptionState::WaitingForLease { .. }
+        )
+    })
+    .await;
+    // Several heartbeats later, item 1 is still the first one's alone.
+    let mut c = redis.conn();
+    let t = Instant::now();
+    eventually("three heartbeat periods", WAIT, || {
+        t.elapsed() > Duration::from_secs(2)
+    })
+    .await;
+    assert_eq!(runs.lock().unwrap().as_slice(), &[1]);
+    assert_eq!(llen(&mut c, &processing("shared", "same")), 1);
+    gate.add_permits(1);
+    let stopped = first.stop().await.unwrap();
+    assert!(stopped.is_clean());
+    eventually("the second takes over", WAIT, || {
+        second.status().subscriptions[0].state == rillkit::SubscriptionState::Running
+    })
+    .await;
+    second
+        .publish_list(&jobs, &Job { id: 2, fail: false })
+        .await
+        .unwrap();
+    gate.add_permits(1);
+    eventually("item 2 ran", WAIT, || runs.lock().unwrap().len() == 2).await;
+    assert_eq!(runs.lock().unwrap().as_slice(), &[1, 2], "item 1 ran once");
+    assert!(second.stop().await.unwrap().is_clean());
+}

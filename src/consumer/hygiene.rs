@@ -128,7 +128,7 @@ fn key_part(name: &str) -> String {
 
 /// 64 bits that differ between leases of one process and between processes
 /// (std's per-process random hash keys, and a counter).
-fn unique() -> u64 {
+pub(crate) fn unique() -> u64 {
     use std::hash::BuildHasher;
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -46,17 +46,27 @@ impl Buffer {
             metrics::counter!(DROPPED, "stream" => sub.name.to_string(), "group" => "")
                 .increment(1);
             if self.last_log.is_none_or(|t| t.elapsed() >= DROP_LOG_EVERY) {
-                tracing::warn!(
-                    channel = %sub.name,
-                    dropped = self.dropped_unlogged,
-                    buffer = self.capacity,
-                    "the handlers do not keep up with the channel; dropping the oldest buffered messages"
-                );
-                self.dropped_unlogged = 0;
-                self.last_log = Some(Instant::now());
+                self.log_drops(sub);
             }
         }
         self.messages.push_back(message);
+    }
+
+    /// Logs the drops not logged yet (called on a drop at most every
+    /// `DROP_LOG_EVERY`, by a tick of the same period, and at the stop, so
+    /// the last burst is told too).
+    fn log_drops(&mut self, sub: &ChannelSub) {
+        if self.dropped_unlogged == 0 {
+            return;
+        }
+        tracing::warn!(
+            channel = %sub.name,
+            dropped = self.dropped_unlogged,
+            buffer = self.capacity,
+            "the handlers do not keep up with the channel; dropped the oldest buffered messages"
+        );
+        self.dropped_unlogged = 0;
+        self.last_log = Some(Instant::now());
     }
 }
 
@@ -95,6 +105,8 @@ pub(crate) async fn consume(
     }
     let mut running: FuturesUnordered<LocalBoxFuture<'static, (Ran, Duration)>> =
         FuturesUnordered::new();
+    let mut tell_drops = tokio::time::interval(DROP_LOG_EVERY);
+    tell_drops.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let deadline = loop {
         if let Some(d) = *stop.borrow() {
             break d;
@@ -111,11 +123,13 @@ pub(crate) async fn consume(
             Some(done) = running.next(), if !running.is_empty() => finished(&sub, done),
             () = arrived.notified() => {}
             () = &mut reader => {}
+            _ = tell_drops.tick() => buffer.borrow_mut().log_drops(&sub),
         }
     };
     // Stop reading (dropping the connection ends the subscription); what
     // is buffered is dropped: at most once.
     drop(reader);
+    buffer.borrow_mut().log_drops(&sub);
     let left = buffer.borrow().messages.len();
     if left > 0 {
         tracing::info!(channel = %sub.name, messages = left, "dropping buffered messages not yet handled (Pub/Sub is at most once)");

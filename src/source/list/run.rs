@@ -63,6 +63,10 @@ struct Loop {
     /// the next pop, such items go back onto the list.
     reconcile_due: bool,
     reconcile: Option<LocalBoxFuture<'static, Result<u64, Error>>>,
+    /// A heartbeat in flight.
+    beat: Option<LocalBoxFuture<'static, Beat>>,
+    /// The last pop failed on the connection (an outage).
+    read_down: bool,
 }
 
 /// Runs one list subscription until it is told to drain (or fails with an
@@ -76,7 +80,12 @@ pub(crate) async fn consume(
 ) -> ConsumerReport {
     let host = gethostname::gethostname();
     let mut l = Loop {
-        token: format!("{}-{}", host.to_string_lossy(), std::process::id()),
+        token: format!(
+            "{}-{}-{:016x}",
+            host.to_string_lossy(),
+            std::process::id(),
+            crate::consumer::hygiene::unique()
+        ),
         sub,
         redis,
         broker,
@@ -92,13 +101,16 @@ pub(crate) async fn consume(
         held: Rc::default(),
         reconcile_due: false,
         reconcile: None,
+        beat: None,
+        read_down: false,
     };
     let reliable = !l.sub.opts.at_most_once;
+    let mut ready = ready;
     if reliable {
         // Register, then take back what an earlier process under this name
         // left on its processing list.
         let started = tokio::select! {
-            r = l.join() => r,
+            r = l.join(&mut ready) => r,
             _ = stop.wait_for(Option::is_some) => Ok(()),
         };
         if let Err(e) = started {
@@ -148,6 +160,10 @@ pub(crate) async fn consume(
             () = sleep_until(next_retry), if next_retry.is_some() => {}
             () = sleep_until(l.retry_at), if l.retry_at.is_some() => l.retry_at = None,
             _ = beat.tick(), if reliable => l.heartbeat(),
+            b = async { l.beat.as_mut().expect("beat").await }, if l.beat.is_some() => {
+                l.beat = None;
+                l.on_beat(b);
+            }
         }
     };
     l.drain(deadline).await
@@ -167,25 +183,40 @@ impl Loop {
 
     /// Registers the consumer (heartbeat) and moves its own processing list
     /// back onto the list, retrying transient errors.
-    async fn join(&mut self) -> Result<(), Error> {
-        let k = &self.sub.keys;
-        let ttl = self.sub.opts.heartbeat_ttl.as_millis().to_string();
-        let beat = Eval {
-            script: &HEARTBEAT,
-            keys: vec![k.registry.clone().into(), k.heartbeat.clone().into()],
-            args: vec![
-                self.sub.consumer.as_bytes().to_vec(),
-                ttl.into_bytes(),
-                self.token.clone().into_bytes(),
-            ],
-        };
-        until_done(&self.redis, beat.clone(), None).await?;
-        let own = self.return_own("keep");
-        let moved = until_done(&self.redis, own.clone(), None).await?;
+    /// `ready` is answered at once when the name is held elsewhere: the
+    /// broker's start does not wait for another process.
+    async fn join(&mut self, ready: &mut Option<oneshot::Sender<()>>) -> Result<(), Error> {
+        let k = self.sub.keys.clone();
+        let since = std::time::SystemTime::now();
+        let mut warned = false;
+        loop {
+            let answer = until_done(&self.redis, self.beat_eval(), None).await?;
+            if answer == Value::Int(1) {
+                break;
+            }
+            // The name's heartbeat is another live process's: wait for it
+            // to lapse (its processing list is its own business).
+            let holder: String = redis::from_redis_value(answer).unwrap_or_default();
+            if let Some(tx) = ready.take() {
+                let _ = tx.send(());
+            }
+            if !warned {
+                warned = true;
+                tracing::warn!(list = %k.list, consumer = %self.sub.consumer, holder = %holder,
+                    "another live process uses this consumer name; waiting for its heartbeat to lapse");
+            }
+            self.sub
+                .board
+                .set_state(SubscriptionState::WaitingForLease { holder, since });
+            tokio::time::sleep(self.sub.opts.heartbeat_ttl / 3).await;
+        }
+        let moved = until_done(&self.redis, self.return_own("keep"), None).await?;
         if let Value::Int(n @ 1..) = moved {
             tracing::info!(list = %k.list, consumer = %self.sub.consumer, items = n,
                 "moved this consumer's processing list, left by an earlier process under its name, back onto the list");
         }
+        // Dead consumers' items first, before this one's first pop.
+        recover_dead(&self.redis, self.recover_eval(), &k.list).await;
         Ok(())
     }
 
@@ -199,7 +230,11 @@ impl Loop {
                 k.registry.clone().into(),
                 k.heartbeat.clone().into(),
             ],
-            args: vec![mode.into(), self.sub.consumer.as_bytes().to_vec()],
+            args: vec![
+                mode.into(),
+                self.sub.consumer.as_bytes().to_vec(),
+                self.token.clone().into_bytes(),
+            ],
         }
     }
 
@@ -290,6 +325,7 @@ impl Loop {
         self.conn = conn;
         match r {
             Ok(item) => {
+                self.read_down = false;
                 if self.retry.succeeded() > 0 {
                     tracing::info!(list = %self.sub.keys.list, "list reads work again");
                 }
@@ -320,6 +356,7 @@ impl Loop {
             self.conn = None;
             *self.reader.borrow_mut() = None;
             self.reconcile_due = self.reliable();
+            self.read_down = true;
             if class == Class::Routing {
                 self.broker.connector().redirected(&e);
             }
@@ -542,41 +579,104 @@ impl Loop {
         }));
     }
 
-    /// Renews the heartbeat and moves dead consumers' processing lists back.
-    fn heartbeat(&mut self) {
+    fn beat_eval(&self) -> Eval {
         let k = &self.sub.keys;
-        let ttl = self.sub.opts.heartbeat_ttl.as_millis().to_string();
-        let beat = Eval {
+        Eval {
             script: &HEARTBEAT,
             keys: vec![k.registry.clone().into(), k.heartbeat.clone().into()],
             args: vec![
                 self.sub.consumer.as_bytes().to_vec(),
-                ttl.into_bytes(),
+                self.sub
+                    .opts
+                    .heartbeat_ttl
+                    .as_millis()
+                    .to_string()
+                    .into_bytes(),
                 self.token.clone().into_bytes(),
             ],
-        };
-        let recover = Eval {
+        }
+    }
+
+    fn recover_eval(&self) -> Eval {
+        let k = &self.sub.keys;
+        Eval {
             script: &RECOVER_DEAD,
             keys: vec![k.list.as_bytes().to_vec(), k.registry.clone().into()],
             args: vec![k.own.clone().into(), self.sub.consumer.as_bytes().to_vec()],
-        };
-        let (redis, list) = (self.redis.clone(), k.list.clone());
-        self.side.push(Box::pin(async move {
-            if let Ok(Err(e)) = redis.send(beat).await {
-                tracing::warn!(list = %list, error = %e, "heartbeat failed; trying again next beat");
-                return;
-            }
-            match redis.send(recover).await {
-                Ok(Ok(Value::Array(v))) => {
-                    if let [Value::Int(dead @ 1..), Value::Int(moved)] = v.as_slice() {
-                        tracing::warn!(list = %list, consumers = dead, items = moved,
-                            "moved the processing lists of consumers whose heartbeat lapsed back onto the list");
-                    }
+        }
+    }
+
+    /// Renews the heartbeat (the name's lease) and, when it is ours, moves
+    /// dead consumers' processing lists back onto the list.
+    fn heartbeat(&mut self) {
+        if self.beat.is_some() {
+            return;
+        }
+        let (beat, recover) = (self.beat_eval(), self.recover_eval());
+        let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
+        self.beat = Some(Box::pin(async move {
+            let answer = match redis.send(beat).await {
+                Ok(Ok(v)) => v,
+                Ok(Err(e)) => {
+                    tracing::warn!(list = %list, error = %e, "heartbeat failed; trying again next beat");
+                    return Beat::Failed;
                 }
-                Ok(Err(e)) => tracing::warn!(list = %list, error = %e, "recovering dead consumers failed; trying again next beat"),
-                _ => {}
+                Err(_) => return Beat::Failed,
+            };
+            if answer != Value::Int(1) {
+                let holder: String = redis::from_redis_value(answer).unwrap_or_default();
+                return Beat::Taken(holder);
             }
+            recover_dead(&redis, recover, &list).await;
+            Beat::Ok
         }));
+    }
+
+    fn on_beat(&mut self, beat: Beat) {
+        match beat {
+            Beat::Ok => {
+                // Redis answers again: a pop waiting out a backoff the
+                // outage built up starts now.
+                if self.read_down {
+                    self.retry_at = None;
+                }
+            }
+            Beat::Failed => {}
+            Beat::Taken(holder) => {
+                tracing::error!(list = %self.sub.keys.list, consumer = %self.sub.consumer, holder = %holder,
+                    "another process holds this consumer name (its heartbeat lapsed here); the consumer stops popping and ends");
+                self.fatal = Some(Error::ConsumerNameInUse {
+                    stream: self.sub.keys.list.to_string(),
+                    group: String::new(),
+                    consumer: self.sub.consumer.to_string(),
+                    holder,
+                    waited: Duration::ZERO,
+                });
+            }
+        }
+    }
+}
+
+/// What a heartbeat found.
+enum Beat {
+    Ok,
+    Failed,
+    /// The heartbeat key holds another process's token.
+    Taken(String),
+}
+
+async fn recover_dead(redis: &Addr<RedisActor>, recover: Eval, list: &str) {
+    match redis.send(recover).await {
+        Ok(Ok(Value::Array(v))) => {
+            if let [Value::Int(dead @ 1..), Value::Int(moved)] = v.as_slice() {
+                tracing::warn!(list = %list, consumers = dead, items = moved,
+                    "moved the processing lists of consumers whose heartbeat lapsed back onto the list");
+            }
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(list = %list, error = %e, "recovering dead consumers failed; trying again next beat")
+        }
+        _ => {}
     }
 }
 
@@ -622,17 +722,31 @@ impl Loop {
                 }
             }
         }
-        if timed_out {
+        if timed_out && self.reliable() {
             tracing::warn!(list = %self.sub.keys.list, handlers = self.running.len(),
                 "drain deadline passed with list handlers still running; their items go back onto the list");
+        } else if timed_out {
+            tracing::warn!(list = %self.sub.keys.list, handlers = self.running.len(),
+                "drain deadline passed with list handlers still running; their items are lost (at most once)");
         }
         if self.reliable() {
             // Whatever is left (abandoned handlers, waiting retries) goes
             // back onto the list now; should this fail, the heartbeat lapses
             // and a survivor moves it.
             let leave = self.return_own("leave");
-            let limit = Instant::now() + Duration::from_secs(2);
-            match until_done(&self.redis, leave, Some(limit)).await {
+            let limit = Instant::now() + Duration::from_secs(1);
+            let left = tokio::time::timeout(
+                Duration::from_secs(1),
+                until_done(&self.redis, leave, Some(limit)),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Unavailable {
+                    down_for: Duration::from_secs(1),
+                    last_error: "no answer within 1 s".into(),
+                })
+            });
+            match left {
                 Ok(Value::Int(n @ 1..)) => {
                     tracing::info!(list = %self.sub.keys.list, items = n, "moved unfinished items back onto the list");
                 }

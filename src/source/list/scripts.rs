@@ -11,11 +11,17 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Registers the consumer and renews its heartbeat.
+/// Registers the consumer and renews its heartbeat, which is also the
+/// consumer name's lease: a heartbeat key that holds another process's
+/// token is left alone, and its token is the answer (1 when ours).
 /// KEYS: registry, heartbeat. ARGV: consumer, ttl (ms), token.
 pub(super) static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
+local holder = redis.call('GET', KEYS[2])
+if holder and holder ~= ARGV[3] then
+  return holder
+end
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
 return 1
@@ -48,13 +54,18 @@ return {dead, moved}
 });
 
 /// Moves a processing list back onto the list (this consumer's own, left
-/// by an earlier process under its name, or at the end of a stop). With
-/// `ARGV[1] == 'leave'` also unregisters the consumer and deletes its
-/// heartbeat. Answers the number of items moved.
-/// KEYS: processing, list, registry, heartbeat. ARGV: mode, consumer.
+/// by an earlier process under its name, or at the end of a stop), only
+/// while the heartbeat is not another process's (answers -1 then, and
+/// touches nothing). With `ARGV[1] == 'leave'` also unregisters the
+/// consumer and deletes its heartbeat. Answers the number of items moved.
+/// KEYS: processing, list, registry, heartbeat. ARGV: mode, consumer, token.
 pub(super) static RETURN_OWN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
+local holder = redis.call('GET', KEYS[4])
+if holder and holder ~= ARGV[3] then
+  return -1
+end
 local moved = 0
 while redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT') do
   moved = moved + 1
