@@ -5,6 +5,7 @@
 //! cargo bench --bench throughput                 # N = 200 000 entries
 //! RILLKIT_BENCH_N=20000 cargo bench --bench throughput
 //! RILLKIT_BENCH_ONLY=cpu cargo bench --bench throughput  # section 6 alone
+//! RILLKIT_BENCH_ONLY=consume cargo bench --bench throughput  # rows 1 and 2 alone
 //! RILLKIT_BENCH_ONLY=dashboard cargo bench --features dashboard --bench throughput
 //! ```
 //!
@@ -769,6 +770,10 @@ fn main() {
             costs(cpu2 - cpu1, us2 - us1),
         );
         row("   ratio to raw", format!("{:.2}x", rk / raw));
+        if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("consume") {
+            println!("consume_ratio={:.2}", rk / raw);
+            return;
+        }
         let rss_after_drain = peak_rss_kib();
 
         let p = publish_rates(&url, n).await;

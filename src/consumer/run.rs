@@ -4,6 +4,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashSet, VecDeque};
 use std::future::{Future, pending};
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,6 +91,37 @@ struct Finished {
 type ClaimDone = Result<(Vec<Delivered>, bool), Error>;
 
 /// Resolves with the output of `f`, or never when there is no future.
+/// A timer kept across turns of the loop: `tokio::select!` builds every
+/// branch's future on every turn, and a fresh `sleep_until` per branch per
+/// turn (a timer-wheel entry added and removed each time) was a measurable
+/// part of a fast consumer's CPU time. This one is moved only when its
+/// instant changes.
+struct Alarm {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    at: Option<tokio::time::Instant>,
+}
+
+impl Alarm {
+    fn new() -> Self {
+        Alarm {
+            sleep: Box::pin(tokio::time::sleep_until(far_future())),
+            at: None,
+        }
+    }
+
+    /// The timer set to `at` (left alone when `None`: the branch that
+    /// waits on it is then disabled).
+    fn until(&mut self, at: Option<tokio::time::Instant>) -> &mut Pin<Box<tokio::time::Sleep>> {
+        if let Some(at) = at {
+            if self.at != Some(at) {
+                self.sleep.as_mut().reset(at);
+                self.at = Some(at);
+            }
+        }
+        &mut self.sleep
+    }
+}
+
 async fn maybe<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
     match f {
         Some(f) => f.await,
@@ -304,6 +336,10 @@ struct Loop {
 
 impl Loop {
     async fn run(&mut self, mut stop: watch::Receiver<Option<Instant>>) {
+        let (mut retry_alarm, mut reclaim_alarm, mut heartbeat_alarm, mut lease_alarm) =
+            (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
+        let (mut prune_alarm, mut unblock_alarm, mut deadline_alarm) =
+            (Alarm::new(), Alarm::new(), Alarm::new());
         loop {
             if self.deadline.is_none() {
                 self.start_queued();
@@ -312,6 +348,19 @@ impl Loop {
                 }
                 if let Some(count) = self.read_count() {
                     self.start_read(count);
+                    // Hand the command to the connection now and let its
+                    // driver task write it, before the queued handlers
+                    // run: a busy loop that never waits would otherwise
+                    // keep the driver from sending the next read until the
+                    // queue ran dry, and every batch would wait out its
+                    // round trip.
+                    if let Some(read) = self.read.as_mut() {
+                        if let std::task::Poll::Ready(done) = futures::poll!(read.as_mut()) {
+                            self.read = None;
+                            self.on_read(done);
+                        }
+                    }
+                    tokio::task::yield_now().await;
                 }
             }
             let may_reclaim = self.may_reclaim();
@@ -321,7 +370,19 @@ impl Loop {
                 self.heartbeat_at = tokio::time::Instant::now() + self.heartbeat_every;
             }
             self.was_holding = holding;
-            if self.ack_inflight.is_none() && !self.acks.is_empty() {
+            // While fetched entries still wait, their acks join this batch:
+            // one XACK per batch of fast handlers rather than one for the
+            // first to finish and one for the rest (each write costs a
+            // system call and the loopback's work on both sides).
+            if self.ack_inflight.is_none()
+                && !self.acks.is_empty()
+                && (self.queue.is_empty()
+                    // Nothing runs although entries wait (a redelivery
+                    // that must run alone, a lapsed lease): send now.
+                    || self.running.is_empty()
+                    || self.acks.len() >= self.sub.opts.count
+                    || self.deadline.is_some())
+            {
                 self.send_acks(None);
             }
             if self.deadline.is_some()
@@ -354,7 +415,7 @@ impl Loop {
                 }
                 Some(done) = self.dead_letters.next(), if !self.dead_letters.is_empty() => self.on_dead_lettered(done),
                 Some(()) = self.side.next(), if !self.side.is_empty() => {}
-                () = tokio::time::sleep_until(retry_at.unwrap_or_else(far_future)), if retry_at.is_some() => {
+                () = retry_alarm.until(retry_at), if retry_at.is_some() => {
                     self.retry_due();
                 }
                 Some(back) = self.retry_claims.next(), if !self.retry_claims.is_empty() => self.on_retry_claimed(back),
@@ -362,18 +423,18 @@ impl Loop {
                     self.reclaim = None;
                     self.on_claimed(claimed);
                 }
-                () = tokio::time::sleep_until(self.reclaim_due), if may_reclaim => {}
-                () = tokio::time::sleep_until(self.heartbeat_at), if holding => {
+                () = reclaim_alarm.until(Some(self.reclaim_due)), if may_reclaim => {}
+                () = heartbeat_alarm.until(Some(self.heartbeat_at)), if holding => {
                     self.heartbeat();
                 }
-                () = tokio::time::sleep_until(self.lease_at), if has_lease && self.lease_renewal.is_none() => {
+                () = lease_alarm.until(Some(self.lease_at)), if has_lease && self.lease_renewal.is_none() => {
                     self.renew_lease();
                 }
                 (sent, res) = maybe(&mut self.lease_renewal) => {
                     self.lease_renewal = None;
                     self.on_lease_renewed(sent, res);
                 }
-                () = tokio::time::sleep_until(prune_at.unwrap_or_else(far_future)), if prune_at.is_some() => {
+                () = prune_alarm.until(prune_at), if prune_at.is_some() => {
                     self.prune_idle();
                 }
                 Ok(()) = self.epoch.changed(), if self.deadline.is_none() => self.on_failover(),
@@ -385,10 +446,10 @@ impl Loop {
                     };
                     self.begin_drain(deadline);
                 }
-                () = tokio::time::sleep_until(unblock_at.unwrap_or_else(far_future)), if unblock_at.is_some() => {
+                () = unblock_alarm.until(unblock_at), if unblock_at.is_some() => {
                     self.unblock();
                 }
-                () = tokio::time::sleep_until(deadline.unwrap_or_else(far_future)), if deadline.is_some() => {
+                () = deadline_alarm.until(deadline), if deadline.is_some() => {
                     self.abandon();
                     return;
                 }
@@ -438,7 +499,6 @@ impl Loop {
         if self.deadline.is_some()
             || !self.lease_ok()
             || self.read.is_some()
-            || !self.queue.is_empty()
             || self.isolated
             || self.make_room
             // A claim is on its way: what it brings is a redelivery, which
@@ -451,12 +511,22 @@ impl Loop {
         match self.cursor {
             // What it holds now awaits an XACK or a dead-letter move: the
             // re-read skips those and takes the next one.
-            Cursor::Pending(_) => self
-                .running
-                .is_empty()
+            Cursor::Pending(_) => (self.running.is_empty() && self.queue.is_empty())
                 .then_some(self.held.len().min(o.count.max(100)) + 1),
             Cursor::New => {
-                let room = free + self.prefetch();
+                // The next read starts while half a prefetch is still
+                // queued, so it lands about when the queue runs dry: the
+                // handlers do not wait out the read's round trip.
+                let ahead = self.prefetch();
+                let queued = self.queue.len();
+                if queued > 0 && queued > ahead {
+                    return None;
+                }
+                let room = if queued > 0 {
+                    free + ahead
+                } else {
+                    free + ahead
+                };
                 let low_water = o.count.min(o.concurrency).div_ceil(2).max(1);
                 (room >= low_water).then_some(o.count.min(room))
             }

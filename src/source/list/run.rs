@@ -67,6 +67,12 @@ struct Loop {
     beat: Option<LocalBoxFuture<'static, Beat>>,
     /// The last pop failed on the connection (an outage).
     read_down: bool,
+    /// Until when the name is surely this process's: the last heartbeat
+    /// Redis confirmed, from when it was sent, plus the TTL. Past it,
+    /// other consumers may take this one for dead and move its processing
+    /// list back, so nothing new starts here.
+    alive_until: tokio::time::Instant,
+    beat_sent: tokio::time::Instant,
 }
 
 /// Runs one list subscription until it is told to drain (or fails with an
@@ -103,6 +109,8 @@ pub(crate) async fn consume(
         reconcile: None,
         beat: None,
         read_down: false,
+        alive_until: tokio::time::Instant::now() + Duration::from_secs(3600),
+        beat_sent: tokio::time::Instant::now(),
     };
     let reliable = !l.sub.opts.at_most_once;
     let mut ready = ready;
@@ -190,8 +198,10 @@ impl Loop {
         let since = std::time::SystemTime::now();
         let mut warned = false;
         loop {
+            let sent = tokio::time::Instant::now();
             let answer = until_done(&self.redis, self.beat_eval(), None).await?;
             if answer == Value::Int(1) {
+                self.alive_until = sent + self.sub.opts.heartbeat_ttl;
                 break;
             }
             // The name's heartbeat is another live process's: wait for it
@@ -246,6 +256,11 @@ impl Loop {
     /// Starts what a free slot allows: a due retry first, else a pop.
     fn maybe_start(&mut self) {
         let now = tokio::time::Instant::now();
+        if self.reliable() && now >= self.alive_until {
+            // Not surely alive in Redis's eyes: start nothing until a
+            // heartbeat is confirmed again.
+            return;
+        }
         while self.running.len() + usize::from(self.read.is_some()) < self.sub.opts.concurrency {
             let Some(i) = self.waiting.iter().position(|(at, ..)| *at <= now) else {
                 break;
@@ -613,6 +628,7 @@ impl Loop {
             return;
         }
         let (beat, recover) = (self.beat_eval(), self.recover_eval());
+        self.beat_sent = tokio::time::Instant::now();
         let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
         self.beat = Some(Box::pin(async move {
             let answer = match redis.send(beat).await {
@@ -635,6 +651,7 @@ impl Loop {
     fn on_beat(&mut self, beat: Beat) {
         match beat {
             Beat::Ok => {
+                self.alive_until = self.beat_sent + self.sub.opts.heartbeat_ttl;
                 // Redis answers again: a pop waiting out a backoff the
                 // outage built up starts now.
                 if self.read_down {
@@ -690,6 +707,11 @@ impl Loop {
         let until = tokio::time::Instant::from_std(deadline);
         self.waiting.clear();
         let mut unblock = tokio::time::interval(Duration::from_millis(50));
+        // A drain can outlast the heartbeat's TTL: keep beating, so nobody
+        // takes what runs here for a dead consumer's.
+        let mut beat = tokio::time::interval(self.sub.opts.heartbeat_ttl / 3);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let reliable = self.reliable();
         let mut timed_out = false;
         loop {
             if self.read.is_none() && self.running.is_empty() && self.side.is_empty() {
@@ -698,6 +720,11 @@ impl Loop {
             tokio::select! {
                 biased;
                 Some(done) = self.running.next(), if !self.running.is_empty() => self.finished(done),
+                _ = beat.tick(), if reliable => self.heartbeat(),
+                b = async { self.beat.as_mut().expect("beat").await }, if self.beat.is_some() => {
+                    self.beat = None;
+                    self.on_beat(b);
+                }
                 Some(()) = self.side.next(), if !self.side.is_empty() => {}
                 r = async { self.read.as_mut().expect("read").await }, if self.read.is_some() => {
                     self.read = None;
