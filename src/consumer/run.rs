@@ -489,9 +489,10 @@ impl Loop {
     ///
     /// Entries are fetched no faster than they can start, so a consumer never
     /// holds entries another idle consumer could be running: a read starts when
-    /// nothing fetched waits and the free slots plus the prefetch (see
-    /// [`Loop::prefetch`]) reach half a batch (of `count`, at most
-    /// `concurrency`), and asks for that many, at most `count`. While
+    /// no more than one prefetch (see [`Loop::prefetch`]; none for slow
+    /// handlers) of fetched entries waits and the free slots plus the
+    /// prefetch reach half a batch (of `count`, at most `concurrency`), and
+    /// asks for that many, at most `count`. While
     /// re-reading its own pending entries (redeliveries, which run alone) it
     /// reads one at a time, only when nothing runs.
     fn read_count(&self) -> Option<usize> {
@@ -514,19 +515,16 @@ impl Loop {
             Cursor::Pending(_) => (self.running.is_empty() && self.queue.is_empty())
                 .then_some(self.held.len().min(o.count.max(100)) + 1),
             Cursor::New => {
-                // The next read starts while half a prefetch is still
-                // queued, so it lands about when the queue runs dry: the
-                // handlers do not wait out the read's round trip.
+                // The next read starts while up to one prefetch (what the
+                // handlers get through in a round trip) is still queued,
+                // so it is on its way while they work and the handlers do
+                // not wait out its round trip. Slow handlers get no
+                // prefetch: for them a read waits until nothing is queued.
                 let ahead = self.prefetch();
-                let queued = self.queue.len();
-                if queued > 0 && queued > ahead {
+                if self.queue.len() > ahead {
                     return None;
                 }
-                let room = if queued > 0 {
-                    free + ahead
-                } else {
-                    free + ahead
-                };
+                let room = free + ahead;
                 let low_water = o.count.min(o.concurrency).div_ceil(2).max(1);
                 (room >= low_water).then_some(o.count.min(room))
             }
