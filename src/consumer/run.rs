@@ -188,6 +188,7 @@ pub(crate) async fn consume(
         deadline: None,
         unblock_at: None,
         report: ConsumerReport::default(),
+        in_flight_shown: 0,
     };
     let mut stop = stop;
     if let Some(lease) = &lp.sub.lease {
@@ -332,6 +333,8 @@ struct Loop {
     /// When to send (again) CLIENT UNBLOCK to the blocked read while draining.
     unblock_at: Option<tokio::time::Instant>,
     report: ConsumerReport,
+    /// Handlers in flight as last added to the in-flight gauge.
+    in_flight_shown: usize,
 }
 
 impl Loop {
@@ -395,8 +398,10 @@ impl Loop {
                 && self.side.is_empty()
                 && self.retry_claims.is_empty()
             {
+                self.sync_in_flight();
                 return;
             }
+            self.sync_in_flight();
 
             let deadline = self.deadline.map(tokio::time::Instant::from_std);
             let unblock_at = self.unblock_at;
@@ -451,9 +456,24 @@ impl Loop {
                 }
                 () = deadline_alarm.until(deadline), if deadline.is_some() => {
                     self.abandon();
+                    self.sync_in_flight();
                     return;
                 }
             }
+        }
+    }
+
+    /// Brings the in-flight gauge to the number of running handlers, once
+    /// per turn of the loop (a gauge shared by the consumers of one
+    /// stream and group in the process, so by the difference). Fast
+    /// handlers that finish and start within one turn cost it nothing.
+    fn sync_in_flight(&mut self) {
+        let n = self.running.len();
+        if n != self.in_flight_shown {
+            self.metrics
+                .in_flight
+                .increment(n as f64 - self.in_flight_shown as f64);
+            self.in_flight_shown = n;
         }
     }
 
@@ -662,7 +682,6 @@ impl Loop {
                 if msg.delivery_count > 1 {
                     self.metrics.redelivered.increment(1);
                 }
-                self.metrics.in_flight.increment(1.0);
                 self.running.push(Box::pin(
                     async move {
                         let t0 = Instant::now();
@@ -696,7 +715,6 @@ impl Loop {
         self.handler_time.add(took);
         if !took.is_zero() {
             // It ran (a panic while creating the future never did).
-            self.metrics.in_flight.decrement(1.0);
             self.metrics.handler_duration.record(took.as_secs_f64());
         }
         if self.isolated {

@@ -82,7 +82,6 @@ impl Loop {
             );
             self.report.timed_out = true;
         }
-        self.metrics.in_flight.decrement(self.running.len() as f64);
         self.running.clear();
         self.held.clear();
         self.isolated = false;
