@@ -96,3 +96,47 @@ fn the_example_serves_prometheus_metrics_and_the_counters_move() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+/// The in-flight gauge follows the running handlers (it is brought to their
+/// number once per turn of the consumer loop), up while they run and back
+/// to 0 when they are done.
+#[actix::test]
+async fn the_in_flight_gauge_counts_the_running_handlers() {
+    use rillkit::prelude::*;
+    use std::sync::Arc;
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let scrape = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let redis = RedisServer::start();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let g = gate.clone();
+    let stream = Stream::new("gauged", "g");
+    let broker = Broker::builder(redis.url())
+        .subscribe(
+            &stream,
+            ConsumerOptions::default().concurrency(3),
+            move |_: u64| {
+                let g = g.clone();
+                async move {
+                    g.acquire().await.unwrap().forget();
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker.publish_batch(&stream, 0..5u64).await.unwrap();
+    let series = r#"rillkit_handlers_in_flight{stream="gauged",group="g"}"#;
+    let gauge = || value(&scrape.render(), series);
+    support::eventually("3 in flight", Duration::from_secs(30), || {
+        gauge() == Some(3.0)
+    })
+    .await;
+    gate.add_permits(5);
+    support::eventually("none in flight", Duration::from_secs(30), || {
+        gauge() == Some(0.0)
+    })
+    .await;
+    assert!(broker.stop().await.unwrap().is_clean());
+}
