@@ -70,7 +70,9 @@ pub enum SubscriptionState {
         restarts: usize,
     },
     /// Its consumer name's lease is held by another live process (see
-    /// [`ConsumerOptions::lease_ttl`](crate::ConsumerOptions::lease_ttl)):
+    /// [`ConsumerOptions::lease_ttl`](crate::ConsumerOptions::lease_ttl);
+    /// for a list, its heartbeat key, see
+    /// [`ListOptions::heartbeat_ttl`](crate::ListOptions::heartbeat_ttl)):
     /// it waits for the lease to lapse before reading.
     WaitingForLease {
         /// The holder's token: `<hostname>-<pid>-<random>`.
