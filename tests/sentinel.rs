@@ -261,3 +261,93 @@ async fn credentials_go_to_the_sentinels_and_to_the_master() {
     .await;
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
+
+/// Lists and Pub/Sub under a failover (issue 12): the list consumer and the
+/// subscriber follow the master to its new server; items pushed and
+/// messages published after the switch are handled, and the process stays up.
+#[actix_rt::test]
+async fn list_and_channel_subscriptions_follow_a_failover() {
+    let group = Arc::new(SentinelGroup::start("mymaster"));
+    let jobs = rillkit::List::new("jobs");
+    let news = rillkit::Channel::new("news");
+    let items: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+    let heard: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let (i, h) = (items.clone(), heard.clone());
+    let broker = Broker::with_topology(Topology::sentinel(
+        group.master_name(),
+        group.sentinel_addrs(),
+    ))
+    .publish_timeout(Duration::from_secs(1))
+    .subscribe_list(
+        &jobs,
+        rillkit::ListOptions::default()
+            .consumer("c1")
+            .concurrency(4)
+            .block(Duration::from_millis(200))
+            .heartbeat_ttl(Duration::from_secs(2)),
+        move |job: Job| {
+            *i.lock().unwrap().entry(job.id).or_default() += 1;
+            async { Ok(()) }
+        },
+    )
+    .subscribe_channel(&news, rillkit::ChannelOptions::default(), move |n: u64| {
+        h.lock().unwrap().push(n);
+        async { Ok(()) }
+    })
+    .build()
+    .unwrap();
+    broker.start().await.unwrap();
+    broker
+        .publish_list_batch(&jobs, (1..=100).map(|id| Job { id }))
+        .await
+        .unwrap();
+    eventually("the first 100 handled", WAIT, || {
+        items.lock().unwrap().len() == 100
+    })
+    .await;
+    let old = group.current_master_port();
+    let g = group.clone();
+    let failover = std::thread::spawn(move || g.failover());
+    eventually("the failover finished", WAIT, || failover.is_finished()).await;
+    let new = failover.join().unwrap();
+    assert_ne!(old, new);
+    // After the switch: pushes and publishes go to the new master (retried
+    // while the shared connections move).
+    for id in 101..=200u64 {
+        loop {
+            match broker.publish_list(&jobs, &Job { id }).await {
+                Ok(_) => break,
+                Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(e) => panic!("push {id}: {e}"),
+            }
+        }
+    }
+    eventually("items pushed after the failover handled", WAIT, || {
+        (101..=200).all(|id| items.lock().unwrap().contains_key(&id))
+    })
+    .await;
+    eventually("a message published after the failover heard", WAIT, || {
+        // Published again until the subscriber, subscribed again on the
+        // new master, hears one.
+        let mut m = group.conn_to_master();
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg("news")
+            .arg("7")
+            .query(&mut m)
+            .unwrap();
+        heard.lock().unwrap().contains(&7)
+    })
+    .await;
+    let mut m = group.conn_to_master();
+    eventually("nothing left on the processing list", WAIT, || {
+        redis::cmd("LLEN")
+            .arg("{jobs}:rillkit:processing:c1")
+            .query::<usize>(&mut m)
+            .unwrap()
+            == 0
+    })
+    .await;
+    assert_eq!(broker.phase(), Phase::Running, "the process stays up");
+    let outcome = broker.stop().await.unwrap();
+    assert_eq!(outcome.exit_code(), 0, "{outcome:?}");
+}
