@@ -332,16 +332,29 @@ pub enum ConfigError {
         /// Why the value is rejected.
         reason: String,
     },
-    /// Two subscriptions would read as the same consumer of the same group.
-    #[error("two subscriptions use consumer {consumer:?} of group {group:?} on stream {stream:?}")]
+    /// Two subscriptions would read as the same consumer of the same group
+    /// (of a stream), or of the same list.
+    #[error(
+        "two subscriptions use consumer {consumer:?} {}",
+        source_of(stream, group)
+    )]
     DuplicateConsumer {
-        /// Stream key.
+        /// Stream or list key.
         stream: String,
-        /// Consumer group.
+        /// Consumer group (empty for a list).
         group: String,
         /// Consumer name.
         consumer: String,
     },
+}
+
+/// "of group G on stream S", or "on list L" (no group).
+fn source_of(key: &str, group: &str) -> String {
+    if group.is_empty() {
+        format!("on list {key:?}")
+    } else {
+        format!("of group {group:?} on stream {key:?}")
+    }
 }
 
 impl ConfigError {

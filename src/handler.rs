@@ -58,7 +58,8 @@ pub enum HandlerError {
     /// then it goes to the dead-letter stream.
     Retry(BoxError),
     /// The entry can never succeed: it is copied to the dead-letter stream and
-    /// acked now, without further runs.
+    /// acked now, without further runs. (A list item goes to the dead-letter
+    /// list at once; for a channel it is dropped like any failure.)
     Reject(BoxError),
 }
 

@@ -416,7 +416,7 @@ impl RetryBackoff {
     }
 
     /// The longest wait (default: the subscription's `claim_idle`, which it
-    /// may not exceed).
+    /// may not exceed; for a list subscription, 60 s).
     pub fn max(mut self, max: Duration) -> Self {
         self.max = Some(max);
         self

@@ -131,7 +131,12 @@ pub(crate) async fn until_done(
 /// How one handler run ended.
 pub(crate) enum Ran {
     Ok,
-    Failed { error: String, reject: bool },
+    Failed {
+        error: String,
+        reject: bool,
+    },
+    /// The item did not decode: the handler was not called.
+    Undecodable(String),
 }
 
 /// Runs a prepared handler future, catching a panic (counted as a failed

@@ -78,7 +78,8 @@ impl SubscriptionHandle {
     /// UNBLOCK`, then its connection is closed with `QUIT`; a Pub/Sub
     /// connection is closed), an item a list pop returned after the stop
     /// goes back onto its list, and running handlers get `timeout` to
-    /// finish, as at a broker's stop. Answers once it has ended. The broker
+    /// finish, as at a broker's stop. Answers once it has ended; from the
+    /// call on it is no longer listed in [`Broker::status`]. The broker
     /// keeps running, also when this was its last subscription.
     ///
     /// # Errors

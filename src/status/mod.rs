@@ -115,6 +115,12 @@ pub struct SubscriptionStatus {
 }
 
 /// A subscription's figures as the server reported them at one poll.
+///
+/// The fields below are described for a stream. For a list: `lag` is the
+/// list's length (`LLEN`), `pending` the length of this consumer's
+/// processing list (0 at most once), `oldest_pending_age` is `None`, and
+/// `dead_letters` the dead-letter list's length. Channels are not polled
+/// (`server` stays `None`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerFigures {
     /// When they were read.

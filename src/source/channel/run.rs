@@ -162,21 +162,17 @@ fn start(sub: &ChannelSub, message: &[u8]) -> LocalBoxFuture<'static, (Ran, Dura
         }
         Err(e) => {
             let error = format!("message does not decode: {e}");
-            Box::pin(async move {
-                (
-                    Ran::Failed {
-                        error,
-                        reject: true,
-                    },
-                    Duration::ZERO,
-                )
-            })
+            Box::pin(async move { (Ran::Undecodable(error), Duration::ZERO) })
         }
     }
 }
 
 fn finished(sub: &ChannelSub, (ran, took): (Ran, Duration)) {
     let name = sub.name.to_string();
+    if let Ran::Undecodable(error) = ran {
+        tracing::warn!(channel = %sub.name, error = %error, "channel message dropped (Pub/Sub is at most once)");
+        return;
+    }
     metrics::histogram!(crate::telemetry::HANDLER_DURATION, "stream" => name.clone(), "group" => "")
         .record(took.as_secs_f64());
     match ran {
@@ -185,6 +181,7 @@ fn finished(sub: &ChannelSub, (ran, took): (Ran, Duration)) {
             metrics::counter!(crate::telemetry::HANDLED, "stream" => name, "group" => "")
                 .increment(1);
         }
+        Ran::Undecodable(_) => {}
         Ran::Failed { error, .. } => {
             sub.board.failed();
             metrics::counter!(crate::telemetry::FAILED, "stream" => name, "group" => "")

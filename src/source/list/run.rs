@@ -420,10 +420,7 @@ impl Loop {
                     tracing::Instrument::instrument(run_guarded(fut), span).await
                 }
                 Err(e) => (
-                    Ran::Failed {
-                        error: format!("item does not decode: {e}"),
-                        reject: true,
-                    },
+                    Ran::Undecodable(format!("item does not decode: {e}")),
                     Duration::ZERO,
                 ),
             };
@@ -433,9 +430,15 @@ impl Loop {
 
     fn finished(&mut self, (item, attempt, ran, took): Finished) {
         let list = &self.sub.keys.list;
-        metrics::histogram!(crate::telemetry::HANDLER_DURATION, "stream" => list.to_string(), "group" => "")
-            .record(took.as_secs_f64());
+        if !matches!(ran, Ran::Undecodable(_)) {
+            metrics::histogram!(crate::telemetry::HANDLER_DURATION, "stream" => list.to_string(), "group" => "")
+                .record(took.as_secs_f64());
+        }
         match ran {
+            Ran::Undecodable(error) => {
+                tracing::warn!(list = %list, consumer = %self.sub.consumer, error = %error, "item goes to the dead-letter list");
+                self.dead_letter(item, &error, attempt);
+            }
             Ran::Ok => {
                 self.sub.board.handled();
                 metrics::counter!(crate::telemetry::HANDLED, "stream" => list.to_string(), "group" => "").increment(1);
