@@ -176,3 +176,41 @@ async fn patterns_and_removal_at_run_time() {
     );
     assert!(broker.stop().await.unwrap().is_clean());
 }
+
+/// A pattern subscription's handler learns which channel matched.
+#[actix::test]
+async fn a_pattern_handler_with_context_learns_the_channel() {
+    let redis = RedisServer::start();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe_channel_with_context(
+            &Channel::pattern("prices.*"),
+            ChannelOptions::default(),
+            move |n: u64, d: rillkit::ItemDelivery| {
+                let s = s.clone();
+                async move {
+                    s.lock().unwrap().push((
+                        d.source.to_string(),
+                        d.pattern.as_deref().map(str::to_owned),
+                        d.attempt,
+                        n,
+                    ));
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker
+        .publish_channel(&Channel::new("prices.eu"), &5u64)
+        .await
+        .unwrap();
+    eventually("heard", WAIT, || seen.lock().unwrap().len() == 1).await;
+    assert_eq!(
+        seen.lock().unwrap()[0],
+        ("prices.eu".to_owned(), Some("prices.*".to_owned()), 1, 5)
+    );
+    assert!(broker.stop().await.unwrap().is_clean());
+}

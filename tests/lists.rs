@@ -476,3 +476,46 @@ async fn a_second_process_under_a_live_list_consumer_name_waits_for_it() {
     assert_eq!(runs.lock().unwrap().as_slice(), &[1, 2], "item 1 ran once");
     assert!(second.stop().await.unwrap().is_clean());
 }
+
+/// A list handler with context sees which run of the item this is (from
+/// the attempts hash), and may publish onward through its broker.
+#[actix::test]
+async fn a_list_handler_with_context_sees_the_run_and_publishes_onward() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let jobs = List::new("ctx");
+    let done = List::new("ctx-done");
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r = runs.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe_list_with_context(
+            &jobs,
+            ListOptions::default()
+                .consumer("c1")
+                .retry_backoff(RetryBackoff::fixed(Duration::from_millis(10))),
+            move |job: Job, d: rillkit::ItemDelivery| {
+                let (r, done) = (r.clone(), done.clone());
+                async move {
+                    r.lock().unwrap().push((d.source.to_string(), d.attempt));
+                    if d.attempt < 2 {
+                        return Err(HandlerError::retry("first run fails"));
+                    }
+                    d.broker().publish_list(&done, &job.id).await?;
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker
+        .publish_list(&jobs, &Job { id: 9, fail: false })
+        .await
+        .unwrap();
+    eventually("published onward", WAIT, || llen(&mut c, "ctx-done") == 1).await;
+    assert_eq!(
+        runs.lock().unwrap().as_slice(),
+        &[("ctx".to_owned(), 1), ("ctx".to_owned(), 2)]
+    );
+    assert!(broker.stop().await.unwrap().is_clean());
+}

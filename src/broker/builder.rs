@@ -16,7 +16,7 @@ use crate::handler::{self, Delivery, ErasedHandler, HandlerResult, Message};
 use crate::hooks::{self, Hooks};
 use crate::source::channel::{Channel, ChannelOptions, ChannelSub};
 use crate::source::list::{List, ListOptions, ListSub};
-use crate::source::{Source, typed_item};
+use crate::source::{ItemDelivery, ItemHandler, Source, typed_item, typed_item_with_context};
 use crate::stream::{Codec, Stream, StreamNames};
 use crate::supervisor::RestartPolicy;
 
@@ -162,6 +162,47 @@ impl BrokerBuilder {
         Fut: Future<Output = HandlerResult> + 'static,
     {
         self.subs.push(list_source(list, options, handler));
+        self
+    }
+
+    /// As [`subscribe_list`](Self::subscribe_list), and the handler also
+    /// receives an [`ItemDelivery`](crate::ItemDelivery): the list, the
+    /// consumer, which run this is, and a broker to publish onward with.
+    pub fn subscribe_list_with_context<T, C, F, Fut>(
+        mut self,
+        list: &List<C>,
+        options: ListOptions,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        C: Codec,
+        F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + 'static,
+    {
+        let h = typed_item_with_context(list.get_codec().clone(), handler);
+        self.subs.push(list_source_erased(list, options, h));
+        self
+    }
+
+    /// As [`subscribe_channel`](Self::subscribe_channel), and the handler
+    /// also receives an [`ItemDelivery`](crate::ItemDelivery): the channel
+    /// the message came on (for a pattern, the one that matched), the
+    /// pattern, and a broker to publish onward with.
+    pub fn subscribe_channel_with_context<T, C, F, Fut>(
+        mut self,
+        channel: &Channel<C>,
+        options: ChannelOptions,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        C: Codec,
+        F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + 'static,
+    {
+        let h = typed_item_with_context(channel.get_codec().clone(), handler);
+        self.subs.push(channel_source_erased(channel, options, h));
         self
     }
 
@@ -439,8 +480,15 @@ where
     F: Fn(T) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = HandlerResult> + 'static,
 {
+    list_source_erased(list, opts, typed_item(list.get_codec().clone(), handler))
+}
+
+pub(crate) fn list_source_erased<C: Codec>(
+    list: &List<C>,
+    opts: ListOptions,
+    h: ItemHandler,
+) -> Pending {
     let list = list.clone();
-    let h = typed_item(list.get_codec().clone(), handler);
     Box::new(move |cluster, drain| {
         ListSub::build(&list, opts, h, cluster, drain).map(|s| Source::List(Arc::new(s)))
     })
@@ -457,8 +505,19 @@ where
     F: Fn(T) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = HandlerResult> + 'static,
 {
+    channel_source_erased(
+        channel,
+        opts,
+        typed_item(channel.get_codec().clone(), handler),
+    )
+}
+
+pub(crate) fn channel_source_erased<C: Codec>(
+    channel: &Channel<C>,
+    opts: ChannelOptions,
+    h: ItemHandler,
+) -> Pending {
     let channel = channel.clone();
-    let h = typed_item(channel.get_codec().clone(), handler);
     Box::new(move |_, _| ChannelSub::build(&channel, opts, h).map(|s| Source::Channel(Arc::new(s))))
 }
 

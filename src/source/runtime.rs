@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 
-use super::Source;
 use super::channel::{Channel, ChannelOptions};
 use super::list::{List, ListOptions};
-use crate::broker::builder::{Pending, channel_source, list_source, stream_source};
+use super::{ItemDelivery, Source, typed_item_with_context};
+use crate::broker::builder::{
+    Pending, channel_source, channel_source_erased, list_source, list_source_erased, stream_source,
+};
 use crate::consumer::ConsumerOptions;
 use crate::error::{ConfigError, Error};
 use crate::handler::{self, HandlerResult};
@@ -175,6 +177,48 @@ impl Broker {
         Fut: Future<Output = HandlerResult> + 'static,
     {
         self.add(channel_source(channel, options, handler)).await
+    }
+
+    /// As [`subscribe_list`](Self::subscribe_list), with an
+    /// [`ItemDelivery`](crate::ItemDelivery) for the handler.
+    ///
+    /// # Errors
+    /// As [`subscribe`](Self::subscribe).
+    pub async fn subscribe_list_with_context<T, C, F, Fut>(
+        &self,
+        list: &List<C>,
+        options: ListOptions,
+        handler: F,
+    ) -> Result<SubscriptionHandle, Error>
+    where
+        T: DeserializeOwned + 'static,
+        C: Codec,
+        F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + 'static,
+    {
+        let h = typed_item_with_context(list.get_codec().clone(), handler);
+        self.add(list_source_erased(list, options, h)).await
+    }
+
+    /// As [`subscribe_channel`](Self::subscribe_channel), with an
+    /// [`ItemDelivery`](crate::ItemDelivery) for the handler.
+    ///
+    /// # Errors
+    /// As [`subscribe`](Self::subscribe).
+    pub async fn subscribe_channel_with_context<T, C, F, Fut>(
+        &self,
+        channel: &Channel<C>,
+        options: ChannelOptions,
+        handler: F,
+    ) -> Result<SubscriptionHandle, Error>
+    where
+        T: DeserializeOwned + 'static,
+        C: Codec,
+        F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + 'static,
+    {
+        let h = typed_item_with_context(channel.get_codec().clone(), handler);
+        self.add(channel_source_erased(channel, options, h)).await
     }
 
     async fn add(&self, pending: Pending) -> Result<SubscriptionHandle, Error> {

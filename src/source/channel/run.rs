@@ -19,7 +19,7 @@ use crate::Broker;
 use crate::connection::Retry;
 use crate::consumer::ConsumerReport;
 use crate::error::Error;
-use crate::source::{Ran, run_guarded};
+use crate::source::{ItemDelivery, Ran, run_guarded};
 use crate::status::SubscriptionState;
 
 /// Messages dropped because the buffer was full.
@@ -29,16 +29,22 @@ pub(crate) const DROPPED: &str = "rillkit_channel_dropped_total";
 /// the last line).
 const DROP_LOG_EVERY: Duration = Duration::from_secs(5);
 
+/// A message as received: the channel it was published on and its payload.
+struct Received {
+    channel: Arc<str>,
+    payload: Vec<u8>,
+}
+
 /// Received messages waiting for a handler.
 struct Buffer {
-    messages: VecDeque<Vec<u8>>,
+    messages: VecDeque<Received>,
     capacity: usize,
     dropped_unlogged: u64,
     last_log: Option<Instant>,
 }
 
 impl Buffer {
-    fn push(&mut self, sub: &ChannelSub, message: Vec<u8>) {
+    fn push(&mut self, sub: &ChannelSub, message: Received) {
         if self.messages.len() >= self.capacity {
             self.messages.pop_front();
             self.dropped_unlogged += 1;
@@ -115,7 +121,7 @@ pub(crate) async fn consume(
             let Some(message) = buffer.borrow_mut().messages.pop_front() else {
                 break;
             };
-            running.push(start(&sub, &message));
+            running.push(start(&sub, &broker, message));
         }
         tokio::select! {
             biased;
@@ -154,8 +160,37 @@ pub(crate) async fn consume(
     }
 }
 
-fn start(sub: &ChannelSub, message: &[u8]) -> LocalBoxFuture<'static, (Ran, Duration)> {
-    match (sub.handler)(message) {
+fn start(
+    sub: &ChannelSub,
+    broker: &Broker,
+    message: Received,
+) -> LocalBoxFuture<'static, (Ran, Duration)> {
+    let delivery = ItemDelivery::new(
+        message.channel,
+        sub.pattern.then(|| sub.name.clone()),
+        sub.consumer.clone(),
+        1,
+        broker.clone(),
+    );
+    let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        (sub.handler)(&message.payload, delivery)
+    }));
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err(payload) => {
+            let error = format!("handler panicked: {}", crate::panic_message(&*payload));
+            return Box::pin(async move {
+                (
+                    Ran::Failed {
+                        error,
+                        reject: false,
+                    },
+                    Duration::ZERO,
+                )
+            });
+        }
+    };
+    match prepared {
         Ok(fut) => {
             let span = tracing::info_span!("rillkit.handle", channel = %sub.name, consumer = %sub.consumer);
             Box::pin(tracing::Instrument::instrument(run_guarded(fut), span))
@@ -239,9 +274,18 @@ async fn read(
         }
         let mut messages = ps.into_on_message();
         while let Some(msg) = messages.next().await {
-            buffer
-                .borrow_mut()
-                .push(&sub, msg.get_payload_bytes().to_vec());
+            let channel: Arc<str> = if sub.pattern {
+                msg.get_channel_name().into()
+            } else {
+                sub.name.clone()
+            };
+            buffer.borrow_mut().push(
+                &sub,
+                Received {
+                    channel,
+                    payload: msg.get_payload_bytes().to_vec(),
+                },
+            );
             arrived.notify_one();
         }
         let e = "the Pub/Sub connection closed (a restart or failover, or Redis's client-output-buffer-limit for pubsub)";

@@ -25,7 +25,7 @@ use crate::connection::{Class, READ_TIMEOUT_MARGIN, Retry, client_name};
 use crate::consumer::ConsumerReport;
 use crate::error::Error;
 use crate::redis::{Eval, RedisActor, Unblock};
-use crate::source::{Ran, run_guarded, until_done};
+use crate::source::{ItemDelivery, Ran, run_guarded, until_done};
 use crate::status::SubscriptionState;
 
 /// A finished handler run: the item, its attempt number, how it ended.
@@ -396,8 +396,8 @@ impl Loop {
         if self.reliable() && attempts == 0 {
             *self.held.borrow_mut().entry(item.clone()).or_default() += 1;
         }
-        let prepared = (self.sub.handler)(&item);
         let (redis, sub) = (self.redis.clone(), self.sub.clone());
+        let broker = self.broker.clone();
         let reliable = self.reliable();
         self.running.push(Box::pin(async move {
             let attempt = if reliable {
@@ -414,12 +414,29 @@ impl Loop {
             } else {
                 1
             };
+            let delivery = ItemDelivery::new(
+                sub.keys.list.clone(),
+                None,
+                sub.consumer.clone(),
+                attempt,
+                broker,
+            );
+            let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                (sub.handler)(&item, delivery)
+            }));
             let (ran, took) = match prepared {
-                Ok(fut) => {
+                Err(payload) => (
+                    Ran::Failed {
+                        error: format!("handler panicked: {}", crate::panic_message(&*payload)),
+                        reject: false,
+                    },
+                    Duration::ZERO,
+                ),
+                Ok(Ok(fut)) => {
                     let span = tracing::info_span!("rillkit.handle", list = %sub.keys.list, consumer = %sub.consumer, attempt);
                     tracing::Instrument::instrument(run_guarded(fut), span).await
                 }
-                Err(e) => (
+                Ok(Err(e)) => (
                     Ran::Undecodable(format!("item does not decode: {e}")),
                     Duration::ZERO,
                 ),
