@@ -18,7 +18,9 @@ use redis::Value;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::{oneshot, watch};
 
-use super::scripts::{DEAD_LETTER, DONE, HEARTBEAT, PUT_BACK, RECOVER_DEAD, RETURN_OWN};
+use super::scripts::{
+    DEAD_LETTER, DONE, HEARTBEAT, POP_COUNTED, PUT_BACK, RECOVER_DEAD, RETURN_OWN,
+};
 use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
 use crate::Broker;
 use crate::connection::{Class, READ_TIMEOUT_MARGIN, Retry, client_name};
@@ -31,10 +33,11 @@ use crate::status::SubscriptionState;
 /// A finished handler run: the item, its attempt number, how it ended.
 type Finished = (Vec<u8>, u64, Ran, Duration);
 
-/// A finished pop: the connection (when it is still usable) and the item.
+/// A finished pop: the connection (when it is still usable) and the item,
+/// with its run already counted when the pop counted it.
 type ReadDone = (
     Option<MultiplexedConnection>,
-    Result<Option<Vec<u8>>, Error>,
+    Result<Option<(Vec<u8>, Option<u64>)>, Error>,
 );
 
 struct Loop {
@@ -266,7 +269,7 @@ impl Loop {
                 break;
             };
             let (_, item, attempts) = self.waiting.swap_remove(i);
-            self.run(item, attempts + 1);
+            self.run(item, attempts, None);
         }
         if self.read.is_some() || self.reconcile.is_some() || self.retry_at.is_some() {
             return;
@@ -312,25 +315,16 @@ impl Loop {
                     c
                 }
             };
-            let secs = block.as_secs_f64();
-            let item: Result<Option<Vec<u8>>, Error> = if sub.opts.at_most_once {
+            let item = if sub.opts.at_most_once {
                 redis::cmd("BRPOP")
                     .arg(&*sub.keys.list)
-                    .arg(secs)
+                    .arg(block.as_secs_f64())
                     .query_async::<Option<(Vec<u8>, Vec<u8>)>>(&mut conn)
                     .await
-                    .map(|popped| popped.map(|(_, item)| item))
+                    .map(|popped| popped.map(|(_, item)| (item, Some(1))))
                     .map_err(Error::from_redis)
             } else {
-                redis::cmd("BLMOVE")
-                    .arg(&*sub.keys.list)
-                    .arg(&sub.keys.processing)
-                    .arg("RIGHT")
-                    .arg("LEFT")
-                    .arg(secs)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(Error::from_redis)
+                pop_counted(&mut conn, &sub, block).await
             };
             (Some(conn), item)
         }));
@@ -345,12 +339,8 @@ impl Loop {
                     tracing::info!(list = %self.sub.keys.list, "list reads work again");
                 }
                 self.sub.board.read_ok();
-                if let Some(item) = item {
-                    if self.reliable() {
-                        self.run(item, 0);
-                    } else {
-                        self.run(item, 1);
-                    }
+                if let Some((item, counted)) = item {
+                    self.run(item, 0, counted);
                 }
             }
             Err(e) => self.on_read_error(e),
@@ -392,7 +382,7 @@ impl Loop {
     /// count before this run (0 for a fresh pop): the run first adds one to
     /// the item's count in Redis, which is what the dead-letter decision
     /// reads, so a crash while it runs still counts.
-    fn run(&mut self, item: Vec<u8>, attempts: u64) {
+    fn run(&mut self, item: Vec<u8>, attempts: u64, counted: Option<u64>) {
         if self.reliable() && attempts == 0 {
             *self.held.borrow_mut().entry(item.clone()).or_default() += 1;
         }
@@ -400,7 +390,9 @@ impl Loop {
         let broker = self.broker.clone();
         let reliable = self.reliable();
         self.running.push(Box::pin(async move {
-            let attempt = if reliable {
+            let attempt = if let Some(n) = counted {
+                n
+            } else if reliable {
                 let mut hincr = redis::cmd("HINCRBY");
                 hincr
                     .arg(&sub.keys.attempts)
@@ -565,8 +557,9 @@ impl Loop {
                         keys: vec![
                             keys.processing.clone().into(),
                             keys.list.as_bytes().to_vec(),
+                            keys.attempts.clone().into(),
                         ],
-                        args: vec![item.clone()],
+                        args: vec![item.clone(), b"0".to_vec()],
                     };
                     if until_done(&redis, back, None).await? == Value::Int(1) {
                         moved += 1;
@@ -750,8 +743,8 @@ impl Loop {
                     self.read = None;
                     let (conn, r) = r;
                     self.conn = conn;
-                    if let Ok(Some(item)) = r {
-                        self.put_back(item);
+                    if let Ok(Some((item, counted))) = r {
+                        self.put_back(item, counted.is_some());
                     }
                 }
                 _ = unblock.tick(), if self.read.is_some() => {
@@ -818,13 +811,24 @@ impl Loop {
     }
 
     /// An item popped after the stop: back where it came from, unrun.
-    fn put_back(&mut self, item: Vec<u8>) {
+    fn put_back(&mut self, item: Vec<u8>, counted: bool) {
         let k = &self.sub.keys;
         if self.reliable() {
             let eval = Eval {
                 script: &PUT_BACK,
-                keys: vec![k.processing.clone().into(), k.list.as_bytes().to_vec()],
-                args: vec![item],
+                keys: vec![
+                    k.processing.clone().into(),
+                    k.list.as_bytes().to_vec(),
+                    k.attempts.clone().into(),
+                ],
+                args: vec![
+                    item,
+                    if counted {
+                        b"1".to_vec()
+                    } else {
+                        b"0".to_vec()
+                    },
+                ],
             };
             self.settle(eval, "putting back an item popped after the stop", false);
         } else {
@@ -833,4 +837,46 @@ impl Loop {
             self.settle_cmd("rpush", cmd, "putting back an item popped after the stop");
         }
     }
+}
+
+/// One reliable pop: `POP_COUNTED` (move and count in one script) while the
+/// list has items; on an empty list, `BLMOVE` for up to `block`, then the
+/// count (`HINCRBY`) on the same connection. A count that fails is left to
+/// the run (`None`).
+async fn pop_counted(
+    conn: &mut MultiplexedConnection,
+    sub: &ListSub,
+    block: Duration,
+) -> Result<Option<(Vec<u8>, Option<u64>)>, Error> {
+    let k = &sub.keys;
+    let ready: Option<(Vec<u8>, u64)> = POP_COUNTED
+        .key(&*k.list)
+        .key(&k.processing)
+        .key(&k.attempts)
+        .invoke_async(conn)
+        .await
+        .map_err(Error::from_redis)?;
+    if let Some((item, n)) = ready {
+        return Ok(Some((item, Some(n))));
+    }
+    let item: Option<Vec<u8>> = redis::cmd("BLMOVE")
+        .arg(&*k.list)
+        .arg(&k.processing)
+        .arg("RIGHT")
+        .arg("LEFT")
+        .arg(block.as_secs_f64())
+        .query_async(conn)
+        .await
+        .map_err(Error::from_redis)?;
+    let Some(item) = item else {
+        return Ok(None);
+    };
+    let n: Option<u64> = redis::cmd("HINCRBY")
+        .arg(&k.attempts)
+        .arg(item.as_slice())
+        .arg(1)
+        .query_async(conn)
+        .await
+        .ok();
+    Ok(Some((item, n)))
 }

@@ -109,9 +109,10 @@ return 1
     )
 });
 
-/// An item popped after a stop was asked for, never run: back to the
-/// right end of the list, where it is popped next.
-/// KEYS: processing, list. ARGV: item.
+/// An item popped after a stop was asked for, never run (or one a lost
+/// reply stranded): back to the right end of the list, where it is popped
+/// next; with `ARGV[2] == '1'` the run its pop counted is taken back.
+/// KEYS: processing, list, attempts. ARGV: item, uncount.
 pub(super) static PUT_BACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -119,7 +120,26 @@ if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 0 then
   return 0
 end
 redis.call('RPUSH', KEYS[2], ARGV[1])
+if ARGV[2] == '1' and redis.call('HINCRBY', KEYS[3], ARGV[1], -1) <= 0 then
+  redis.call('HDEL', KEYS[3], ARGV[1])
+end
 return 1
+",
+    )
+});
+
+/// The pop of a busy list: the item moves onto the processing list and its
+/// run is counted in one step, so no crash falls between the two. Answers
+/// nil on an empty list (then the consumer blocks in `BLMOVE`).
+/// KEYS: list, processing, attempts.
+pub(super) static POP_COUNTED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+if not item then
+  return false
+end
+return {item, redis.call('HINCRBY', KEYS[3], item, 1)}
 ",
     )
 });
