@@ -209,6 +209,64 @@ async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
     rate
 }
 
+/// A list subscription consuming `n` items pushed beforehand (`LPUSH` in
+/// batches of 1 000), timed from `start()` until every item is handled and
+/// (reliable) its `LREM` done. Answers items/s.
+async fn list_consume(url: &str, key: &str, n: u64, concurrency: usize, at_most_once: bool) -> f64 {
+    let list = rillkit::List::new(key);
+    let mut conn = connect(url).await;
+    let mut id = 0;
+    while id < n {
+        let batch: Vec<Vec<u8>> = (id..(id + 1000).min(n))
+            .map(|i| serde_json::to_vec(&entry(i)).unwrap())
+            .collect();
+        id += batch.len() as u64;
+        let _: i64 = redis::cmd("LPUSH")
+            .arg(key)
+            .arg(batch)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let handled = Arc::new(AtomicUsize::new(0));
+    let h = handled.clone();
+    let mut opts = rillkit::ListOptions::default()
+        .consumer("bench")
+        .concurrency(concurrency)
+        .block(Duration::from_millis(100));
+    if at_most_once {
+        opts = opts.at_most_once();
+    }
+    let broker = Broker::builder(url)
+        .subscribe_list(&list, opts, move |_: Entry| {
+            h.fetch_add(1, Ordering::Relaxed);
+            std::future::ready(Ok(()))
+        })
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    broker.start().await.unwrap();
+    wait_for("list items handled", Duration::from_secs(600), || {
+        handled.load(Ordering::Relaxed) as u64 >= n
+    })
+    .await;
+    let processing = format!("{{{key}}}:rillkit:processing:bench");
+    loop {
+        let left: u64 = redis::cmd("LLEN")
+            .arg(&processing)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let rate = n as f64 / t0.elapsed().as_secs_f64();
+    assert!(broker.stop().await.unwrap().is_clean());
+    rate
+}
+
 /// On a 3-master cluster: rillkit consuming `n_each` prefilled entries from
 /// each of `streams` (one subscription each, `count` 100) in one process;
 /// timed from `start()` until every entry is acked. Answers entries/s in all.
@@ -902,6 +960,18 @@ fn main() {
             format!("{:.1} ms", cluster_stop_ms(&cluster, &three).await),
         );
         drop(cluster);
+        let items = (n / 10).max(1_000);
+        let one = list_consume(&url, "bench-list-1", items, 1, false).await;
+        let many = list_consume(&url, "bench-list-16", items, 16, false).await;
+        let amo = list_consume(&url, "bench-list-amo", items, 1, true).await;
+        row(
+            &format!("10. list, reliable, concurrency 1 / 16 ({items} items)"),
+            format!("{one:.0} / {many:.0} e/s"),
+        );
+        row(
+            "   list, at most once (BRPOP), concurrency 1",
+            format!("{amo:.0} e/s"),
+        );
         #[cfg(feature = "dashboard")]
         {
             let (median, worst) = dashboard_overview_ms(&url).await;

@@ -37,7 +37,7 @@ type Finished = (Vec<u8>, u64, Ran, Duration);
 /// with its run already counted when the pop counted it.
 type ReadDone = (
     Option<MultiplexedConnection>,
-    Result<Option<(Vec<u8>, Option<u64>)>, Error>,
+    Result<Vec<(Vec<u8>, Option<u64>)>, Error>,
 );
 
 struct Loop {
@@ -264,7 +264,9 @@ impl Loop {
             // heartbeat is confirmed again.
             return;
         }
-        while self.running.len() + usize::from(self.read.is_some()) < self.sub.opts.concurrency {
+        // Not while a pop is on its way: it may bring one item per free
+        // slot (its wait ends by the time the first retry is due).
+        while self.read.is_none() && self.running.len() < self.sub.opts.concurrency {
             let Some(i) = self.waiting.iter().position(|(at, ..)| *at <= now) else {
                 break;
             };
@@ -283,6 +285,8 @@ impl Loop {
 
     fn start_read(&mut self) {
         let sub = self.sub.clone();
+        // As many as the free handler slots (the pop counts as one).
+        let room = self.sub.opts.concurrency - self.running.len();
         let connector = self.broker.connector().clone();
         let conn = self.conn.take();
         let reader = self.reader.clone();
@@ -321,10 +325,15 @@ impl Loop {
                     .arg(block.as_secs_f64())
                     .query_async::<Option<(Vec<u8>, Vec<u8>)>>(&mut conn)
                     .await
-                    .map(|popped| popped.map(|(_, item)| (item, Some(1))))
+                    .map(|popped| {
+                        popped
+                            .map(|(_, item)| (item, Some(1)))
+                            .into_iter()
+                            .collect()
+                    })
                     .map_err(Error::from_redis)
             } else {
-                pop_counted(&mut conn, &sub, block).await
+                pop_counted(&mut conn, &sub, block, room).await
             };
             (Some(conn), item)
         }));
@@ -339,7 +348,7 @@ impl Loop {
                     tracing::info!(list = %self.sub.keys.list, "list reads work again");
                 }
                 self.sub.board.read_ok();
-                if let Some((item, counted)) = item {
+                for (item, counted) in item {
                     self.run(item, 0, counted);
                 }
             }
@@ -743,7 +752,7 @@ impl Loop {
                     self.read = None;
                     let (conn, r) = r;
                     self.conn = conn;
-                    if let Ok(Some((item, counted))) = r {
+                    for (item, counted) in r.unwrap_or_default() {
                         self.put_back(item, counted.is_some());
                     }
                 }
@@ -839,25 +848,34 @@ impl Loop {
     }
 }
 
-/// One reliable pop: `POP_COUNTED` (move and count in one script) while the
-/// list has items; on an empty list, `BLMOVE` for up to `block`, then the
-/// count (`HINCRBY`) on the same connection. A count that fails is left to
-/// the run (`None`).
+/// One reliable pop: `POP_COUNTED` (up to `room` items moved and counted
+/// in one script) while the list has items; on an empty list, `BLMOVE` for
+/// up to `block`, then the count (`HINCRBY`) on the same connection. A count
+/// that fails is left to the run (`None`).
 async fn pop_counted(
     conn: &mut MultiplexedConnection,
     sub: &ListSub,
     block: Duration,
-) -> Result<Option<(Vec<u8>, Option<u64>)>, Error> {
+    room: usize,
+) -> Result<Vec<(Vec<u8>, Option<u64>)>, Error> {
     let k = &sub.keys;
-    let ready: Option<(Vec<u8>, u64)> = POP_COUNTED
+    let ready: Vec<Value> = POP_COUNTED
         .key(&*k.list)
         .key(&k.processing)
         .key(&k.attempts)
+        .arg(room.max(1))
         .invoke_async(conn)
         .await
         .map_err(Error::from_redis)?;
-    if let Some((item, n)) = ready {
-        return Ok(Some((item, Some(n))));
+    if !ready.is_empty() {
+        let mut items = Vec::with_capacity(ready.len() / 2);
+        let mut it = ready.into_iter();
+        while let (Some(item), Some(n)) = (it.next(), it.next()) {
+            let item: Vec<u8> = redis::from_redis_value(item)
+                .map_err(|e| Error::unparsable("a list pop", e.to_string()))?;
+            items.push((item, redis::from_redis_value::<u64>(n).ok()));
+        }
+        return Ok(items);
     }
     let item: Option<Vec<u8>> = redis::cmd("BLMOVE")
         .arg(&*k.list)
@@ -869,7 +887,7 @@ async fn pop_counted(
         .await
         .map_err(Error::from_redis)?;
     let Some(item) = item else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
     let n: Option<u64> = redis::cmd("HINCRBY")
         .arg(&k.attempts)
@@ -878,5 +896,5 @@ async fn pop_counted(
         .query_async(conn)
         .await
         .ok();
-    Ok(Some((item, n)))
+    Ok(vec![(item, n)])
 }

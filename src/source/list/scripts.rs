@@ -128,18 +128,24 @@ return 1
     )
 });
 
-/// The pop of a busy list: the item moves onto the processing list and its
-/// run is counted in one step, so no crash falls between the two. Answers
-/// nil on an empty list (then the consumer blocks in `BLMOVE`).
-/// KEYS: list, processing, attempts.
+/// The pop of a busy list: up to `ARGV[1]` items move onto the processing
+/// list and each one's run is counted in the same step, so no crash falls
+/// between the two. Answers `{item, count, item, count, …}`, empty on an
+/// empty list (then the consumer blocks in `BLMOVE`).
+/// KEYS: list, processing, attempts. ARGV: how many at most.
 pub(super) static POP_COUNTED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-if not item then
-  return false
+local out = {}
+for _ = 1, tonumber(ARGV[1]) do
+  local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  if not item then
+    break
+  end
+  out[#out + 1] = item
+  out[#out + 1] = redis.call('HINCRBY', KEYS[3], item, 1)
 end
-return {item, redis.call('HINCRBY', KEYS[3], item, 1)}
+return out
 ",
     )
 });
