@@ -84,6 +84,8 @@ struct Finished {
     result: Result<HandlerResult, String>,
     /// How long it ran.
     took: Duration,
+    /// When it ended (`None`: it never ran).
+    ended: Option<Instant>,
 }
 
 /// A reclaim page that came back: the claimed entries and whether the page
@@ -176,6 +178,8 @@ pub(crate) async fn consume(
         running: FuturesUnordered::new(),
         read: None,
         acks: Vec::new(),
+        acks_since: None,
+        last_progress: tokio::time::Instant::now(),
         ack_inflight: None,
         dead_letters: FuturesUnordered::new(),
         side: FuturesUnordered::new(),
@@ -323,6 +327,13 @@ struct Loop {
     read: Option<LocalBoxFuture<'static, ReadDone>>,
     /// Ids to XACK with the next batch.
     acks: Vec<EntryId>,
+    /// Since when the oldest ack in `acks` waits (deferred acks go out
+    /// after [`FETCH_WINDOW`] at the latest).
+    acks_since: Option<tokio::time::Instant>,
+    /// When a handler last finished: handlers that have not finished for
+    /// longer than the fetch window are stalled (a slow entry), and no read
+    /// fetches ahead of them.
+    last_progress: tokio::time::Instant,
     ack_inflight: Option<LocalBoxFuture<'static, AckDone>>,
     /// Dead-letter moves in flight; their entries stay held until done.
     dead_letters: FuturesUnordered<LocalBoxFuture<'static, DeadLetterDone>>,
@@ -341,8 +352,8 @@ impl Loop {
     async fn run(&mut self, mut stop: watch::Receiver<Option<Instant>>) {
         let (mut retry_alarm, mut reclaim_alarm, mut heartbeat_alarm, mut lease_alarm) =
             (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
-        let (mut prune_alarm, mut unblock_alarm, mut deadline_alarm) =
-            (Alarm::new(), Alarm::new(), Alarm::new());
+        let (mut prune_alarm, mut unblock_alarm, mut deadline_alarm, mut ack_alarm) =
+            (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
         loop {
             if self.deadline.is_none() {
                 self.start_queued();
@@ -377,6 +388,12 @@ impl Loop {
             // one XACK per batch of fast handlers rather than one for the
             // first to finish and one for the rest (each write costs a
             // system call and the loopback's work on both sides).
+            if self.acks.is_empty() {
+                self.acks_since = None;
+            } else if self.acks_since.is_none() {
+                self.acks_since = Some(tokio::time::Instant::now());
+            }
+            let ack_due = self.acks_since.map(|t| t + FETCH_WINDOW);
             if self.ack_inflight.is_none()
                 && !self.acks.is_empty()
                 && (self.queue.is_empty()
@@ -384,10 +401,15 @@ impl Loop {
                     // that must run alone, a lapsed lease): send now.
                     || self.running.is_empty()
                     || self.acks.len() >= self.sub.opts.count
+                    // A slow handler must not hold the acks of those that
+                    // finished before it: a crash would run them again.
+                    || ack_due.is_some_and(|due| due <= tokio::time::Instant::now())
                     || self.deadline.is_some())
             {
+                self.acks_since = None;
                 self.send_acks(None);
             }
+            let ack_due = ack_due.filter(|_| self.ack_inflight.is_none() && !self.acks.is_empty());
             if self.deadline.is_some()
                 && self.read.is_none()
                 && self.running.is_empty()
@@ -451,6 +473,7 @@ impl Loop {
                     };
                     self.begin_drain(deadline);
                 }
+                () = ack_alarm.until(ack_due), if ack_due.is_some() => {}
                 () = unblock_alarm.until(unblock_at), if unblock_at.is_some() => {
                     self.unblock();
                 }
@@ -507,12 +530,15 @@ impl Loop {
 
     /// How many entries the next read may fetch, if a read may start now.
     ///
-    /// Entries are fetched no faster than they can start, so a consumer never
-    /// holds entries another idle consumer could be running: a read starts when
-    /// no more than one prefetch (see [`Loop::prefetch`]; none for slow
-    /// handlers) of fetched entries waits and the free slots plus the
-    /// prefetch reach half a batch (of `count`, at most `concurrency`), and
-    /// asks for that many, at most `count`. While
+    /// Entries are fetched no faster than they start, so a consumer holds
+    /// little that another idle consumer could be running: a read starts
+    /// when no more than one prefetch (see [`Loop::prefetch`]; none for slow
+    /// handlers) of fetched entries waits — and, while entries wait, only if
+    /// a handler finished within the fetch window (not behind a stalled
+    /// one) — and the free slots plus the prefetch reach half a batch (of
+    /// `count`, at most `concurrency`); it asks for that many, at most
+    /// `count`. An entry that turns out slow can still hold up to one
+    /// prefetch queued behind it. While
     /// re-reading its own pending entries (redeliveries, which run alone) it
     /// reads one at a time, only when nothing runs.
     fn read_count(&self) -> Option<usize> {
@@ -544,6 +570,16 @@ impl Loop {
                 if self.queue.len() > ahead {
                     return None;
                 }
+                // Handlers that have not finished anything for longer than
+                // the fetch window are stalled on a slow entry: fetch
+                // nothing more ahead of them for another consumer to wait
+                // on.
+                if !self.queue.is_empty()
+                    && !self.running.is_empty()
+                    && self.last_progress.elapsed() > self.fetch_window()
+                {
+                    return None;
+                }
                 let room = free + ahead;
                 let low_water = o.count.min(o.concurrency).div_ceil(2).max(1);
                 (room >= low_water).then_some(o.count.min(room))
@@ -558,17 +594,23 @@ impl Loop {
     /// handlers get none; fast ones get whole batches. 0 until both times are
     /// measured.
     fn prefetch(&self) -> usize {
-        let (Some(handler), Some(rtt)) = (self.handler_time.get(), self.round_trip.get()) else {
+        let (Some(handler), Some(_)) = (self.handler_time.get(), self.round_trip.get()) else {
             return 0;
         };
         // The time to cover is at least FETCH_WINDOW: an XACK round trip on
         // an idle loopback understates how long a slot that frees up waits
         // for its next entry (the read's own trip, the loop's turn, and
         // timer-driven handlers finishing in bursts at the timer's tick).
-        let window = rtt.max(FETCH_WINDOW);
+        let window = self.fetch_window();
         let per_trip =
             window.as_nanos() * self.sub.opts.concurrency as u128 / handler.as_nanos().max(1);
         per_trip.min(self.sub.opts.count as u128) as usize
+    }
+
+    /// The time a prefetch covers: an XACK round trip (measured), or
+    /// [`FETCH_WINDOW`] if that is longer.
+    fn fetch_window(&self) -> Duration {
+        self.round_trip.get().unwrap_or_default().max(FETCH_WINDOW)
     }
 
     /// Whether a reclaim check may start (when due): after the own pending
@@ -689,8 +731,13 @@ impl Loop {
                             .catch_unwind()
                             .await
                             .map_err(|p| crate::panic_message(&*p));
-                        let took = t0.elapsed();
-                        Finished { msg, result, took }
+                        let ended = Instant::now();
+                        Finished {
+                            msg,
+                            result,
+                            took: ended - t0,
+                            ended: Some(ended),
+                        }
                     }
                     .instrument(span),
                 ));
@@ -705,13 +752,22 @@ impl Loop {
                     msg,
                     result: Err(what),
                     took: Duration::ZERO,
+                    ended: None,
                 });
             }
         }
     }
 
     fn on_finished(&mut self, fin: Finished) {
-        let Finished { msg, result, took } = fin;
+        let Finished {
+            msg,
+            result,
+            took,
+            ended,
+        } = fin;
+        if let Some(ended) = ended {
+            self.last_progress = tokio::time::Instant::from_std(ended);
+        }
         self.handler_time.add(took);
         if !took.is_zero() {
             // It ran (a panic while creating the future never did).

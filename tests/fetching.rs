@@ -1,0 +1,136 @@
+//! Fetching ahead and batching acks (issue 14's consumer loop) around a
+//! slow entry: the acks of entries that finished before it are not held
+//! while it runs, and a consumer stalled on it fetches nothing more ahead,
+//! so another consumer of the group takes the new entries.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rillkit::EntryId;
+use rillkit::prelude::*;
+use support::{RedisServer, eventually};
+
+const WAIT: Duration = Duration::from_secs(30);
+const SLOW: u64 = 1_000_051;
+
+/// The ids of the entries `consumer` holds in the PEL, as their `id` field.
+fn pending_ids(c: &mut redis::Connection, stream: &str, consumer: &str) -> HashSet<String> {
+    let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg("g")
+        .arg("-")
+        .arg("+")
+        .arg(10_000)
+        .arg(consumer)
+        .query(c)
+        .unwrap();
+    rows.into_iter().map(|(id, ..)| id).collect()
+}
+
+struct Slow {
+    broker: Broker,
+    handled: Arc<Mutex<Vec<(u64, EntryId)>>>,
+    slow_started: Arc<AtomicBool>,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+async fn consumer(redis: &RedisServer, name: &str) -> Slow {
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let slow_started = Arc::new(AtomicBool::new(false));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (h, s, g) = (handled.clone(), slow_started.clone(), gate.clone());
+    let broker = Broker::builder(redis.url())
+        .shutdown_timeout(Duration::from_secs(5))
+        .subscribe_with_context(
+            &Stream::new("s", "g"),
+            ConsumerOptions::default().consumer(name).count(100),
+            move |id: u64, d: Delivery| {
+                let (h, s, g) = (h.clone(), s.clone(), g.clone());
+                async move {
+                    if id == SLOW {
+                        s.store(true, Ordering::SeqCst);
+                        g.acquire().await.unwrap().forget();
+                    }
+                    h.lock().unwrap().push((id, d.id.clone()));
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    Slow {
+        broker,
+        handled,
+        slow_started,
+        gate,
+    }
+}
+
+#[actix::test]
+async fn a_slow_handler_neither_holds_earlier_acks_nor_has_entries_fetched_behind_it() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let s = Stream::new("s", "g");
+    let a = consumer(&redis, "a").await;
+    // Warm up: the prefetch is measured on fast handlers.
+    a.broker.publish_batch(&s, 0..300u64).await.unwrap();
+    eventually("warm-up handled", WAIT, || {
+        a.handled.lock().unwrap().len() == 300
+    })
+    .await;
+    // 50 fast entries, then a slow one, then 49 more, in one batch.
+    a.broker
+        .publish_batch(&s, (1_000_001..=1_000_100u64).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    eventually("the slow entry runs", WAIT, || {
+        a.slow_started.load(Ordering::SeqCst)
+    })
+    .await;
+    // 1. The 50 that finished before it are acked while it still runs.
+    let before: Vec<String> = a
+        .handled
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(id, _)| (1_000_001..SLOW).contains(id))
+        .map(|(_, e)| e.as_str().to_owned())
+        .collect();
+    assert_eq!(before.len(), 50);
+    eventually("the entries before the slow one are acked", WAIT, || {
+        let pel = pending_ids(&mut c, "s", "a");
+        before.iter().all(|id| !pel.contains(id))
+    })
+    .await;
+    // 2. Another consumer joins; new entries go to it, not into a's queue
+    //    behind the slow entry.
+    let b = consumer(&redis, "b").await;
+    a.broker
+        .publish_batch(&s, 2_000_000..2_000_300u64)
+        .await
+        .unwrap();
+    eventually("b handles the new entries", WAIT, || {
+        b.handled
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(id, _)| *id >= 2_000_000)
+            .count()
+            >= 290
+    })
+    .await;
+    assert!(a.slow_started.load(Ordering::SeqCst));
+    a.gate.add_permits(1);
+    eventually("a done", WAIT, || {
+        a.handled.lock().unwrap().iter().any(|(id, _)| *id == SLOW)
+    })
+    .await;
+    assert!(a.broker.stop().await.unwrap().is_clean());
+    assert!(b.broker.stop().await.unwrap().is_clean());
+    drop(b.gate);
+}
