@@ -381,7 +381,7 @@ impl Handler<Eval> for RedisActor {
 
 /// Any other command on a shared connection (PING, XPENDING, XCLAIM…), with
 /// its ACL name (`"xclaim"`), which a refusal names.
-#[derive(Message)]
+#[derive(Message, Clone)]
 #[rtype(result = "Result<Value, Error>")]
 pub(crate) struct Query(pub &'static str, pub redis::Cmd);
 

@@ -28,7 +28,7 @@ use crate::consumer::Subscription;
 use crate::error::BoxError;
 use crate::error::Error;
 use crate::handler::HandlerResult;
-use crate::redis::{Eval, RedisActor};
+use crate::redis::RedisActor;
 use crate::status::Board;
 use crate::stream::Codec;
 
@@ -193,20 +193,25 @@ where
     })
 }
 
-/// Runs a script on a shared connection until Redis has run it, waiting
-/// out transient errors with backoff (until `deadline`, when given).
+/// Runs a script ([`Eval`]) or a command ([`Query`](crate::redis::Query))
+/// on a shared connection until Redis has run it, waiting out transient
+/// errors with backoff (until `deadline`, when given).
 ///
 /// # Errors
 /// An error nothing fixes by waiting, [`Error::ShutDown`], or the last
 /// transient one once `deadline` has passed.
-pub(crate) async fn until_done(
+pub(crate) async fn until_done<M>(
     redis: &Addr<RedisActor>,
-    eval: Eval,
+    msg: M,
     deadline: Option<std::time::Instant>,
-) -> Result<Value, Error> {
+) -> Result<Value, Error>
+where
+    M: actix::Message<Result = Result<Value, Error>> + Clone + Send + 'static,
+    RedisActor: actix::Handler<M>,
+{
     let mut retry = Retry::default();
     loop {
-        let e = match redis.send(eval.clone()).await {
+        let e = match redis.send(msg.clone()).await {
             Err(_) => return Err(Error::ShutDown),
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(e)) => e,

@@ -465,9 +465,9 @@ impl Loop {
                     let done = Eval {
                         script: &DONE,
                         keys: vec![k.processing.clone().into(), k.attempts.clone().into()],
-                        args: vec![item],
+                        args: vec![item.clone()],
                     };
-                    self.settle(done, "LREM of a handled item", true);
+                    self.settle(done, "LREM of a handled item", Some(item));
                 }
             }
             Ran::Failed { error, reject } => {
@@ -504,26 +504,33 @@ impl Loop {
                     k.dlq.as_bytes().to_vec(),
                     k.attempts.clone().into(),
                 ],
-                args: vec![item, letter],
+                args: vec![item.clone(), letter],
             };
-            self.settle(eval, "move to the dead-letter list", true);
+            self.settle(eval, "move to the dead-letter list", Some(item));
         } else {
             let mut cmd = redis::cmd("LPUSH");
             cmd.arg(&*k.dlq).arg(letter);
-            self.settle_cmd("lpush", cmd, "dead letter of an at-most-once item");
+            self.settle(
+                crate::redis::Query("lpush", cmd),
+                "dead letter of an at-most-once item",
+                None,
+            );
         }
     }
 
     /// Runs a settling script until Redis has done it (transient errors
     /// wait with backoff): a handled item is never handled again because
     /// its `LREM` failed once.
-    /// With `release`, the item (the script's first argument) stops being
-    /// held once the script ran.
-    fn settle(&mut self, eval: Eval, what: &'static str, release: bool) {
+    /// With `release`, that item stops being held once Redis ran it.
+    fn settle<M>(&mut self, msg: M, what: &'static str, release: Option<Vec<u8>>)
+    where
+        M: actix::Message<Result = Result<Value, Error>> + Clone + Send + 'static,
+        RedisActor: actix::Handler<M>,
+    {
         let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
-        let held = release.then(|| (self.held.clone(), eval.args[0].clone()));
+        let held = release.map(|item| (self.held.clone(), item));
         self.side.push(Box::pin(async move {
-            if let Err(e) = until_done(&redis, eval, None).await {
+            if let Err(e) = until_done(&redis, msg, None).await {
                 tracing::error!(list = %list, error = %e, what, "settling a list item failed");
             }
             if let Some((held, item)) = held {
@@ -594,26 +601,6 @@ impl Loop {
                 self.retry_at = Some(tokio::time::Instant::now() + delay);
             }
         }
-    }
-
-    fn settle_cmd(&mut self, acl: &'static str, cmd: redis::Cmd, what: &'static str) {
-        let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
-        self.side.push(Box::pin(async move {
-            let mut retry = Retry::default();
-            loop {
-                match redis.send(crate::redis::Query(acl, cmd.clone())).await {
-                    Ok(Ok(_)) => return,
-                    Ok(Err(e)) if e.class().is_transient() && !matches!(e, Error::ShutDown) => {
-                        tokio::time::sleep(retry.failed().0).await;
-                    }
-                    Ok(Err(e)) => {
-                        tracing::error!(list = %list, error = %e, what, "writing to the list failed");
-                        return;
-                    }
-                    Err(_) => return,
-                }
-            }
-        }));
     }
 
     fn beat_eval(&self) -> Eval {
@@ -839,11 +826,15 @@ impl Loop {
                     },
                 ],
             };
-            self.settle(eval, "putting back an item popped after the stop", false);
+            self.settle(eval, "putting back an item popped after the stop", None);
         } else {
             let mut cmd = redis::cmd("RPUSH");
             cmd.arg(&*k.list).arg(item);
-            self.settle_cmd("rpush", cmd, "putting back an item popped after the stop");
+            self.settle(
+                crate::redis::Query("rpush", cmd),
+                "putting back an item popped after the stop",
+                None,
+            );
         }
     }
 }
