@@ -2,13 +2,11 @@
 //! the type-erased form the consumer loop runs.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 
 use futures::future::LocalBoxFuture;
 use serde::de::DeserializeOwned;
 
-use crate::Broker;
 use crate::error::BoxError;
 use crate::stream::{Codec, EntryId};
 
@@ -147,85 +145,6 @@ impl Message {
     }
 }
 
-/// What a typed handler subscribed with
-/// [`subscribe_with_context`](crate::BrokerBuilder::subscribe_with_context)
-/// learns about the delivery beside the decoded value: the entry id (key
-/// idempotency on it), the server's delivery count (notice a retry), where it
-/// came from, and a [`Broker`] handle to publish onward with.
-///
-/// ```
-/// use rillkit::prelude::*;
-/// use rillkit::Delivery;
-///
-/// let payments = Stream::new("payments", "ledger");
-/// let receipts = Stream::new("receipts", "mailer");
-/// let builder = Broker::builder("redis://127.0.0.1:6379").subscribe_with_context(
-///     &payments,
-///     ConsumerOptions::default(),
-///     move |amount: u64, d: Delivery| {
-///         let receipts = receipts.clone();
-///         async move {
-///             if d.is_redelivery() {
-///                 println!("{} again (run {})", d.id, d.delivery_count);
-///             }
-///             d.broker().publish(&receipts, &amount).await?;
-///             Ok(())
-///         }
-///     },
-/// );
-/// # let _ = builder;
-/// ```
-#[derive(Clone)]
-pub struct Delivery {
-    /// The entry id.
-    pub id: EntryId,
-    /// The stream key.
-    pub stream: Arc<str>,
-    /// The consumer group it was read in.
-    pub group: Arc<str>,
-    /// The consumer that holds it in the pending entries list.
-    pub consumer: Arc<str>,
-    /// How many times Redis has delivered it to a consumer of this group,
-    /// counting this delivery (1 on the first run): the server's count.
-    pub delivery_count: u64,
-    broker: Broker,
-}
-
-impl Delivery {
-    /// The broker that delivered the entry, to publish onward with.
-    pub fn broker(&self) -> &Broker {
-        &self.broker
-    }
-
-    /// `true` when this is not the first delivery of the entry.
-    pub fn is_redelivery(&self) -> bool {
-        self.delivery_count > 1
-    }
-
-    pub(crate) fn of(msg: &Message, broker: &Broker) -> Self {
-        Delivery {
-            id: msg.id.clone(),
-            stream: msg.stream.clone(),
-            group: msg.group.clone(),
-            consumer: msg.consumer.clone(),
-            delivery_count: msg.delivery_count,
-            broker: broker.clone(),
-        }
-    }
-}
-
-impl fmt::Debug for Delivery {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Delivery")
-            .field("id", &self.id)
-            .field("stream", &self.stream)
-            .field("group", &self.group)
-            .field("consumer", &self.consumer)
-            .field("delivery_count", &self.delivery_count)
-            .finish_non_exhaustive()
-    }
-}
-
 /// Why an entry cannot reach its handler. Such entries go to the dead-letter
 /// stream at once and are acked.
 #[derive(Debug)]
@@ -252,12 +171,13 @@ pub(crate) enum Prepared {
     Undeliverable(Undeliverable),
 }
 
-/// A type-erased handler: turns a message (delivered by a broker) into the
-/// future that handles it.
-pub(crate) type ErasedHandler = Arc<dyn Fn(&Message, &Broker) -> Prepared + Send + Sync>;
+/// A type-erased handler: turns a message into the future that handles it.
+/// (The broker binds the user's handler to its `Broker` handle, so the
+/// loops that call it never carry one.)
+pub(crate) type ErasedHandler = Arc<dyn Fn(&Message) -> Prepared + Send + Sync>;
 
 /// The data field decoded into `T`, or why it cannot be.
-fn decode_data<T: DeserializeOwned, C: Codec>(
+pub(crate) fn decode_data<T: DeserializeOwned, C: Codec>(
     codec: &C,
     msg: &Message,
 ) -> Result<T, Undeliverable> {
@@ -268,40 +188,35 @@ fn decode_data<T: DeserializeOwned, C: Codec>(
     }
 }
 
-pub(crate) fn typed<T, C, F, Fut>(codec: C, f: F) -> ErasedHandler
-where
-    T: DeserializeOwned + 'static,
-    C: Codec,
-    F: Fn(T) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = HandlerResult> + 'static,
-{
-    Arc::new(
-        move |msg: &Message, _: &Broker| match decode_data(&codec, msg) {
-            Ok(value) => Prepared::Run(Box::pin(f(value))),
-            Err(why) => Prepared::Undeliverable(why),
-        },
-    )
+/// Where a list item or a channel message came from and which run this is:
+/// what a handler with context learns beside the value.
+pub(crate) struct ItemMeta {
+    /// The list, or the channel the message was published on.
+    pub source: Arc<str>,
+    /// The pattern that matched (`PSUBSCRIBE`), else `None`.
+    pub pattern: Option<Arc<str>>,
+    /// The subscription's consumer name.
+    pub consumer: Arc<str>,
+    /// Which run of the item this is (1 on the first).
+    pub attempt: u64,
 }
 
-pub(crate) fn typed_with_context<T, C, F, Fut>(codec: C, f: F) -> ErasedHandler
-where
-    T: DeserializeOwned + 'static,
-    C: Codec,
-    F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = HandlerResult> + 'static,
-{
-    Arc::new(
-        move |msg: &Message, broker: &Broker| match decode_data(&codec, msg) {
-            Ok(value) => Prepared::Run(Box::pin(f(value, Delivery::of(msg, broker)))),
-            Err(why) => Prepared::Undeliverable(why),
-        },
-    )
-}
+/// A handler of a list item or a channel message: the item's bytes decoded
+/// with the source's codec into the handler's type, then the future to run;
+/// `Err` when the bytes do not decode (the handler is not called).
+pub(crate) type ItemHandler = Arc<
+    dyn Fn(&[u8], ItemMeta) -> Result<LocalBoxFuture<'static, HandlerResult>, BoxError>
+        + Send
+        + Sync,
+>;
 
-pub(crate) fn whole<F, Fut>(f: F) -> ErasedHandler
-where
-    F: Fn(Message) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = HandlerResult> + 'static,
-{
-    Arc::new(move |msg: &Message, _: &Broker| Prepared::Run(Box::pin(f(msg.clone()))))
+/// An item's bytes decoded into `T`; an empty item never decodes.
+pub(crate) fn decode_item<T: DeserializeOwned, C: Codec>(
+    codec: &C,
+    bytes: &[u8],
+) -> Result<T, BoxError> {
+    if bytes.is_empty() {
+        return Err("empty item".into());
+    }
+    codec.decode::<T>(bytes)
 }

@@ -49,10 +49,10 @@ mod consumer;
 pub mod dashboard;
 mod error;
 mod handler;
-mod hooks;
+mod keys;
+mod lifecycle;
 #[cfg(feature = "otel")]
 mod otel;
-mod outcome;
 mod reclaimer;
 mod redis;
 mod retention;
@@ -65,19 +65,18 @@ mod telemetry;
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod test_util;
 mod traceparent;
+mod util;
 
-pub use broker::{Broker, BrokerBuilder, Phase};
+pub use broker::{Broker, BrokerBuilder};
+pub use broker::{Delivery, ItemDelivery, Removed, SubscriptionHandle};
 pub use connection::{Tls, Topology};
 pub use consumer::{ConsumerOptions, RetryBackoff};
 pub use error::{BoxError, ConfigError, Error, HookError, HookFailures};
-pub use handler::{Delivery, HandlerError, HandlerResult, Message};
-pub use hooks::Stage;
-pub use outcome::SupervisorOutcome;
+pub use handler::{HandlerError, HandlerResult, Message};
+pub use lifecycle::{Phase, Stage, SupervisorOutcome};
 pub use source::channel::{Channel, ChannelOptions};
 pub use source::list::{List, ListOptions};
-pub use source::runtime::{Removed, SubscriptionHandle};
-pub use source::{ItemDelivery, SourceKind};
-pub use status::{ServerFigures, Status, SubscriptionState, SubscriptionStatus};
+pub use status::{ServerFigures, SourceKind, Status, SubscriptionState, SubscriptionStatus};
 pub use stream::{Codec, EntryId, Json, Stream};
 pub use supervisor::RestartPolicy;
 pub use traceparent::{InvalidTraceParent, TRACEPARENT_FIELD, TraceParent};
@@ -88,17 +87,6 @@ pub mod prelude {
         Broker, Channel, ChannelOptions, ConsumerOptions, Delivery, HandlerError, HandlerResult,
         Json, List, ListOptions, Message, Phase, Stream, SupervisorOutcome,
     };
-}
-
-/// The text of a panic payload.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_owned()
-    }
 }
 
 /// The README's code blocks, compiled as doctests.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::connection::{Topology, default_dlq};
+use crate::connection::Topology;
 use crate::error::{BoxError, ConfigError};
 
 /// Turns values into the bytes stored in an entry's data field and back.
@@ -86,7 +86,7 @@ impl Stream<Json> {
     /// `data` and the dead-letter stream `<name>-dlq`.
     pub fn new(name: impl Into<String>, group: impl Into<String>) -> Self {
         let name: String = name.into();
-        let dlq = format!("{name}-dlq");
+        let dlq = crate::keys::dead_letter_name(&name, false);
         Stream {
             name: name.into(),
             group: group.into().into(),
@@ -224,7 +224,7 @@ impl<C: Codec> Stream<C> {
     /// ```
     pub fn dlq_for(&self, topology: &Topology) -> String {
         if self.dlq_default && topology.is_cluster() {
-            default_dlq(&self.name)
+            crate::keys::dead_letter_name(&self.name, true)
         } else {
             self.dlq.to_string()
         }

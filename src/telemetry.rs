@@ -39,8 +39,16 @@ pub(crate) const OLDEST_PENDING_AGE: &str = "rillkit_oldest_pending_age_seconds"
 /// Entries in the dead-letter stream (polled).
 pub(crate) const DEAD_LETTERS: &str = "rillkit_dead_letters";
 
+/// One subscription's figures as polled from the server.
+pub(crate) struct Polled {
+    pub lag: Option<u64>,
+    pub pending: u64,
+    pub oldest_pending_age: Option<std::time::Duration>,
+    pub dead_letters: u64,
+}
+
 /// Sets the polled gauges of one subscription.
-pub(crate) fn polled(stream: &str, group: &str, f: &crate::status::ServerFigures) {
+pub(crate) fn polled(stream: &str, group: &str, f: Polled) {
     let labels = [("stream", stream.to_owned()), ("group", group.to_owned())];
     if let Some(lag) = f.lag {
         metrics::gauge!(LAG, &labels).set(lag as f64);

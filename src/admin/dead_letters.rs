@@ -6,8 +6,8 @@
 use std::sync::LazyLock;
 
 use super::Admin;
-use crate::connection::dlq_slot_error;
 use crate::error::Error;
+use crate::keys::dlq_slot_error;
 use crate::redis::reply;
 use crate::stream::EntryId;
 

@@ -33,7 +33,6 @@
 mod dead_letters;
 #[cfg(feature = "dashboard")]
 mod preview;
-pub(crate) mod reply;
 
 pub use dead_letters::{
     DeadLetter, DeadLetterFilter, DeadLetterOrigin, RedriveReport, Redriven, Skipped,
@@ -44,8 +43,11 @@ use std::fmt;
 
 use redis::Value;
 
-use crate::connection::{Connector, Shared, Timeouts, default_dlq};
+use crate::connection::{Connector, Shared, Timeouts};
 use crate::error::Error;
+use crate::keys::dead_letter_name;
+use crate::redis::info as reply;
+pub use crate::redis::info::{ConsumerInfo, GroupInfo, PendingEntry};
 use crate::stream::EntryId;
 use crate::{Tls, Topology};
 
@@ -76,60 +78,6 @@ impl fmt::Debug for Admin {
             .field("redis", &self.describe)
             .finish_non_exhaustive()
     }
-}
-
-/// One consumer group of a stream, from `XINFO GROUPS`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct GroupInfo {
-    /// The group's name.
-    pub name: String,
-    /// Its consumers (names known to the group, active or not).
-    pub consumers: u64,
-    /// Entries delivered to it and not yet acked: its pending entries list.
-    pub pending: u64,
-    /// The id of the last entry delivered to the group.
-    pub last_delivered_id: EntryId,
-    /// Entries the group has read (`entries-read`), `None` when Redis cannot
-    /// tell.
-    pub entries_read: Option<u64>,
-    /// Entries added to the stream and not yet delivered to the group.
-    /// `None` when Redis cannot count them (it answers nil): entries were
-    /// deleted from the stream (`XDEL`) after the group's last-delivered
-    /// entry, or the group was placed at an arbitrary id (`XGROUP CREATE` or
-    /// `SETID` with an id other than `0` or `$` and no `ENTRIESREAD`). Redis
-    /// then knows only that some may be waiting.
-    pub lag: Option<u64>,
-}
-
-/// One consumer of a group, from `XINFO CONSUMERS`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ConsumerInfo {
-    /// The consumer's name.
-    pub name: String,
-    /// Entries delivered to it and not yet acked.
-    pub pending: u64,
-    /// Milliseconds since it last interacted with the server (a read, a
-    /// claim, an ack…).
-    pub idle_ms: u64,
-    /// Milliseconds since its last successful read or claim; `None` before
-    /// Redis 7.2, or when it never read one.
-    pub inactive_ms: Option<u64>,
-}
-
-/// One pending entry of a group, from `XPENDING`'s extended form.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PendingEntry {
-    /// The entry's id.
-    pub id: EntryId,
-    /// The consumer that holds it.
-    pub consumer: String,
-    /// Milliseconds since it was last delivered (or claimed, or refreshed).
-    pub idle_ms: u64,
-    /// How many times it was delivered (the server's count).
-    pub delivery_count: u64,
 }
 
 /// One entry of a stream: its id and field/value pairs, verbatim and in
@@ -218,11 +166,7 @@ impl Admin {
     /// as [`Stream::dlq_for`](crate::Stream::dlq_for) answers for a stream
     /// without [`dlq_name`](crate::Stream::dlq_name).
     pub fn dlq_of(&self, name: &str) -> String {
-        if self.cluster {
-            default_dlq(name)
-        } else {
-            format!("{name}-dlq")
-        }
+        dead_letter_name(name, self.cluster)
     }
 
     /// Sends `cmd` on the connection, once.

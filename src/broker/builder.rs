@@ -8,15 +8,18 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use super::bind::{self, BrokerCell, typed_item, typed_item_with_context};
+use super::delivery::{Delivery, ItemDelivery};
+use super::hooks::{self, Hooks};
 use super::{Broker, Inner, Phase};
 use crate::connection::{Connector, Timeouts, Tls, Topology};
 use crate::consumer::{ConsumerOptions, MAX_DURATION, Subscription};
 use crate::error::{BoxError, ConfigError};
-use crate::handler::{self, Delivery, ErasedHandler, HandlerResult, Message};
-use crate::hooks::{self, Hooks};
+use crate::handler::{ErasedHandler, HandlerResult, ItemHandler, Message};
+use crate::source::Source;
 use crate::source::channel::{Channel, ChannelOptions, ChannelSub};
 use crate::source::list::{List, ListOptions, ListSub};
-use crate::source::{ItemDelivery, ItemHandler, Source, typed_item, typed_item_with_context};
+use crate::status::Boards;
 use crate::stream::{Codec, Stream, StreamNames};
 use crate::supervisor::RestartPolicy;
 
@@ -51,6 +54,8 @@ pub struct BrokerBuilder {
     timeouts: Timeouts,
     retention_period: Duration,
     status_period: Duration,
+    /// The broker `build()` makes, for the handlers with context.
+    cell: BrokerCell,
 }
 
 impl BrokerBuilder {
@@ -69,6 +74,7 @@ impl BrokerBuilder {
             shutdown_timeout: Duration::from_secs(30),
             handle_signals: true,
             restart: RestartPolicy::default(),
+            cell: BrokerCell::default(),
         }
     }
 
@@ -92,7 +98,7 @@ impl BrokerBuilder {
         F: Fn(T) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = handler::typed(stream.get_codec().clone(), handler);
+        let h = bind::typed(stream.get_codec().clone(), handler);
         self.subs.push(stream_source(stream.names(), options, h));
         self
     }
@@ -115,7 +121,7 @@ impl BrokerBuilder {
         F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = handler::typed_with_context(stream.get_codec().clone(), handler);
+        let h = bind::typed_with_context(stream.get_codec().clone(), handler, self.cell.clone());
         self.subs.push(stream_source(stream.names(), options, h));
         self
     }
@@ -135,11 +141,8 @@ impl BrokerBuilder {
         F: Fn(Message) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        self.subs.push(stream_source(
-            stream.names(),
-            options,
-            handler::whole(handler),
-        ));
+        self.subs
+            .push(stream_source(stream.names(), options, bind::whole(handler)));
         self
     }
 
@@ -180,7 +183,7 @@ impl BrokerBuilder {
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = typed_item_with_context(list.get_codec().clone(), handler);
+        let h = typed_item_with_context(list.get_codec().clone(), handler, self.cell.clone());
         self.subs.push(list_source_erased(list, options, h));
         self
     }
@@ -201,7 +204,7 @@ impl BrokerBuilder {
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = typed_item_with_context(channel.get_codec().clone(), handler);
+        let h = typed_item_with_context(channel.get_codec().clone(), handler, self.cell.clone());
         self.subs.push(channel_source_erased(channel, options, h));
         self
     }
@@ -433,13 +436,13 @@ impl BrokerBuilder {
             subs.push(source);
         }
         let boards = subs.iter().map(|s| s.board().clone()).collect();
-        Ok(Broker {
+        let broker = Broker {
             inner: Arc::new(Inner {
                 connector,
                 startup_timeout: self.startup_timeout,
                 retention_period: self.retention_period,
                 status_period: self.status_period,
-                boards: Mutex::new(boards),
+                boards: Boards::new(boards),
                 publish_timeout: self.publish_timeout,
                 pool_size: self.pool_size,
                 shutdown_timeout: self.shutdown_timeout,
@@ -453,7 +456,9 @@ impl BrokerBuilder {
                 result: Mutex::new(None),
                 done: watch::channel(false).0,
             }),
-        })
+        };
+        self.cell.set(&broker);
+        Ok(broker)
     }
 }
 

@@ -1,9 +1,16 @@
 //! [`Broker`], the public handle (its phase, start, stop, publish, status),
 //! and [`BrokerBuilder`] (in `builder.rs`), which configures it.
 
+pub(crate) mod bind;
 pub(crate) mod builder;
+mod delivery;
+mod driver;
+pub(crate) mod hooks;
+pub(crate) mod runtime;
 
 pub use builder::BrokerBuilder;
+pub use delivery::{Delivery, ItemDelivery};
+pub use runtime::{Removed, SubscriptionHandle};
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -15,53 +22,20 @@ use tokio::sync::{oneshot, watch};
 
 use crate::connection::{Connector, Topology};
 use crate::error::{Error, HookError, HookFailures};
-use crate::hooks::Hooks;
-use crate::outcome::SupervisorOutcome;
+use crate::lifecycle::{Owner, Phase, SupervisorOutcome};
 use crate::redis::{Publish, Query, RedisActor};
 use crate::source::Source;
-use crate::status::{Board, Status};
+use crate::status::{Boards, Status};
 use crate::stream::{Codec, EntryId, Stream};
-use crate::supervisor::{RestartPolicy, Supervisor};
-
-/// Where a broker is in its lifecycle.
-///
-/// ```text
-/// Configured ──start()──▶ Starting ──▶ Running ──stop()/signal──▶ Draining ──▶ Stopped
-///      │                     │ (start failed)                                    ▲
-///      └──stop()─────────────┴────────────────────────────────────────────────────┘
-/// ```
-///
-/// * **Configured**: built, no I/O done. Publishing answers
-///   [`Error::NotStarted`].
-/// * **Starting**: `on_startup` hooks, PING, group creation, consumers
-///   starting, `after_startup` hooks.
-/// * **Running**: consumers read and handle entries; publishing works.
-/// * **Draining**: consumers stopped reading; running handlers finish until the
-///   drain deadline; entries fetched but not started are handed back to the
-///   group; then `on_shutdown` hooks run (publishing still works).
-/// * **Stopped**: connections are closed; `after_shutdown` hooks run. Every
-///   call that needs Redis answers [`Error::ShutDown`]. A stopped broker is
-///   finished: build a new one to run again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Phase {
-    /// Built, not started.
-    Configured,
-    /// `start()` is running.
-    Starting,
-    /// Started; consumers run.
-    Running,
-    /// Stopping: consumers drain, then `on_shutdown` hooks run.
-    Draining,
-    /// Connections closed.
-    Stopped,
-}
+use crate::supervisor::{RestartPolicy, Setup, Supervisor};
+use hooks::Hooks;
 
 struct Inner {
     connector: Connector,
     startup_timeout: Duration,
     retention_period: Duration,
     status_period: Duration,
-    boards: Mutex<Vec<Arc<Board>>>,
+    boards: Boards,
     publish_timeout: Duration,
     pool_size: usize,
     shutdown_timeout: Duration,
@@ -201,8 +175,21 @@ impl Broker {
             .take()
             .unwrap_or_default();
         let (tx, rx) = oneshot::channel();
-        let sup = Supervisor::new(self.clone(), hooks, subs, self.inner.restart, tx).start();
-        let _ = self.inner.supervisor.set(sup);
+        let weak = Arc::downgrade(&self.inner);
+        let setup = Setup {
+            connector: self.inner.connector.clone(),
+            owner: self.owner(),
+            boards: self.inner.boards.clone(),
+            request_stop: Box::new(move || {
+                if let Some(inner) = weak.upgrade() {
+                    Broker { inner }.request_stop();
+                }
+            }),
+            restart: self.inner.restart,
+        };
+        let sup = Supervisor::new(setup, subs.clone()).start();
+        let _ = self.inner.supervisor.set(sup.clone());
+        actix_rt::spawn(self.within(driver::lifecycle(self.clone(), hooks, subs, sup, Some(tx))));
         rx.await.unwrap_or(Err(Error::ShutDown))
     }
 
@@ -554,22 +541,9 @@ impl Broker {
         self.inner.status_period
     }
 
-    /// The live subscriptions' boards, in the order they were added.
-    pub(crate) fn boards(&self) -> Vec<Arc<Board>> {
-        self.inner.boards.lock().expect("boards lock").clone()
-    }
-
-    pub(crate) fn add_board(&self, board: Arc<Board>) {
-        self.inner.boards.lock().expect("boards lock").push(board);
-    }
-
-    /// A removed subscription leaves the status.
-    pub(crate) fn forget_board(&self, board: &Arc<Board>) {
-        self.inner
-            .boards
-            .lock()
-            .expect("boards lock")
-            .retain(|b| !Arc::ptr_eq(b, board));
+    /// The live subscriptions' boards.
+    pub(crate) fn boards(&self) -> &Boards {
+        &self.inner.boards
     }
 
     /// A snapshot of the broker's status: its phase, and per subscription
@@ -588,7 +562,7 @@ impl Broker {
     pub fn status(&self) -> Status {
         Status {
             phase: self.phase(),
-            subscriptions: self.boards().iter().map(|b| b.snapshot()).collect(),
+            subscriptions: self.boards().list().iter().map(|b| b.snapshot()).collect(),
         }
     }
 
@@ -649,24 +623,20 @@ impl Broker {
         *self.inner.done.borrow()
     }
 
-    /// Runs `fut` marked as this broker's own code (hooks, the consumer loop
-    /// with its handlers), so `stop()` can tell it is called from within.
+    /// Runs `fut` marked as this broker's own code (hooks, the lifecycle
+    /// driver), so `stop()` can tell it is called from within.
     pub(crate) fn within<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> + use<F> {
-        WITHIN.scope(self.id(), fut)
+        crate::lifecycle::within(self.owner(), fut)
     }
 
-    fn id(&self) -> usize {
-        Arc::as_ptr(&self.inner) as usize
+    /// This broker as the owner of running code.
+    pub(crate) fn owner(&self) -> Owner {
+        Owner(Arc::as_ptr(&self.inner) as usize)
     }
 
     fn is_within(&self) -> bool {
-        WITHIN.try_with(|id| *id == self.id()).unwrap_or(false)
+        crate::lifecycle::is_within(self.owner())
     }
-}
-
-tokio::task_local! {
-    /// The broker whose own code (hook, consumer loop) is running.
-    static WITHIN: usize;
 }
 
 fn encode<T: Serialize + ?Sized, C: Codec>(

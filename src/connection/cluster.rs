@@ -13,7 +13,7 @@
 //!   consumer drops the connection and opens one to the new owner.
 //!
 //! A multi-key script runs only when all its keys share a slot, so a stream
-//! and its dead-letter stream must: see [`dlq_slot_error`].
+//! and its dead-letter stream must: see `keys::dlq_slot_error`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -27,51 +27,7 @@ use redis::{Client, RedisConnectionInfo, TlsMode, Value};
 use super::topology::Kind;
 use super::{Timeouts, TlsSetup, connect_to, node_client, open, parse_addr, settings};
 use crate::error::{ConfigError, Error};
-
-/// Hash slots in a cluster.
-pub(crate) const SLOTS: u16 = 16_384;
-
-/// The hash slot of `key`: CRC16 (XMODEM) of its hash tag (the part between
-/// the first `{` and the next `}`, when not empty) or of the whole key,
-/// modulo 16 384, as Redis computes it.
-pub(crate) fn key_slot(key: &[u8]) -> u16 {
-    let tagged = key.iter().position(|b| *b == b'{').and_then(|open| {
-        let rest = &key[open + 1..];
-        let close = rest.iter().position(|b| *b == b'}')?;
-        (close > 0).then(|| &rest[..close])
-    });
-    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(key)) % SLOTS
-}
-
-/// The default dead-letter stream of `stream` under a cluster: `<name>-dlq`
-/// when the name already holds a hash tag (it then hashes like the stream),
-/// else `{<name>}-dlq`.
-pub(crate) fn default_dlq(stream: &str) -> String {
-    let plain = format!("{stream}-dlq");
-    if key_slot(plain.as_bytes()) == key_slot(stream.as_bytes()) && stream.contains('{') {
-        plain
-    } else {
-        format!("{{{stream}}}-dlq")
-    }
-}
-
-/// The error `build()` returns when a stream and its dead-letter stream hash
-/// to different slots (the dead-letter move, one script over both keys, would
-/// fail with `CROSSSLOT`).
-pub(crate) fn dlq_slot_error(stream: &str, dlq: &str) -> Option<ConfigError> {
-    let (s, d) = (key_slot(stream.as_bytes()), key_slot(dlq.as_bytes()));
-    (s != d).then(|| ConfigError::Invalid {
-        stream: stream.to_owned(),
-        option: "dlq_name",
-        reason: format!(
-            "under Redis Cluster the dead-letter stream must share its stream's hash slot \
-             (the move to it is one script over both keys), but {stream:?} is in slot {s} and \
-             {dlq:?} in slot {d}; give both the same hash tag, e.g. {:?}, or leave the \
-             dead-letter name to its default",
-            default_dlq(stream)
-        ),
-    })
-}
+use crate::keys::key_slot;
 
 /// How many times the cluster connection follows a redirection or waits out
 /// `TRYAGAIN` for one command before answering the error.
@@ -312,29 +268,6 @@ fn parse_slots(v: Value, asked: &str) -> Result<Vec<SlotRange>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn slots_are_computed_as_redis_does() {
-        // Values from `CLUSTER KEYSLOT`.
-        assert_eq!(key_slot(b"foo"), 12182);
-        assert_eq!(key_slot(b"orders"), key_slot(b"{orders}-dlq"));
-        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
-        // An empty tag does not count: the whole key is hashed.
-        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
-        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"));
-        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
-    }
-
-    #[test]
-    fn the_default_dead_letter_stream_shares_the_stream_slot() {
-        assert_eq!(default_dlq("orders"), "{orders}-dlq");
-        assert_eq!(default_dlq("{tenant1}:orders"), "{tenant1}:orders-dlq");
-        for name in ["orders", "a{b", "{tenant1}:orders", "{t}"] {
-            assert!(dlq_slot_error(name, &default_dlq(name)).is_none(), "{name}");
-        }
-        let e = dlq_slot_error("orders", "orders-dlq").expect("different slots");
-        assert!(e.to_string().contains("{orders}-dlq"), "{e}");
-    }
 
     #[test]
     fn cluster_slots_replies_are_parsed() {

@@ -25,8 +25,9 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio::sync::watch;
 
-use super::{Class, Connector, Retry, parse_addr};
-use crate::error::Error;
+use super::{Connector, parse_addr};
+use crate::error::{Class, Error};
+use crate::util::{Retry, log_wait};
 
 /// A shared connection: to one server, or to a whole cluster (routed by
 /// slot).

@@ -26,9 +26,10 @@ use redis::{Client, RedisConnectionInfo};
 
 use super::topology::Kind;
 use super::{
-    Connector, Retry, Timeouts, TlsSetup, connect_to_sentinel, node_client, parse_addr, settings,
+    Connector, Timeouts, TlsSetup, connect_to_sentinel, node_client, parse_addr, settings,
 };
 use crate::error::{ConfigError, Error};
+use crate::util::Retry;
 
 pub(crate) struct Sentinels {
     master: String,

@@ -119,22 +119,6 @@ return 0
 
 static DROP_LEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DROP_LEASE_LUA));
 
-/// A name as one part of the lease key: `%` and `:` percent-encoded, so
-/// stream `x:y` with group `g` and stream `x` with group `y:g` get
-/// different keys.
-fn key_part(name: &str) -> String {
-    name.replace('%', "%25").replace(':', "%3A")
-}
-
-/// 64 bits that differ between leases of one process and between processes
-/// (std's per-process random hash keys, and a counter).
-pub(crate) fn unique() -> u64 {
-    use std::hash::BuildHasher;
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    std::collections::hash_map::RandomState::new().hash_one((n, std::process::id()))
-}
-
 /// The lease of one subscription's consumer name. See the module docs.
 #[derive(Debug, Clone)]
 pub(crate) struct Lease {
@@ -159,22 +143,9 @@ impl Lease {
     /// The lease of `consumer` in `group` on `stream`, for this process
     /// (the token is made here, once).
     pub(crate) fn new(stream: &str, group: &str, consumer: &str, ttl: Duration) -> Self {
-        let host = gethostname::gethostname();
-        let token = format!(
-            "{}-{}-{:016x}",
-            host.to_string_lossy(),
-            std::process::id(),
-            unique()
-        );
         Lease {
-            key: format!(
-                "rillkit:lease:{}:{}:{}",
-                key_part(stream),
-                key_part(group),
-                key_part(consumer)
-            )
-            .into(),
-            token: token.into(),
+            key: crate::keys::lease_key(stream, group, consumer).into(),
+            token: crate::keys::process_token().into(),
             ttl,
             stream: stream.into(),
             group: group.into(),
@@ -297,7 +268,7 @@ impl Lease {
 
     /// A refusal of the lease script by the ACL, told as such.
     fn denied(&self, e: Error) -> Error {
-        if e.class() == crate::connection::Class::Permission {
+        if e.class() == crate::error::Class::Permission {
             Error::LeaseDenied {
                 key: self.key.to_string(),
                 source: Box::new(e),

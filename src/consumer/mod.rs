@@ -48,6 +48,7 @@ use futures::future::LocalBoxFuture;
 use tokio::sync::{oneshot, watch};
 
 use crate::handler::ErasedHandler;
+use crate::lifecycle::Owner;
 use crate::reclaimer::ReclaimerActor;
 use crate::redis::RedisActor;
 use crate::stream::StreamNames;
@@ -81,9 +82,9 @@ impl Subscription {
         opts.validate(&names.name)?;
         if cluster {
             if names.dlq_default {
-                names.dlq = crate::connection::default_dlq(&names.name).into();
+                names.dlq = crate::keys::dead_letter_name(&names.name, true).into();
             }
-            if let Some(e) = crate::connection::dlq_slot_error(&names.name, &names.dlq) {
+            if let Some(e) = crate::keys::dlq_slot_error(&names.name, &names.dlq) {
                 return Err(e);
             }
         }
@@ -130,7 +131,7 @@ pub(crate) struct Drain(pub Instant);
 /// The actor that runs one subscription's loop — of any kind: a stream's
 /// consumer loop, a list's, a channel's — and reports its end.
 pub(crate) struct ConsumerActor {
-    broker: crate::Broker,
+    owner: Owner,
     index: usize,
     run: Option<LocalBoxFuture<'static, ConsumerReport>>,
     exited: Recipient<ConsumerExited>,
@@ -141,14 +142,14 @@ impl ConsumerActor {
     /// `run` is the loop; it drains once `stop` (whose sender this actor
     /// keeps) holds a deadline.
     pub(crate) fn new(
-        broker: crate::Broker,
+        owner: Owner,
         index: usize,
         run: LocalBoxFuture<'static, ConsumerReport>,
         stop: watch::Sender<Option<Instant>>,
         exited: Recipient<ConsumerExited>,
     ) -> Self {
         ConsumerActor {
-            broker,
+            owner,
             index,
             run: Some(run),
             exited,
@@ -160,13 +161,13 @@ impl ConsumerActor {
 /// A stream consumer's loop, for [`ConsumerActor::new`].
 pub(crate) fn stream_loop(
     sub: Arc<Subscription>,
-    broker: crate::Broker,
+    connector: crate::connection::Connector,
     redis: Addr<RedisActor>,
     reclaimer: Addr<ReclaimerActor>,
     stop: watch::Receiver<Option<Instant>>,
     ready: Option<oneshot::Sender<()>>,
 ) -> LocalBoxFuture<'static, ConsumerReport> {
-    Box::pin(run::consume(sub, broker, redis, reclaimer, stop, ready))
+    Box::pin(run::consume(sub, connector, redis, reclaimer, stop, ready))
 }
 
 impl Actor for ConsumerActor {
@@ -178,12 +179,12 @@ impl Actor for ConsumerActor {
         };
         // The actor boundary: a panic in rillkit's own loop code is caught here
         // and reported, never lost with the task.
-        let guarded = AssertUnwindSafe(self.broker.within(run))
+        let guarded = AssertUnwindSafe(crate::lifecycle::within(self.owner, run))
             .catch_unwind()
             .map(|r| match r {
                 Ok(report) => report,
                 Err(payload) => {
-                    let what = crate::panic_message(&*payload);
+                    let what = crate::util::panic_message(&*payload);
                     tracing::error!(panic = %what, "consumer loop panicked");
                     ConsumerReport::panicked(what)
                 }

@@ -4,7 +4,6 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashSet, VecDeque};
 use std::future::{Future, pending};
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,8 +25,9 @@ mod read;
 mod retry;
 mod settle;
 
-use crate::connection::{Class, Connector, READ_TIMEOUT_MARGIN, Retry, client_name, log_wait};
+use crate::connection::{Connector, READ_TIMEOUT_MARGIN, client_name};
 use crate::consumer::hygiene::Taken;
+use crate::error::Class;
 use crate::error::Error;
 use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
 use crate::reclaimer::{self, Claim, ReclaimerActor};
@@ -38,6 +38,7 @@ use crate::redis::{
 use crate::status::SubscriptionState;
 use crate::stream::EntryId;
 use crate::telemetry::ConsumerMetrics;
+use crate::util::{Alarm, Retry, log_wait};
 use read::{Cursor, ReadDone};
 use settle::{AckDone, DeadLetterDone};
 
@@ -93,37 +94,6 @@ struct Finished {
 type ClaimDone = Result<(Vec<Delivered>, bool), Error>;
 
 /// Resolves with the output of `f`, or never when there is no future.
-/// A timer kept across turns of the loop: `tokio::select!` builds every
-/// branch's future on every turn, and a fresh `sleep_until` per branch per
-/// turn (a timer-wheel entry added and removed each time) was a measurable
-/// part of a fast consumer's CPU time. This one is moved only when its
-/// instant changes.
-struct Alarm {
-    sleep: Pin<Box<tokio::time::Sleep>>,
-    at: Option<tokio::time::Instant>,
-}
-
-impl Alarm {
-    fn new() -> Self {
-        Alarm {
-            sleep: Box::pin(tokio::time::sleep_until(far_future())),
-            at: None,
-        }
-    }
-
-    /// The timer set to `at` (left alone when `None`: the branch that
-    /// waits on it is then disabled).
-    fn until(&mut self, at: Option<tokio::time::Instant>) -> &mut Pin<Box<tokio::time::Sleep>> {
-        if let Some(at) = at {
-            if self.at != Some(at) {
-                self.sleep.as_mut().reset(at);
-                self.at = Some(at);
-            }
-        }
-        &mut self.sleep
-    }
-}
-
 async fn maybe<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
     match f {
         Some(f) => f.await,
@@ -133,7 +103,7 @@ async fn maybe<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
 
 pub(crate) async fn consume(
     sub: Arc<Subscription>,
-    broker: crate::Broker,
+    connector: Connector,
     redis: Addr<RedisActor>,
     reclaimer: Addr<ReclaimerActor>,
     stop: watch::Receiver<Option<Instant>>,
@@ -161,9 +131,8 @@ pub(crate) async fn consume(
         in_read: Rc::new(Cell::new(false)),
         reader: Rc::new(RefCell::new(None)),
         sub,
-        epoch: broker.connector().epoch(),
-        connector: broker.connector().clone(),
-        broker,
+        epoch: connector.epoch(),
+        connector,
         metrics,
         redis,
         conn: None,
@@ -250,8 +219,6 @@ pub(crate) async fn consume(
 struct Loop {
     sub: Arc<Subscription>,
     connector: Connector,
-    /// The broker, for handlers that ask for it.
-    broker: crate::Broker,
     /// This subscription's metrics series.
     metrics: ConsumerMetrics,
     /// Changes when a failover is announced: the read connection moves.
@@ -716,9 +683,8 @@ impl Loop {
                 crate::otel::link(&span, &tp);
             }
         }
-        let prepared = span.in_scope(|| {
-            std::panic::catch_unwind(AssertUnwindSafe(|| (s.handler)(&msg, &self.broker)))
-        });
+        let prepared =
+            span.in_scope(|| std::panic::catch_unwind(AssertUnwindSafe(|| (s.handler)(&msg))));
         match prepared {
             Ok(Prepared::Run(fut)) => {
                 if msg.delivery_count > 1 {
@@ -730,7 +696,7 @@ impl Loop {
                         let result = AssertUnwindSafe(fut)
                             .catch_unwind()
                             .await
-                            .map_err(|p| crate::panic_message(&*p));
+                            .map_err(|p| crate::util::panic_message(&*p));
                         let ended = Instant::now();
                         Finished {
                             msg,
@@ -747,7 +713,7 @@ impl Loop {
                 self.dead_letter(msg, why.to_string());
             }
             Err(p) => {
-                let what = crate::panic_message(&*p);
+                let what = crate::util::panic_message(&*p);
                 self.on_finished(Finished {
                     msg,
                     result: Err(what),
@@ -946,8 +912,4 @@ impl Ewma {
     fn get(&self) -> Option<Duration> {
         self.0.map(|n| Duration::from_nanos(n as u64))
     }
-}
-
-fn far_future() -> tokio::time::Instant {
-    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
 }

@@ -225,6 +225,7 @@ impl Dashboard {
     fn dlq_of(&self, admin: &Admin, stream: &str) -> String {
         self.broker
             .boards()
+            .list()
             .iter()
             .find(|b| &*b.stream == stream)
             .map(|b| b.dlq.to_string())
@@ -396,7 +397,12 @@ async fn row(dash: &Dashboard, admin: &Admin, s: Shown) -> Result<StreamRow, Err
         let dead_letters = admin.stream_len(&s.dlq).await?;
         Ok::<_, Error>(StreamRow {
             rates: dash.shared.rates.of(&s.name),
-            consumed_here: dash.broker.boards().iter().any(|b| *b.stream == *s.name),
+            consumed_here: dash
+                .broker
+                .boards()
+                .list()
+                .iter()
+                .any(|b| *b.stream == *s.name),
             name: s.name,
             length,
             dlq: s.dlq,

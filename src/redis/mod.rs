@@ -13,6 +13,7 @@
 //! After [`Close`] the pool is closed and every message answers
 //! [`Error::ShutDown`].
 
+pub(crate) mod info;
 pub(crate) mod reply;
 
 use std::sync::{Arc, LazyLock};
@@ -21,8 +22,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use actix::prelude::*;
 use redis::Value;
 
-use crate::connection::{Class, Pool, Watcher, classify};
+use crate::connection::{Pool, Watcher};
 use crate::error::Error;
+use crate::error::{Class, classify};
 use crate::stream::EntryId;
 
 /// How long a command other than a publish waits for the shared connections

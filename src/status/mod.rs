@@ -14,7 +14,34 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::Phase;
-use crate::source::SourceKind;
+
+/// The live subscriptions' boards, in the order they were added: what
+/// `Broker::status` reads and the status poller fills. Cloning shares them.
+#[derive(Clone, Default)]
+pub(crate) struct Boards(Arc<Mutex<Vec<Arc<Board>>>>);
+
+impl Boards {
+    pub(crate) fn new(boards: Vec<Arc<Board>>) -> Self {
+        Boards(Arc::new(Mutex::new(boards)))
+    }
+
+    /// A copy of the list as it is now.
+    pub(crate) fn list(&self) -> Vec<Arc<Board>> {
+        self.0.lock().expect("boards lock").clone()
+    }
+
+    pub(crate) fn add(&self, board: Arc<Board>) {
+        self.0.lock().expect("boards lock").push(board);
+    }
+
+    /// A removed subscription leaves the status.
+    pub(crate) fn forget(&self, board: &Arc<Board>) {
+        self.0
+            .lock()
+            .expect("boards lock")
+            .retain(|b| !Arc::ptr_eq(b, board));
+    }
+}
 
 /// An integer reply as `u64` (`None` for anything else, or a negative one).
 pub(crate) fn int(v: &redis::Value) -> Option<u64> {
@@ -22,6 +49,23 @@ pub(crate) fn int(v: &redis::Value) -> Option<u64> {
         redis::Value::Int(i) => u64::try_from(*i).ok(),
         _ => None,
     }
+}
+
+/// What a subscription reads: a stream (consumer groups), a list, or a
+/// Pub/Sub channel. See the README's "Sources" table for what each kind
+/// guarantees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceKind {
+    /// A stream read in a consumer group (`XREADGROUP`): at least once.
+    Stream,
+    /// A list popped onto a processing list (`BLMOVE`, `LREM` after
+    /// success): at least once.
+    List,
+    /// A list popped with `BRPOP`: at most once.
+    ListAtMostOnce,
+    /// A Pub/Sub channel or pattern (`SUBSCRIBE`, `PSUBSCRIBE`): at most
+    /// once.
+    Channel,
 }
 
 /// A snapshot of the broker: its phase and each subscription's status.

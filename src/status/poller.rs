@@ -9,23 +9,22 @@ use std::time::{Duration, SystemTime};
 use actix::prelude::*;
 use redis::Value;
 
-use super::{Board, ServerFigures};
+use super::{Board, Boards, ServerFigures, SourceKind};
 use crate::error::Error;
 use crate::redis::{Query, RedisActor};
-use crate::source::SourceKind;
 use crate::stream::EntryId;
 
 pub(crate) struct StatusPoller {
-    broker: crate::Broker,
+    boards: Boards,
     redis: Addr<RedisActor>,
     period: Duration,
     busy: Arc<AtomicBool>,
 }
 
 impl StatusPoller {
-    pub(crate) fn new(broker: crate::Broker, redis: Addr<RedisActor>, period: Duration) -> Self {
+    pub(crate) fn new(boards: Boards, redis: Addr<RedisActor>, period: Duration) -> Self {
         StatusPoller {
-            broker,
+            boards,
             redis,
             period,
             busy: Arc::default(),
@@ -36,12 +35,21 @@ impl StatusPoller {
         if self.busy.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (boards, redis, busy) = (self.broker.boards(), self.redis.clone(), self.busy.clone());
+        let (boards, redis, busy) = (self.boards.list(), self.redis.clone(), self.busy.clone());
         actix_rt::spawn(async move {
             for b in boards.iter().filter(|b| b.kind != SourceKind::Channel) {
                 match figures(&redis, b).await {
                     Ok(f) => {
-                        crate::telemetry::polled(&b.stream, &b.group, &f);
+                        crate::telemetry::polled(
+                            &b.stream,
+                            &b.group,
+                            crate::telemetry::Polled {
+                                lag: f.lag,
+                                pending: f.pending,
+                                oldest_pending_age: f.oldest_pending_age,
+                                dead_letters: f.dead_letters,
+                            },
+                        );
                         b.set_server(f);
                     }
                     Err(Error::ShutDown) => break,
@@ -78,7 +86,7 @@ async fn figures(redis: &Addr<RedisActor>, b: &Board) -> Result<ServerFigures, E
     let mut groups = redis::cmd("XINFO");
     groups.arg("GROUPS").arg(&*b.stream);
     let groups = query(redis, "xinfo|groups", groups).await?;
-    let groups = crate::admin::reply::groups(groups)
+    let groups = crate::redis::info::groups(groups)
         .map_err(|m| Error::unparsable("XINFO GROUPS reply", m))?;
     let (lag, pending) = groups
         .iter()
@@ -121,7 +129,7 @@ async fn list_figures(redis: &Addr<RedisActor>, b: &Board) -> Result<ServerFigur
     };
     let lag = int(&len(&b.stream).await?);
     let pending = if b.kind == SourceKind::List {
-        let keys = crate::source::list::ListKeys::new(b.stream.clone(), b.dlq.clone(), &b.consumer);
+        let keys = crate::keys::ListKeys::new(b.stream.clone(), b.dlq.clone(), &b.consumer);
         int(&len(&keys.processing).await?).unwrap_or(0)
     } else {
         0

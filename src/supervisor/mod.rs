@@ -1,14 +1,8 @@
-//! `Supervisor`: owns the lifecycle of one broker.
+//! `Supervisor`: one per broker; it runs the subscriptions' consumers.
 //!
-//! The actor does two jobs:
-//!
-//! * **The lifecycle driver** (`lifecycle`), one future spawned in the actor's
-//!   context when the broker starts. It runs SPEC §3 in order: `on_startup`
-//!   hooks, PING, the shared pool and `RedisActor`, `XGROUP CREATE … MKSTREAM`
-//!   and an `XREADGROUP` ACL probe (which reads nothing) per
-//!   subscription, each waiting for a server that is starting, consumers, `after_startup` hooks; then waits for a stop
-//!   request; then drains the consumers, runs `on_shutdown` hooks, closes the
-//!   connections and runs every `after_shutdown` hook.
+//! * **Slots**: one per subscription (configured, or added and removed at run
+//!   time), each with its `ConsumerActor` and, for a stream, the group's
+//!   `ReclaimerActor`.
 //! * **Supervision and tally**: every `ConsumerActor` reports its end with
 //!   `ConsumerExited`. While running, a consumer that ended with an error or a
 //!   panic is restarted with exponential backoff, at most `max_restarts`
@@ -25,18 +19,18 @@ use actix::prelude::*;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::sync::{oneshot, watch};
 
-use crate::broker::{Broker, Phase};
-use crate::connection::{Class, Pool, wait_until_ready};
+pub(crate) mod startup;
+
+use crate::connection::Connector;
 use crate::consumer::{
     ConsumerActor, ConsumerExited, ConsumerReport, Drain, Subscription, stream_loop,
 };
-use crate::error::{Error, HookFailures};
-use crate::hooks::{Hooks, Stage};
-use crate::outcome::SupervisorOutcome;
+use crate::error::Error;
+use crate::lifecycle::{Owner, SupervisorOutcome};
 use crate::reclaimer::ReclaimerActor;
-use crate::redis::{Close, CreateGroup, Query, RedisActor};
+use crate::redis::RedisActor;
 use crate::source::Source;
-use futures::FutureExt;
+use crate::status::Boards;
 
 /// How often a failed consumer may be restarted before its subscription is
 /// marked failed.
@@ -97,12 +91,20 @@ impl Slot {
     }
 }
 
+/// What the supervisor is given by its broker: where Redis is, whose code
+/// it runs, the status boards it keeps true, and how it asks for a stop
+/// when every subscription has failed.
+pub(crate) struct Setup {
+    pub connector: Connector,
+    pub owner: Owner,
+    pub boards: Boards,
+    pub request_stop: Box<dyn Fn() + Send>,
+    pub restart: RestartPolicy,
+}
+
 pub(crate) struct Supervisor {
-    broker: Broker,
-    hooks: Hooks,
+    setup: Setup,
     subs: Vec<Source>,
-    restart: RestartPolicy,
-    started: Option<oneshot::Sender<Result<(), Error>>>,
     redis: Option<Addr<RedisActor>>,
     slots: Vec<Slot>,
     /// Consumers are running (`StartConsumers` has run).
@@ -113,19 +115,10 @@ pub(crate) struct Supervisor {
 }
 
 impl Supervisor {
-    pub(crate) fn new(
-        broker: Broker,
-        hooks: Hooks,
-        subs: Vec<Source>,
-        restart: RestartPolicy,
-        started: oneshot::Sender<Result<(), Error>>,
-    ) -> Self {
+    pub(crate) fn new(setup: Setup, subs: Vec<Source>) -> Self {
         Supervisor {
-            broker,
-            hooks,
+            setup,
             subs,
-            restart,
-            started: Some(started),
             redis: None,
             slots: Vec::new(),
             running: false,
@@ -170,7 +163,7 @@ impl Supervisor {
             return rx;
         };
         let (stop_tx, stop) = watch::channel(None);
-        let broker = self.broker.clone();
+        let connector = self.setup.connector.clone();
         let run = match &source {
             Source::Stream(sub) => {
                 let alive = self.slots[index]
@@ -194,30 +187,29 @@ impl Supervisor {
                     self.slots[index].reclaimer = Some(fresh);
                 }
                 let reclaimer = self.slots[index].reclaimer.clone().expect("set above");
-                stream_loop(
-                    sub.clone(),
-                    broker.clone(),
-                    redis,
-                    reclaimer,
-                    stop,
-                    Some(ready),
-                )
+                stream_loop(sub.clone(), connector, redis, reclaimer, stop, Some(ready))
             }
             Source::List(sub) => Box::pin(crate::source::list::consume(
                 sub.clone(),
-                broker.clone(),
+                connector,
                 redis,
                 stop,
                 Some(ready),
             )),
             Source::Channel(sub) => Box::pin(crate::source::channel::consume(
                 sub.clone(),
-                broker.clone(),
+                connector,
                 stop,
                 Some(ready),
             )),
         };
-        let actor = ConsumerActor::new(broker, index, run, stop_tx, ctx.address().recipient());
+        let actor = ConsumerActor::new(
+            self.setup.owner,
+            index,
+            run,
+            stop_tx,
+            ctx.address().recipient(),
+        );
         self.slots[index].addr = Some(actor.start());
         rx
     }
@@ -233,24 +225,25 @@ impl Supervisor {
 
 impl Actor for Supervisor {
     type Context = Context<Self>;
+}
 
-    fn started(&mut self, ctx: &mut Self::Context) {
-        let started = self.started.take();
-        let fut = self.broker.within(lifecycle(
-            self.broker.clone(),
-            self.hooks.clone(),
-            self.subs.clone(),
-            ctx.address(),
-            started,
-        ));
-        ctx.spawn(actix::fut::wrap_future(fut).map(|(), _, ctx: &mut Context<Self>| ctx.stop()));
+/// The lifecycle driver has ended: the supervisor stops.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Finish;
+
+impl Handler<Finish> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, _: Finish, ctx: &mut Self::Context) {
+        ctx.stop();
     }
 }
 
 /// Start one consumer actor per subscription; answers once each has started.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct StartConsumers(Addr<RedisActor>);
+pub(crate) struct StartConsumers(pub Addr<RedisActor>);
 
 impl Handler<StartConsumers> for Supervisor {
     type Result = ResponseFuture<()>;
@@ -327,7 +320,7 @@ impl Handler<RemoveSource> for Supervisor {
                 let _ = tx.send(ConsumerReport::default());
             }
         }
-        self.broker.forget_board(slot.source.board());
+        self.setup.boards.forget(slot.source.board());
         self.maybe_drained();
         Some(rx)
     }
@@ -336,7 +329,7 @@ impl Handler<RemoveSource> for Supervisor {
 /// Drain every consumer with a deadline; answers the tally once all ended.
 #[derive(Message)]
 #[rtype(result = "SupervisorOutcome")]
-struct DrainAll(Instant);
+pub(crate) struct DrainAll(pub Instant);
 
 impl Handler<DrainAll> for Supervisor {
     type Result = ResponseFuture<SupervisorOutcome>;
@@ -408,11 +401,11 @@ impl Handler<ConsumerExited> for Supervisor {
         while slot
             .restarts
             .front()
-            .is_some_and(|t| now.duration_since(*t) > self.restart.window)
+            .is_some_and(|t| now.duration_since(*t) > self.setup.restart.window)
         {
             slot.restarts.pop_front();
         }
-        if slot.restarts.len() >= self.restart.max_restarts {
+        if slot.restarts.len() >= self.setup.restart.max_restarts {
             slot.failed = true;
             board.set_state(crate::status::SubscriptionState::Failed);
             self.outcome.errors += 1;
@@ -420,17 +413,17 @@ impl Handler<ConsumerExited> for Supervisor {
             let mut kept = self.slots.iter().filter(|s| !s.removed).peekable();
             if kept.peek().is_some() && kept.all(|s| s.failed) {
                 tracing::error!("every subscription has failed; stopping the broker");
-                self.broker.request_stop();
+                (self.setup.request_stop)();
             }
             return;
         }
         let delay = ExponentialBuilder::default()
-            .with_min_delay(self.restart.min_backoff)
-            .with_max_delay(self.restart.max_backoff)
+            .with_min_delay(self.setup.restart.min_backoff)
+            .with_max_delay(self.setup.restart.max_backoff)
             .without_max_times()
             .build()
             .nth(slot.restarts.len())
-            .unwrap_or(self.restart.max_backoff);
+            .unwrap_or(self.setup.restart.max_backoff);
         slot.restarts.push_back(now);
         crate::telemetry::restarted(&stream, &board.group);
         board.set_state(crate::status::SubscriptionState::Restarting {
@@ -450,268 +443,5 @@ impl Handler<ConsumerExited> for Supervisor {
                 drop(act.spawn_consumer(index, ctx));
             }
         });
-    }
-}
-
-/// The lifecycle, in SPEC §3 order. See the module docs.
-async fn lifecycle(
-    broker: Broker,
-    hooks: Hooks,
-    subs: Vec<Source>,
-    me: Addr<Supervisor>,
-    started: Option<oneshot::Sender<Result<(), Error>>>,
-) {
-    // Should this future die half-way (a panic in rillkit's own code), every
-    // stop() caller still wakes, with the panic counted.
-    let _guard = Unfinished(broker.clone());
-    let mut started = started;
-    let mut report_start = |r: Result<(), Error>| {
-        if let Some(tx) = started.take() {
-            let _ = tx.send(r);
-        }
-    };
-    let fail_start = |broker: &Broker, e: Error| {
-        broker.set_phase(Phase::Stopped);
-        broker.finish(SupervisorOutcome::default(), Vec::new());
-        e
-    };
-
-    // A stop requested during startup (a signal): abandon the start after
-    // the hook or command in progress, close what was opened, run the
-    // after_shutdown hooks, and finish clean.
-    let abort_start = |broker: Broker, hooks: Hooks| async move {
-        tracing::info!("stop requested during startup; the start is abandoned");
-        if let Some(redis) = broker.redis_if_started() {
-            let _ = redis.send(Close).await;
-        }
-        broker.set_phase(Phase::Stopped);
-        let failures = hooks.run(Stage::AfterShutdown, &broker, true).await;
-        broker.finish(SupervisorOutcome::default(), failures);
-        Err(Error::StartAborted)
-    };
-
-    // 1. on_startup hooks, before any Redis I/O.
-    let failures = hooks.run(Stage::OnStartup, &broker, false).await;
-    if !failures.is_empty() {
-        let e = Error::Hook(HookFailures {
-            failures: failures.into(),
-            outcome: None,
-        });
-        return report_start(Err(fail_start(&broker, e)));
-    }
-    if broker.stop_requested() {
-        return report_start(abort_start(broker.clone(), hooks.clone()).await);
-    }
-    // 2. PING (waiting for a server that is starting); then the shared pool.
-    let streams: Vec<Arc<Subscription>> =
-        subs.iter().filter_map(Source::as_stream).cloned().collect();
-    let connected = tokio::select! {
-        r = connect(&broker, &streams) => Some(r),
-        () = broker.wait_stop_requested() => None,
-    };
-    let redis = match connected {
-        Some(Ok(r)) if !broker.stop_requested() => r,
-        Some(Err(e)) if !broker.stop_requested() => {
-            return report_start(Err(fail_start(&broker, e)));
-        }
-        _ => return report_start(abort_start(broker.clone(), hooks.clone()).await),
-    };
-    // 4. Consumers, and retention for the streams that ask for it.
-    let _ = me.send(StartConsumers(redis.clone())).await;
-    let retention = crate::retention::start(
-        streams.iter().map(|s| &s.names),
-        &redis,
-        broker.retention_period(),
-    );
-    let poller =
-        crate::status::StatusPoller::new(broker.clone(), redis.clone(), broker.status_period())
-            .start();
-    broker.set_phase(Phase::Running);
-    // 5. after_startup hooks.
-    let failures = hooks.run(Stage::AfterStartup, &broker, false).await;
-    let after_startup_ok = failures.is_empty();
-    let mut start_error = None;
-    if after_startup_ok {
-        report_start(Ok(()));
-        broker.wait_stop_requested().await;
-    } else {
-        start_error = Some(failures);
-        broker.request_stop();
-    }
-
-    // 6. Drain.
-    let timeout = broker.requested_timeout();
-    broker.set_phase(Phase::Draining);
-    let outcome = me
-        .send(DrainAll(Instant::now() + timeout))
-        .await
-        .unwrap_or(SupervisorOutcome {
-            timed_out: true,
-            ..Default::default()
-        });
-    for r in retention {
-        let _ = r.send(crate::retention::Stop).await;
-    }
-    let _ = poller.send(crate::status::Stop).await;
-    // 7. on_shutdown hooks, connections still open (skipped when
-    //    after_startup failed).
-    let mut failures = Vec::new();
-    if after_startup_ok {
-        failures = hooks.run(Stage::OnShutdown, &broker, false).await;
-    }
-    // 8. Close the connections.
-    broker.set_phase(Phase::Stopped);
-    let closed = redis.send(Close).await.unwrap_or(0);
-    let outcome = SupervisorOutcome {
-        closed_connections: closed,
-        ..outcome
-    };
-    tracing::info!(
-        connections = closed,
-        exit_code = outcome.exit_code(),
-        "stopped; shared pool connections closed"
-    );
-    // 9. Every after_shutdown hook.
-    failures.extend(hooks.run(Stage::AfterShutdown, &broker, true).await);
-
-    match start_error {
-        Some(mut startup_failures) => {
-            startup_failures.extend(failures);
-            broker.finish(outcome, Vec::new());
-            report_start(Err(Error::Hook(HookFailures {
-                failures: startup_failures.into(),
-                outcome: Some(outcome),
-            })));
-        }
-        None => broker.finish(outcome, failures),
-    }
-}
-
-/// SPEC §3 steps 2 and 3: PING, the shared pool and `RedisActor`, then the
-/// consumer groups. Each step waits for a server that is starting (until the
-/// startup deadline) and fails at once on anything else, with a log line that
-/// names the cause.
-async fn connect(broker: &Broker, subs: &[Arc<Subscription>]) -> Result<Addr<RedisActor>, Error> {
-    let connector = broker.connector().clone();
-    let deadline = Instant::now() + broker.startup_timeout();
-    let fail = |e: Error| {
-        let server = connector.describe();
-        match e.class() {
-            Class::Connection => {
-                tracing::error!(server, error = %e, "redis is unreachable; start failed")
-            }
-            Class::Credentials => {
-                tracing::error!(server, error = %e, "redis refused the credentials; start failed")
-            }
-            Class::Tls => {
-                tracing::error!(server, error = %e, "the TLS handshake failed (check the CA, the client certificate and the server name); start failed")
-            }
-            Class::Permission => {
-                tracing::error!(server, error = %e, "the redis ACL user lacks a permission; start failed")
-            }
-            _ => tracing::error!(server, error = %e, "start failed"),
-        }
-        e
-    };
-    let pool = wait_until_ready("PING", "ping", deadline, || async {
-        // Every master of a cluster answers (redis-rs sends PING to each).
-        for mut c in connector.shared(1, connector.timeouts().connect).await? {
-            redis::cmd("PING")
-                .query_async::<redis::Value>(&mut c)
-                .await
-                .map_err(Error::from_redis)?;
-        }
-        Pool::connect(connector.clone(), broker.pool_size()).await
-    })
-    .await
-    .map_err(fail)?;
-    let redis =
-        RedisActor::new(pool, connector.watch_failovers(), broker.publish_timeout()).start();
-    broker.set_redis(redis.clone());
-    // 3. Consumer groups, and an ACL probe of XREADGROUP: a user that may
-    // not read the stream fails here, naming XREADGROUP, rather than retrying
-    // its reads forever once started.
-    for sub in subs {
-        let created = wait_until_ready("XGROUP CREATE", "xgroup|create", deadline, || {
-            redis
-                .send(CreateGroup {
-                    stream: sub.names.name.clone(),
-                    group: sub.names.group.clone(),
-                    start_id: sub.opts.start_id.as_str().into(),
-                })
-                .map(|r| r.unwrap_or(Err(Error::ShutDown)))
-        })
-        .await;
-        let created = match created {
-            Ok(()) => {
-                wait_until_ready("XREADGROUP", "xreadgroup", deadline, || {
-                    redis.send(Query("xreadgroup", acl_probe(sub))).map(|r| {
-                        match r.unwrap_or(Err(Error::ShutDown)) {
-                            // The answer a permitted probe gets.
-                            Err(e) if e.class() == Class::Fatal => Ok(()),
-                            other => other.map(drop),
-                        }
-                    })
-                })
-                .await
-            }
-            Err(e) => Err(e),
-        };
-        if let Err(e) = created {
-            let _ = redis.send(Close).await;
-            return Err(fail(e));
-        }
-    }
-    // 4. The consumer names' leases (SPEC §10): a name held by another
-    // live process is waited for, up to the same deadline.
-    for sub in subs {
-        let Some(lease) = &sub.lease else { continue };
-        let taken = wait_until_ready("the consumer name's lease", "evalsha", deadline, || {
-            lease.acquire(&redis, Some(deadline), None, &sub.board)
-        })
-        .await;
-        if let Err(e) = taken {
-            let _ = redis.send(Close).await;
-            return Err(fail(e));
-        }
-    }
-    Ok(redis)
-}
-
-/// `XREADGROUP … STREAMS <stream> $`: Redis checks the ACL (command and key)
-/// before it runs a command, so a user that may not read the stream gets
-/// `NOPERM`, and one that may gets `ERR The $ ID is meaningless in the context
-/// of XREADGROUP`, with nothing read, delivered or created. (An id past every
-/// entry would not do: Redis serves it like `>` and delivers a new entry.)
-fn acl_probe(sub: &Subscription) -> redis::Cmd {
-    let mut cmd = redis::cmd("XREADGROUP");
-    cmd.arg("GROUP")
-        .arg(&*sub.names.group)
-        .arg(&*sub.consumer)
-        .arg("COUNT")
-        .arg(1)
-        .arg("STREAMS")
-        .arg(&*sub.names.name)
-        .arg("$");
-    cmd
-}
-
-/// Finishes the broker with one panic counted if the lifecycle driver is
-/// dropped before it finished (it panicked).
-struct Unfinished(Broker);
-
-impl Drop for Unfinished {
-    fn drop(&mut self) {
-        if !self.0.is_finished() {
-            tracing::error!("the lifecycle driver ended before finishing; counting a panic");
-            self.0.set_phase(Phase::Stopped);
-            self.0.finish(
-                SupervisorOutcome {
-                    panics: 1,
-                    ..Default::default()
-                },
-                Vec::new(),
-            );
-        }
     }
 }

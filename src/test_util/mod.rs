@@ -30,9 +30,9 @@ pub use server::RedisServer;
 
 use std::sync::Arc;
 
-use crate::Broker;
-use crate::handler::{Delivery, Message};
+use crate::handler::Message;
 use crate::stream::EntryId;
+use crate::{Broker, Delivery};
 
 /// Starts building a [`Message`] of `stream` with entry id `id` whose data
 /// field (`data`) holds `data`; group `test-group`, consumer `test-consumer`,

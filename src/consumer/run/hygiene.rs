@@ -10,10 +10,10 @@ use redis::Value;
 use tokio::sync::watch;
 
 use super::Loop;
-use crate::connection::{Retry, log_wait};
 use crate::consumer::hygiene::{LEAVE_GROUP, Lease, PRUNE_IDLE, Taken, prune_period, pruned_names};
 use crate::error::Error;
 use crate::redis::{Eval, RedisActor};
+use crate::util::{Retry, log_wait};
 
 /// Holds `lease` before a consumer loop starts: waits while another process
 /// holds it (no deadline: the startup already checked it once, so this is a

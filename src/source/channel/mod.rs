@@ -23,7 +23,8 @@ use crate::error::{ConfigError, Error};
 use crate::status::Board;
 use crate::stream::{Codec, Json};
 
-use super::{ItemHandler, SourceKind};
+use super::SourceKind;
+use crate::handler::ItemHandler;
 
 /// A Pub/Sub channel, or a pattern of channels, and the codec of its
 /// messages.

@@ -15,12 +15,13 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::{Notify, oneshot, watch};
 
 use super::ChannelSub;
-use crate::Broker;
-use crate::connection::Retry;
+use crate::connection::Connector;
 use crate::consumer::ConsumerReport;
 use crate::error::Error;
-use crate::source::{ItemDelivery, Ran, run_guarded};
+use crate::handler::ItemMeta;
+use crate::source::{Ran, run_guarded};
 use crate::status::SubscriptionState;
+use crate::util::Retry;
 
 /// Messages dropped because the buffer was full.
 pub(crate) const DROPPED: &str = "rillkit_channel_dropped_total";
@@ -79,7 +80,7 @@ impl Buffer {
 /// Runs one Pub/Sub subscription until it is told to drain.
 pub(crate) async fn consume(
     sub: Arc<ChannelSub>,
-    broker: Broker,
+    connector: Connector,
     mut stop: watch::Receiver<Option<Instant>>,
     ready: Option<oneshot::Sender<()>>,
 ) -> ConsumerReport {
@@ -93,7 +94,7 @@ pub(crate) async fn consume(
     let (subscribed_tx, subscribed) = oneshot::channel();
     let mut reader: LocalBoxFuture<'static, ()> = Box::pin(read(
         sub.clone(),
-        broker.clone(),
+        connector,
         buffer.clone(),
         arrived.clone(),
         subscribed_tx,
@@ -121,7 +122,7 @@ pub(crate) async fn consume(
             let Some(message) = buffer.borrow_mut().messages.pop_front() else {
                 break;
             };
-            running.push(start(&sub, &broker, message));
+            running.push(start(&sub, message));
         }
         tokio::select! {
             biased;
@@ -160,25 +161,23 @@ pub(crate) async fn consume(
     }
 }
 
-fn start(
-    sub: &ChannelSub,
-    broker: &Broker,
-    message: Received,
-) -> LocalBoxFuture<'static, (Ran, Duration)> {
-    let delivery = ItemDelivery::new(
-        message.channel,
-        sub.pattern.then(|| sub.name.clone()),
-        sub.consumer.clone(),
-        1,
-        broker.clone(),
-    );
+fn start(sub: &ChannelSub, message: Received) -> LocalBoxFuture<'static, (Ran, Duration)> {
+    let delivery = ItemMeta {
+        source: message.channel,
+        pattern: sub.pattern.then(|| sub.name.clone()),
+        consumer: sub.consumer.clone(),
+        attempt: 1,
+    };
     let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         (sub.handler)(&message.payload, delivery)
     }));
     let prepared = match prepared {
         Ok(p) => p,
         Err(payload) => {
-            let error = format!("handler panicked: {}", crate::panic_message(&*payload));
+            let error = format!(
+                "handler panicked: {}",
+                crate::util::panic_message(&*payload)
+            );
             return Box::pin(async move {
                 (
                     Ran::Failed {
@@ -232,7 +231,7 @@ fn finished(sub: &ChannelSub, (ran, took): (Ran, Duration)) {
 /// backoff. Never ends.
 async fn read(
     sub: Arc<ChannelSub>,
-    broker: Broker,
+    connector: Connector,
     buffer: Rc<RefCell<Buffer>>,
     arrived: Rc<Notify>,
     subscribed: oneshot::Sender<()>,
@@ -242,7 +241,7 @@ async fn read(
     let mut was_subscribed = false;
     loop {
         let pubsub = async {
-            let mut ps = broker.connector().pubsub(&sub.name).await?;
+            let mut ps = connector.pubsub(&sub.name).await?;
             if sub.pattern {
                 ps.psubscribe(&*sub.name).await
             } else {

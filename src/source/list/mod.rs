@@ -30,7 +30,8 @@ use crate::status::Board;
 use crate::stream::{Codec, Json};
 use crate::{Broker, redis::Query};
 
-use super::{ItemHandler, slot_prefix};
+use crate::handler::ItemHandler;
+pub(crate) use crate::keys::ListKeys;
 
 /// A Redis list as a source of work: its key, its dead-letter list and the
 /// codec of its items. Producers and consumers share one description.
@@ -79,9 +80,10 @@ impl<C: Codec> List<C> {
 
     /// The dead-letter list's key (the default for a standalone server).
     pub fn get_dlq_name(&self) -> String {
-        self.dlq
-            .as_deref()
-            .map_or_else(|| format!("{}-dlq", self.name), str::to_owned)
+        self.dlq.as_deref().map_or_else(
+            || crate::keys::dead_letter_name(&self.name, false),
+            str::to_owned,
+        )
     }
 
     /// Uses another codec for the items.
@@ -101,8 +103,7 @@ impl<C: Codec> List<C> {
     pub(crate) fn dlq_or_default(&self, cluster: bool) -> Arc<str> {
         match &self.dlq {
             Some(d) => d.clone(),
-            None if cluster => crate::connection::default_dlq(&self.name).into(),
-            None => format!("{}-dlq", self.name).into(),
+            None => crate::keys::dead_letter_name(&self.name, cluster).into(),
         }
     }
 }
@@ -264,34 +265,6 @@ impl ListOptions {
     }
 }
 
-/// The keys one list consumer uses.
-#[derive(Debug, Clone)]
-pub(crate) struct ListKeys {
-    pub list: Arc<str>,
-    pub dlq: Arc<str>,
-    /// `<prefix>:rillkit:` — the prefix of the consumer-specific keys.
-    pub own: String,
-    pub processing: String,
-    pub heartbeat: String,
-    pub registry: String,
-    pub attempts: String,
-}
-
-impl ListKeys {
-    pub(crate) fn new(list: Arc<str>, dlq: Arc<str>, consumer: &str) -> Self {
-        let own = format!("{}:rillkit:", slot_prefix(&list));
-        ListKeys {
-            processing: format!("{own}processing:{consumer}"),
-            heartbeat: format!("{own}heartbeat:{consumer}"),
-            registry: format!("{own}consumers"),
-            attempts: format!("{own}attempts"),
-            own,
-            list,
-            dlq,
-        }
-    }
-}
-
 /// One list subscription as configured.
 pub(crate) struct ListSub {
     pub keys: ListKeys,
@@ -319,7 +292,7 @@ impl ListSub {
         };
         let keys = ListKeys::new(list.name.clone(), dlq.clone(), &consumer);
         if cluster {
-            use crate::connection::key_slot;
+            use crate::keys::key_slot;
             let slot = key_slot(list.name().as_bytes());
             for (option, key) in [("dlq_name", &*dlq), ("name", keys.processing.as_str())] {
                 if key_slot(key.as_bytes()) != slot {

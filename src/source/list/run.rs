@@ -22,13 +22,15 @@ use super::scripts::{
     DEAD_LETTER, DONE, HEARTBEAT, POP_COUNTED, PUT_BACK, RECOVER_DEAD, RETURN_OWN,
 };
 use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
-use crate::Broker;
-use crate::connection::{Class, READ_TIMEOUT_MARGIN, Retry, client_name};
+use crate::connection::{Connector, READ_TIMEOUT_MARGIN, client_name};
 use crate::consumer::ConsumerReport;
+use crate::error::Class;
 use crate::error::Error;
+use crate::handler::ItemMeta;
 use crate::redis::{Eval, RedisActor, Unblock};
-use crate::source::{ItemDelivery, Ran, run_guarded, until_done};
+use crate::source::{Ran, run_guarded, until_done};
 use crate::status::SubscriptionState;
+use crate::util::Retry;
 
 /// A finished handler run: the item, its attempt number, how it ended.
 type Finished = (Vec<u8>, u64, Ran, Duration);
@@ -43,7 +45,7 @@ type ReadDone = (
 struct Loop {
     sub: Arc<ListSub>,
     redis: Addr<RedisActor>,
-    broker: Broker,
+    connector: Connector,
     conn: Option<MultiplexedConnection>,
     /// How to cut the read connection's blocked pop short (its `CLIENT
     /// ID`), set by the read that opened it.
@@ -82,22 +84,16 @@ struct Loop {
 /// error nothing fixes, like `WRONGTYPE`).
 pub(crate) async fn consume(
     sub: Arc<ListSub>,
-    broker: Broker,
+    connector: Connector,
     redis: Addr<RedisActor>,
     mut stop: watch::Receiver<Option<Instant>>,
     ready: Option<oneshot::Sender<()>>,
 ) -> ConsumerReport {
-    let host = gethostname::gethostname();
     let mut l = Loop {
-        token: format!(
-            "{}-{}-{:016x}",
-            host.to_string_lossy(),
-            std::process::id(),
-            crate::consumer::hygiene::unique()
-        ),
+        token: crate::keys::process_token(),
         sub,
         redis,
-        broker,
+        connector,
         conn: None,
         reader: Rc::default(),
         read: None,
@@ -287,7 +283,7 @@ impl Loop {
         let sub = self.sub.clone();
         // As many as the free handler slots (the pop counts as one).
         let room = self.sub.opts.concurrency - self.running.len();
-        let connector = self.broker.connector().clone();
+        let connector = self.connector.clone();
         let conn = self.conn.take();
         let reader = self.reader.clone();
         // While a failed item waits, a pop waits no longer than until it is
@@ -372,7 +368,7 @@ impl Loop {
             self.reconcile_due = self.reliable();
             self.read_down = true;
             if class == Class::Routing {
-                self.broker.connector().redirected(&e);
+                self.connector.redirected(&e);
             }
         }
         self.sub.board.read_failed(&e.to_string());
@@ -396,7 +392,6 @@ impl Loop {
             *self.held.borrow_mut().entry(item.clone()).or_default() += 1;
         }
         let (redis, sub) = (self.redis.clone(), self.sub.clone());
-        let broker = self.broker.clone();
         let reliable = self.reliable();
         self.running.push(Box::pin(async move {
             let attempt = if let Some(n) = counted {
@@ -415,20 +410,19 @@ impl Loop {
             } else {
                 1
             };
-            let delivery = ItemDelivery::new(
-                sub.keys.list.clone(),
-                None,
-                sub.consumer.clone(),
+            let delivery = ItemMeta {
+                source: sub.keys.list.clone(),
+                pattern: None,
+                consumer: sub.consumer.clone(),
                 attempt,
-                broker,
-            );
+            };
             let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 (sub.handler)(&item, delivery)
             }));
             let (ran, took) = match prepared {
                 Err(payload) => (
                     Ran::Failed {
-                        error: format!("handler panicked: {}", crate::panic_message(&*payload)),
+                        error: format!("handler panicked: {}", crate::util::panic_message(&*payload)),
                         reject: false,
                     },
                     Duration::ZERO,

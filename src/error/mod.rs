@@ -1,9 +1,10 @@
 //! The crate's error types.
 
-use std::fmt;
+mod class;
 
-use crate::connection::{Class, classify};
-use crate::outcome::SupervisorOutcome;
+use crate::lifecycle::SupervisorOutcome;
+pub(crate) use class::{Class, classify};
+use std::fmt;
 
 /// A boxed error from user code (hooks, handlers, codecs).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -304,7 +305,7 @@ impl fmt::Display for HookFailures {
 #[error("{stage} hook #{index} failed: {source}")]
 pub struct HookError {
     /// Which hook list the hook belongs to.
-    pub stage: crate::hooks::Stage,
+    pub stage: crate::lifecycle::Stage,
     /// Its position in that list, counting from 0 in registration order.
     pub index: usize,
     /// What the hook returned.

@@ -1,7 +1,6 @@
 //! Lifecycle hooks: async closures run around rillkit's own start and stop
 //! work, in registration order.
 
-use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -10,39 +9,9 @@ use std::panic::AssertUnwindSafe;
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 
-use crate::broker::Broker;
+use super::Broker;
 use crate::error::{BoxError, HookError};
-
-/// Which point of the lifecycle a hook runs at.
-///
-/// | stage | runs | Redis |
-/// |-------|------|-------|
-/// | `OnStartup` | first, before any Redis I/O | not connected |
-/// | `AfterStartup` | groups exist, consumers run | usable |
-/// | `OnShutdown` | consumers have drained | still usable |
-/// | `AfterShutdown` | connections are closed | closed ([`Error::ShutDown`](crate::Error::ShutDown)) |
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Stage {
-    /// Before any Redis I/O.
-    OnStartup,
-    /// After consumers started.
-    AfterStartup,
-    /// After consumers drained, before connections close.
-    OnShutdown,
-    /// After connections closed.
-    AfterShutdown,
-}
-
-impl fmt::Display for Stage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Stage::OnStartup => "on_startup",
-            Stage::AfterStartup => "after_startup",
-            Stage::OnShutdown => "on_shutdown",
-            Stage::AfterShutdown => "after_shutdown",
-        })
-    }
-}
+use crate::lifecycle::Stage;
 
 pub(crate) type Hook =
     Arc<dyn Fn(Broker) -> LocalBoxFuture<'static, Result<(), BoxError>> + Send + Sync>;
@@ -94,7 +63,7 @@ impl Hooks {
                 Err(panic) => Err(panic),
             };
             let result = result.unwrap_or_else(|panic| {
-                Err(format!("hook panicked: {}", crate::panic_message(&*panic)).into())
+                Err(format!("hook panicked: {}", crate::util::panic_message(&*panic)).into())
             });
             if let Err(source) = result {
                 tracing::error!(stage = %stage, index, error = %source, "lifecycle hook failed");

@@ -1,14 +1,69 @@
-//! Parsing of the replies the admin commands read: `SCAN`, `XINFO GROUPS`,
+//! What the server tells about a stream's groups, consumers and pending
+//! entries ([`GroupInfo`], [`ConsumerInfo`], [`PendingEntry`]), and the
+//! parsing of the replies that carry it: `SCAN`, `XINFO GROUPS`,
 //! `XINFO CONSUMERS`, `XPENDING` (extended form) and `CLUSTER SLOTS`, in
 //! RESP2 (flat field/value arrays) and RESP3 (maps) alike.
 
 use redis::Value;
 
-use super::{ConsumerInfo, GroupInfo, PendingEntry};
 use crate::stream::EntryId;
 
+/// One consumer group of a stream, from `XINFO GROUPS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupInfo {
+    /// The group's name.
+    pub name: String,
+    /// Its consumers (names known to the group, active or not).
+    pub consumers: u64,
+    /// Entries delivered to it and not yet acked: its pending entries list.
+    pub pending: u64,
+    /// The id of the last entry delivered to the group.
+    pub last_delivered_id: EntryId,
+    /// Entries the group has read (`entries-read`), `None` when Redis cannot
+    /// tell.
+    pub entries_read: Option<u64>,
+    /// Entries added to the stream and not yet delivered to the group.
+    /// `None` when Redis cannot count them (it answers nil): entries were
+    /// deleted from the stream (`XDEL`) after the group's last-delivered
+    /// entry, or the group was placed at an arbitrary id (`XGROUP CREATE` or
+    /// `SETID` with an id other than `0` or `$` and no `ENTRIESREAD`). Redis
+    /// then knows only that some may be waiting.
+    pub lag: Option<u64>,
+}
+
+/// One consumer of a group, from `XINFO CONSUMERS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsumerInfo {
+    /// The consumer's name.
+    pub name: String,
+    /// Entries delivered to it and not yet acked.
+    pub pending: u64,
+    /// Milliseconds since it last interacted with the server (a read, a
+    /// claim, an ack…).
+    pub idle_ms: u64,
+    /// Milliseconds since its last successful read or claim; `None` before
+    /// Redis 7.2, or when it never read one.
+    pub inactive_ms: Option<u64>,
+}
+
+/// One pending entry of a group, from `XPENDING`'s extended form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PendingEntry {
+    /// The entry's id.
+    pub id: EntryId,
+    /// The consumer that holds it.
+    pub consumer: String,
+    /// Milliseconds since it was last delivered (or claimed, or refreshed).
+    pub idle_ms: u64,
+    /// How many times it was delivered (the server's count).
+    pub delivery_count: u64,
+}
+
 /// A reply's text (a bulk or simple string, or an integer's digits).
-pub(super) fn text(v: &Value) -> Option<String> {
+pub(crate) fn text(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),
@@ -100,7 +155,7 @@ impl Record {
 }
 
 /// `SCAN`: `[cursor, [key, …]]`.
-pub(super) fn scan(v: Value) -> Result<(u64, Vec<String>), String> {
+pub(crate) fn scan(v: Value) -> Result<(u64, Vec<String>), String> {
     let mut it = list(v)?.into_iter();
     let (Some(cursor), Some(keys)) = (it.next(), it.next()) else {
         return Err("expected [cursor, keys]".into());
@@ -132,7 +187,7 @@ pub(crate) fn groups(v: Value) -> Result<Vec<GroupInfo>, String> {
 }
 
 /// `XINFO CONSUMERS`.
-pub(super) fn consumers(v: Value) -> Result<Vec<ConsumerInfo>, String> {
+pub(crate) fn consumers(v: Value) -> Result<Vec<ConsumerInfo>, String> {
     list(v)?
         .into_iter()
         .map(|c| {
@@ -149,7 +204,7 @@ pub(super) fn consumers(v: Value) -> Result<Vec<ConsumerInfo>, String> {
 
 /// `XPENDING <stream> <group> <start> <end> <count>`: `[[id, consumer, idle
 /// ms, delivery count], …]`.
-pub(super) fn pending(v: Value) -> Result<Vec<PendingEntry>, String> {
+pub(crate) fn pending(v: Value) -> Result<Vec<PendingEntry>, String> {
     list(v)?
         .into_iter()
         .map(|row| {
@@ -171,7 +226,7 @@ pub(super) fn pending(v: Value) -> Result<Vec<PendingEntry>, String> {
 /// [host, port, id, …], replicas…], …]`), each once. An empty host means
 /// the node that answered, which cannot be told here: such rows are left
 /// out.
-pub(super) fn cluster_masters(v: Value) -> Result<Vec<String>, String> {
+pub(crate) fn cluster_masters(v: Value) -> Result<Vec<String>, String> {
     let mut out: Vec<String> = Vec::new();
     for row in list(v)? {
         let row = list(row)?;

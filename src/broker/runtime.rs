@@ -7,21 +7,24 @@ use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 
-use super::channel::{Channel, ChannelOptions};
-use super::list::{List, ListOptions};
-use super::{ItemDelivery, Source, typed_item_with_context};
+use super::bind::{self, BrokerCell};
+use super::delivery::ItemDelivery;
+use crate::Broker;
 use crate::broker::builder::{
     Pending, channel_source, channel_source_erased, list_source, list_source_erased, stream_source,
 };
 use crate::consumer::ConsumerOptions;
 use crate::error::{ConfigError, Error};
-use crate::handler::{self, HandlerResult};
-use crate::outcome::SupervisorOutcome;
+use crate::handler::HandlerResult;
+use crate::lifecycle::Phase;
+use crate::lifecycle::SupervisorOutcome;
 use crate::redis::CreateGroup;
+use crate::source::Source;
+use crate::source::channel::{Channel, ChannelOptions};
+use crate::source::list::{List, ListOptions};
 use crate::status::{Board, SubscriptionStatus};
 use crate::stream::{Codec, Stream};
 use crate::supervisor::{AddSource, RemoveSource};
-use crate::{Broker, Phase};
 
 /// A subscription added to a running broker with
 /// [`Broker::subscribe`], [`Broker::subscribe_list`] or
@@ -133,7 +136,7 @@ impl Broker {
         F: Fn(T) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = handler::typed(stream.get_codec().clone(), handler);
+        let h = bind::typed(stream.get_codec().clone(), handler);
         self.add(stream_source(stream.names(), options, h)).await
     }
 
@@ -196,7 +199,8 @@ impl Broker {
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = typed_item_with_context(list.get_codec().clone(), handler);
+        let h =
+            bind::typed_item_with_context(list.get_codec().clone(), handler, BrokerCell::of(self));
         self.add(list_source_erased(list, options, h)).await
     }
 
@@ -217,7 +221,11 @@ impl Broker {
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = typed_item_with_context(channel.get_codec().clone(), handler);
+        let h = bind::typed_item_with_context(
+            channel.get_codec().clone(),
+            handler,
+            BrokerCell::of(self),
+        );
         self.add(channel_source_erased(channel, options, h)).await
     }
 
@@ -229,7 +237,7 @@ impl Broker {
         }
         let source = pending(self.connector().is_cluster(), self.shutdown_timeout())
             .map_err(Error::Config)?;
-        check_live(&self.boards(), source.board()).map_err(Error::Config)?;
+        check_live(&self.boards().list(), source.board()).map_err(Error::Config)?;
         if let Source::Stream(sub) = &source {
             self.redis_addr()?
                 .send(CreateGroup {
@@ -242,7 +250,7 @@ impl Broker {
         }
         let sup = self.supervisor().ok_or(Error::NotStarted)?;
         let board = source.board().clone();
-        self.add_board(board.clone());
+        self.boards().add(board.clone());
         match sup.send(AddSource(source)).await {
             Ok(Ok(index)) => Ok(SubscriptionHandle {
                 broker: self.clone(),
@@ -250,11 +258,11 @@ impl Broker {
                 board,
             }),
             Ok(Err(e)) => {
-                self.forget_board(&board);
+                self.boards().forget(&board);
                 Err(e)
             }
             Err(_) => {
-                self.forget_board(&board);
+                self.boards().forget(&board);
                 Err(Error::ShutDown)
             }
         }
@@ -266,7 +274,7 @@ impl Broker {
 fn check_live(boards: &[Arc<Board>], new: &Board) -> Result<(), ConfigError> {
     let same = |b: &Arc<Board>| {
         b.kind == new.kind
-            && b.kind != super::SourceKind::Channel
+            && b.kind != crate::status::SourceKind::Channel
             && b.stream == new.stream
             && b.group == new.group
             && b.consumer == new.consumer

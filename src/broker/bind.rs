@@ -1,0 +1,111 @@
+//! The handler binding: a user's closure turned into the type-erased
+//! handler a consumer loop calls, decoding first, and given the [`Broker`]
+//! handle its context carries. The loops below never hold a `Broker`.
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock, Weak};
+
+use futures::future::LocalBoxFuture;
+use serde::de::DeserializeOwned;
+
+use super::delivery::{Delivery, ItemDelivery};
+use super::{Broker, Inner};
+use crate::handler::{
+    ErasedHandler, HandlerResult, ItemHandler, Message, Prepared, decode_data, decode_item,
+};
+use crate::stream::Codec;
+
+/// The broker a handler is bound to, known once `build()` has made it
+/// (handlers are subscribed before). Weak, so a handler held by the broker's
+/// own subscriptions does not keep the broker alive.
+#[derive(Clone, Default)]
+pub(crate) struct BrokerCell(Arc<OnceLock<Weak<Inner>>>);
+
+impl BrokerCell {
+    /// A cell already holding `broker` (subscriptions added at run time).
+    pub(crate) fn of(broker: &Broker) -> Self {
+        let cell = BrokerCell::default();
+        cell.set(broker);
+        cell
+    }
+
+    pub(crate) fn set(&self, broker: &Broker) {
+        let _ = self.0.set(Arc::downgrade(&broker.inner));
+    }
+
+    /// The broker. A handler runs only in a running broker, which its
+    /// lifecycle driver keeps alive.
+    ///
+    /// # Panics
+    /// Before `build()` or after the broker was dropped (a handler never runs
+    /// then; the loop catches the panic like a handler's).
+    fn broker(&self) -> Broker {
+        let inner = self
+            .0
+            .get()
+            .and_then(Weak::upgrade)
+            .expect("a handler runs only while its broker exists");
+        Broker { inner }
+    }
+}
+
+pub(crate) fn typed<T, C, F, Fut>(codec: C, f: F) -> ErasedHandler
+where
+    T: DeserializeOwned + 'static,
+    C: Codec,
+    F: Fn(T) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + 'static,
+{
+    Arc::new(move |msg: &Message| match decode_data(&codec, msg) {
+        Ok(value) => Prepared::Run(Box::pin(f(value))),
+        Err(why) => Prepared::Undeliverable(why),
+    })
+}
+
+pub(crate) fn typed_with_context<T, C, F, Fut>(codec: C, f: F, cell: BrokerCell) -> ErasedHandler
+where
+    T: DeserializeOwned + 'static,
+    C: Codec,
+    F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + 'static,
+{
+    Arc::new(move |msg: &Message| match decode_data(&codec, msg) {
+        Ok(value) => Prepared::Run(Box::pin(f(value, Delivery::of(msg, &cell.broker())))),
+        Err(why) => Prepared::Undeliverable(why),
+    })
+}
+
+pub(crate) fn whole<F, Fut>(f: F) -> ErasedHandler
+where
+    F: Fn(Message) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + 'static,
+{
+    Arc::new(move |msg: &Message| Prepared::Run(Box::pin(f(msg.clone()))))
+}
+
+pub(crate) fn typed_item<T, C, F, Fut>(codec: C, f: F) -> ItemHandler
+where
+    T: DeserializeOwned + 'static,
+    C: Codec,
+    F: Fn(T) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + 'static,
+{
+    Arc::new(move |bytes: &[u8], _| {
+        let value = decode_item::<T, C>(&codec, bytes)?;
+        Ok(Box::pin(f(value)) as LocalBoxFuture<'static, HandlerResult>)
+    })
+}
+
+pub(crate) fn typed_item_with_context<T, C, F, Fut>(codec: C, f: F, cell: BrokerCell) -> ItemHandler
+where
+    T: DeserializeOwned + 'static,
+    C: Codec,
+    F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + 'static,
+{
+    Arc::new(move |bytes: &[u8], meta| {
+        let value = decode_item::<T, C>(&codec, bytes)?;
+        let d = ItemDelivery::of(meta, cell.broker());
+        Ok(Box::pin(f(value, d)) as LocalBoxFuture<'static, HandlerResult>)
+    })
+}

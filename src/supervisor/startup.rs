@@ -1,0 +1,133 @@
+//! The startup I/O the lifecycle driver asks for before any consumer runs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures::FutureExt;
+
+use crate::connection::{Connector, Pool, wait_until_ready};
+use crate::consumer::Subscription;
+use crate::error::{Class, Error};
+use crate::redis::{Close, CreateGroup, Query, RedisActor};
+
+/// How the shared connections are opened at start.
+pub(crate) struct Shared {
+    /// Connections in the shared pool.
+    pub pool_size: usize,
+    /// How long a publish may wait for the pool to come back.
+    pub publish_timeout: Duration,
+}
+
+/// The startup I/O, in order: PING, the shared pool and `RedisActor` (handed
+/// to `opened` at once, so an abandoned start can close it), the consumer
+/// groups with an ACL probe each, then the consumer names' leases. Each step
+/// waits for a server that is starting (until `deadline`) and fails at once
+/// on anything else, with a log line that names the cause.
+pub(crate) async fn connect(
+    connector: &Connector,
+    shared: Shared,
+    deadline: Instant,
+    subs: &[Arc<Subscription>],
+    opened: impl FnOnce(Addr<RedisActor>),
+) -> Result<Addr<RedisActor>, Error> {
+    let fail = |e: Error| {
+        let server = connector.describe();
+        match e.class() {
+            Class::Connection => {
+                tracing::error!(server, error = %e, "redis is unreachable; start failed")
+            }
+            Class::Credentials => {
+                tracing::error!(server, error = %e, "redis refused the credentials; start failed")
+            }
+            Class::Tls => {
+                tracing::error!(server, error = %e, "the TLS handshake failed (check the CA, the client certificate and the server name); start failed")
+            }
+            Class::Permission => {
+                tracing::error!(server, error = %e, "the redis ACL user lacks a permission; start failed")
+            }
+            _ => tracing::error!(server, error = %e, "start failed"),
+        }
+        e
+    };
+    let pool = wait_until_ready("PING", "ping", deadline, || async {
+        // Every master of a cluster answers (redis-rs sends PING to each).
+        for mut c in connector.shared(1, connector.timeouts().connect).await? {
+            redis::cmd("PING")
+                .query_async::<redis::Value>(&mut c)
+                .await
+                .map_err(Error::from_redis)?;
+        }
+        Pool::connect(connector.clone(), shared.pool_size).await
+    })
+    .await
+    .map_err(fail)?;
+    let redis = RedisActor::new(pool, connector.watch_failovers(), shared.publish_timeout).start();
+    opened(redis.clone());
+    // Consumer groups, and an ACL probe of XREADGROUP: a user that may
+    // not read the stream fails here, naming XREADGROUP, rather than retrying
+    // its reads forever once started.
+    for sub in subs {
+        let created = wait_until_ready("XGROUP CREATE", "xgroup|create", deadline, || {
+            redis
+                .send(CreateGroup {
+                    stream: sub.names.name.clone(),
+                    group: sub.names.group.clone(),
+                    start_id: sub.opts.start_id.as_str().into(),
+                })
+                .map(|r| r.unwrap_or(Err(Error::ShutDown)))
+        })
+        .await;
+        let created = match created {
+            Ok(()) => {
+                wait_until_ready("XREADGROUP", "xreadgroup", deadline, || {
+                    redis.send(Query("xreadgroup", acl_probe(sub))).map(|r| {
+                        match r.unwrap_or(Err(Error::ShutDown)) {
+                            // The answer a permitted probe gets.
+                            Err(e) if e.class() == Class::Fatal => Ok(()),
+                            other => other.map(drop),
+                        }
+                    })
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = created {
+            let _ = redis.send(Close).await;
+            return Err(fail(e));
+        }
+    }
+    // The consumer names' leases: a name held by another live process is
+    // waited for, up to the same deadline.
+    for sub in subs {
+        let Some(lease) = &sub.lease else { continue };
+        let taken = wait_until_ready("the consumer name's lease", "evalsha", deadline, || {
+            lease.acquire(&redis, Some(deadline), None, &sub.board)
+        })
+        .await;
+        if let Err(e) = taken {
+            let _ = redis.send(Close).await;
+            return Err(fail(e));
+        }
+    }
+    Ok(redis)
+}
+
+/// `XREADGROUP … STREAMS <stream> $`: Redis checks the ACL (command and key)
+/// before it runs a command, so a user that may not read the stream gets
+/// `NOPERM`, and one that may gets `ERR The $ ID is meaningless in the context
+/// of XREADGROUP`, with nothing read, delivered or created. (An id past every
+/// entry would not do: Redis serves it like `>` and delivers a new entry.)
+fn acl_probe(sub: &Subscription) -> redis::Cmd {
+    let mut cmd = redis::cmd("XREADGROUP");
+    cmd.arg("GROUP")
+        .arg(&*sub.names.group)
+        .arg(&*sub.consumer)
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg(&*sub.names.name)
+        .arg("$");
+    cmd
+}
