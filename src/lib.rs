@@ -44,9 +44,9 @@
 pub mod admin;
 mod broker;
 mod connection;
-mod consumer;
 #[cfg(feature = "dashboard")]
 pub mod dashboard;
+mod delivery;
 mod error;
 mod handler;
 mod keys;
@@ -70,12 +70,12 @@ mod util;
 pub use broker::{Broker, BrokerBuilder};
 pub use broker::{Delivery, ItemDelivery, Removed, SubscriptionHandle};
 pub use connection::{Tls, Topology};
-pub use consumer::{ConsumerOptions, RetryBackoff};
 pub use error::{BoxError, ConfigError, Error, HookError, HookFailures};
 pub use handler::{HandlerError, HandlerResult, Message};
 pub use lifecycle::{Phase, Stage, SupervisorOutcome};
 pub use source::channel::{Channel, ChannelOptions};
 pub use source::list::{List, ListOptions};
+pub use source::stream::{ConsumerOptions, RetryBackoff};
 pub use status::{ServerFigures, SourceKind, Status, SubscriptionState, SubscriptionStatus};
 pub use stream::{Codec, EntryId, Json, Stream};
 pub use supervisor::RestartPolicy;

@@ -288,14 +288,14 @@ impl Admin {
         group: &str,
         idle: std::time::Duration,
     ) -> Result<Vec<String>, Error> {
-        let mut call = crate::consumer::hygiene::PRUNE_IDLE.key(stream);
+        let mut call = crate::source::stream::hygiene::PRUNE_IDLE.key(stream);
         call.arg(group).arg(idle.as_millis() as u64).arg("");
         let mut conn = self.conn.clone();
         let answer: Value = call
             .invoke_async(&mut conn)
             .await
             .map_err(Error::from_redis)?;
-        crate::consumer::hygiene::pruned_names(answer)
+        crate::source::stream::hygiene::pruned_names(answer)
     }
 
     /// The oldest `count` entries of `group`'s pending entries list

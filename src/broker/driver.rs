@@ -24,11 +24,11 @@ use tokio::sync::oneshot;
 
 use super::Broker;
 use super::hooks::Hooks;
-use crate::consumer::Subscription;
 use crate::error::{Error, HookFailures};
 use crate::lifecycle::{Phase, Stage, SupervisorOutcome};
 use crate::redis::{Close, RedisActor};
 use crate::source::Source;
+use crate::source::stream::Subscription;
 use crate::supervisor::{DrainAll, StartConsumers, Supervisor, startup};
 
 /// The lifecycle, in order. See the module docs.

@@ -6,6 +6,7 @@ pub(crate) mod builder;
 mod delivery;
 mod driver;
 pub(crate) mod hooks;
+mod publish;
 pub(crate) mod runtime;
 
 pub use builder::BrokerBuilder;

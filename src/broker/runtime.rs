@@ -13,7 +13,6 @@ use crate::Broker;
 use crate::broker::builder::{
     Pending, channel_source, channel_source_erased, list_source, list_source_erased, stream_source,
 };
-use crate::consumer::ConsumerOptions;
 use crate::error::{ConfigError, Error};
 use crate::handler::HandlerResult;
 use crate::lifecycle::Phase;
@@ -22,6 +21,7 @@ use crate::redis::CreateGroup;
 use crate::source::Source;
 use crate::source::channel::{Channel, ChannelOptions};
 use crate::source::list::{List, ListOptions};
+use crate::source::stream::ConsumerOptions;
 use crate::status::{Board, SubscriptionStatus};
 use crate::stream::{Codec, Stream};
 use crate::supervisor::{AddSource, RemoveSource};

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::consumer::Delivered;
 use crate::error::Error;
+use crate::redis::reply::Delivered;
 use crate::redis::reply::{self, RawEntry};
 use crate::redis::{Query, RedisActor};
 use crate::stream::{EntryId, StreamNames};

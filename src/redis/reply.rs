@@ -101,6 +101,14 @@ pub(crate) fn read_reply(v: Value) -> Result<Vec<RawEntry>, String> {
     }
 }
 
+/// An entry as read or claimed, with the server's delivery count.
+pub(crate) struct Delivered {
+    pub raw: RawEntry,
+    pub delivery_count: u64,
+}
+
+/// A fetched or claimed entry waiting for a handler slot. Only entries with
+/// a body get here: `enqueue` acks and skips deleted ones.
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,14 +22,13 @@ use tokio::sync::{oneshot, watch};
 pub(crate) mod startup;
 
 use crate::connection::Connector;
-use crate::consumer::{
-    ConsumerActor, ConsumerExited, ConsumerReport, Drain, Subscription, stream_loop,
-};
+use crate::delivery::{ConsumerActor, ConsumerExited, ConsumerReport, Drain};
 use crate::error::Error;
 use crate::lifecycle::{Owner, SupervisorOutcome};
 use crate::reclaimer::ReclaimerActor;
 use crate::redis::RedisActor;
 use crate::source::Source;
+use crate::source::stream::{Subscription, stream_loop};
 use crate::status::Boards;
 
 /// How often a failed consumer may be restarted before its subscription is

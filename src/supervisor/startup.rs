@@ -7,9 +7,9 @@ use actix::prelude::*;
 use futures::FutureExt;
 
 use crate::connection::{Connector, Pool, wait_until_ready};
-use crate::consumer::Subscription;
 use crate::error::{Class, Error};
 use crate::redis::{Close, CreateGroup, Query, RedisActor};
+use crate::source::stream::Subscription;
 
 /// How the shared connections are opened at start.
 pub(crate) struct Shared {

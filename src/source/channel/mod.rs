@@ -16,10 +16,7 @@ pub(crate) use run::consume;
 
 use std::sync::Arc;
 
-use serde::Serialize;
-
-use crate::Broker;
-use crate::error::{ConfigError, Error};
+use crate::error::ConfigError;
 use crate::status::Board;
 use crate::stream::{Codec, Json};
 
@@ -181,7 +178,7 @@ impl ChannelSub {
         }
         let consumer: Arc<str> = match &opts.consumer {
             Some(c) => c.as_str().into(),
-            None => crate::consumer::default_consumer_name(channel.name()).into(),
+            None => crate::source::stream::default_consumer_name(channel.name()).into(),
         };
         Ok(ChannelSub {
             board: Arc::new(Board::new(
@@ -197,31 +194,5 @@ impl ChannelSub {
             opts,
             handler,
         })
-    }
-}
-
-impl Broker {
-    /// Publishes one message on a channel (`PUBLISH`), encoded with the
-    /// channel's codec. Answers how many subscribers received it (in a
-    /// cluster: those connected to the node that took the command).
-    ///
-    /// # Errors
-    /// [`Error::Encode`]; otherwise as [`publish`](Self::publish).
-    pub async fn publish_channel<T: Serialize + ?Sized, C: Codec>(
-        &self,
-        channel: &Channel<C>,
-        value: &T,
-    ) -> Result<u64, Error> {
-        let payload = channel
-            .get_codec()
-            .encode(value)
-            .map_err(|source| Error::Encode {
-                stream: channel.name().to_owned(),
-                source,
-            })?;
-        let mut cmd = redis::cmd("PUBLISH");
-        cmd.arg(channel.name()).arg(payload);
-        let v = self.query("publish", cmd).await?;
-        Ok(crate::status::int(&v).unwrap_or(0))
     }
 }

@@ -16,10 +16,10 @@ use tokio::sync::{Notify, oneshot, watch};
 
 use super::ChannelSub;
 use crate::connection::Connector;
-use crate::consumer::ConsumerReport;
+use crate::delivery::ConsumerReport;
+use crate::delivery::{Ran, run_guarded};
 use crate::error::Error;
 use crate::handler::ItemMeta;
-use crate::source::{Ran, run_guarded};
 use crate::status::SubscriptionState;
 use crate::util::Retry;
 

@@ -24,11 +24,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::consumer::{MAX_DURATION, RetryBackoff};
-use crate::error::{ConfigError, Error};
+use crate::error::ConfigError;
+use crate::source::stream::{MAX_DURATION, RetryBackoff};
 use crate::status::Board;
 use crate::stream::{Codec, Json};
-use crate::{Broker, redis::Query};
 
 use crate::handler::ItemHandler;
 pub(crate) use crate::keys::ListKeys;
@@ -288,7 +287,7 @@ impl ListSub {
         let dlq = list.dlq_or_default(cluster);
         let consumer: Arc<str> = match &opts.consumer {
             Some(c) => c.as_str().into(),
-            None => crate::consumer::default_consumer_name(list.name()).into(),
+            None => crate::source::stream::default_consumer_name(list.name()).into(),
         };
         let keys = ListKeys::new(list.name.clone(), dlq.clone(), &consumer);
         if cluster {
@@ -367,81 +366,4 @@ impl<'a> ListDeadLetter<'a> {
         };
         serde_json::to_vec(&letter).unwrap_or_default()
     }
-}
-
-impl Broker {
-    /// Pushes one item onto a list (`LPUSH`), encoded with the list's codec.
-    /// Answers the list's length after the push.
-    ///
-    /// # Errors
-    /// [`Error::Encode`]; otherwise as [`publish`](Self::publish).
-    pub async fn publish_list<T: Serialize + ?Sized, C: Codec>(
-        &self,
-        list: &List<C>,
-        value: &T,
-    ) -> Result<u64, Error> {
-        let item = encode_item(list, value)?;
-        self.push(list, vec![item]).await
-    }
-
-    /// Pushes many items onto a list in one `LPUSH` (in the order given, so
-    /// consumers pop them in that order). Answers the list's length after
-    /// the push; nothing is sent when a value fails to encode or there is
-    /// none.
-    ///
-    /// # Errors
-    /// As [`publish_list`](Self::publish_list).
-    pub async fn publish_list_batch<T, C, I>(&self, list: &List<C>, values: I) -> Result<u64, Error>
-    where
-        T: Serialize,
-        C: Codec,
-        I: IntoIterator<Item = T>,
-    {
-        let items = values
-            .into_iter()
-            .map(|v| encode_item(list, &v))
-            .collect::<Result<Vec<_>, _>>()?;
-        if items.is_empty() {
-            return Ok(0);
-        }
-        self.push(list, items).await
-    }
-
-    async fn push<C: Codec>(&self, list: &List<C>, items: Vec<Vec<u8>>) -> Result<u64, Error> {
-        if list.name().is_empty() {
-            return Err(Error::Config(ConfigError::Invalid {
-                stream: String::new(),
-                option: "name",
-                reason: "a list needs a name".into(),
-            }));
-        }
-        let mut cmd = redis::cmd("LPUSH");
-        cmd.arg(list.name()).arg(items);
-        let v = self.query("lpush", cmd).await?;
-        Ok(crate::status::int(&v).unwrap_or(0))
-    }
-
-    /// A command on a shared connection.
-    pub(crate) async fn query(
-        &self,
-        acl: &'static str,
-        cmd: redis::Cmd,
-    ) -> Result<redis::Value, Error> {
-        self.redis_addr()?
-            .send(Query(acl, cmd))
-            .await
-            .map_err(|_| Error::ShutDown)?
-    }
-}
-
-fn encode_item<T: Serialize + ?Sized, C: Codec>(
-    list: &List<C>,
-    value: &T,
-) -> Result<Vec<u8>, Error> {
-    list.get_codec()
-        .encode(value)
-        .map_err(|source| Error::Encode {
-            stream: list.name().to_owned(),
-            source,
-        })
 }

@@ -23,12 +23,12 @@ use super::scripts::{
 };
 use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
 use crate::connection::{Connector, READ_TIMEOUT_MARGIN, client_name};
-use crate::consumer::ConsumerReport;
+use crate::delivery::ConsumerReport;
+use crate::delivery::{Ran, run_guarded, until_done};
 use crate::error::Class;
 use crate::error::Error;
 use crate::handler::ItemMeta;
 use crate::redis::{Eval, RedisActor, Unblock};
-use crate::source::{Ran, run_guarded, until_done};
 use crate::status::SubscriptionState;
 use crate::util::Retry;
 

@@ -26,15 +26,16 @@ mod retry;
 mod settle;
 
 use crate::connection::{Connector, READ_TIMEOUT_MARGIN, client_name};
-use crate::consumer::hygiene::Taken;
+use crate::delivery::ConsumerReport;
 use crate::error::Class;
 use crate::error::Error;
 use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
 use crate::reclaimer::{self, Claim, ReclaimerActor};
-use crate::redis::reply::{self, RawEntry};
+use crate::redis::reply::{self, Delivered};
 use crate::redis::{
     Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Moved, Query, RedisActor, Unblock,
 };
+use crate::source::stream::hygiene::Taken;
 use crate::status::SubscriptionState;
 use crate::stream::EntryId;
 use crate::telemetry::ConsumerMetrics;
@@ -42,34 +43,6 @@ use crate::util::{Alarm, Retry, log_wait};
 use read::{Cursor, ReadDone};
 use settle::{AckDone, DeadLetterDone};
 
-/// How a consumer loop ended.
-#[derive(Debug, Default)]
-pub(crate) struct ConsumerReport {
-    /// The unrecoverable error that ended it, if any.
-    pub error: Option<Error>,
-    /// Set when the loop itself panicked (caught at the actor boundary).
-    pub panic: Option<String>,
-    /// The drain deadline passed with handlers still running.
-    pub timed_out: bool,
-}
-
-impl ConsumerReport {
-    pub(crate) fn panicked(what: String) -> Self {
-        ConsumerReport {
-            panic: Some(what),
-            ..Default::default()
-        }
-    }
-}
-
-/// An entry as read or claimed, with the server's delivery count.
-pub(crate) struct Delivered {
-    pub raw: RawEntry,
-    pub delivery_count: u64,
-}
-
-/// A fetched or claimed entry waiting for a handler slot. Only entries with
-/// a body get here: `enqueue` acks and skips deleted ones.
 struct Queued {
     id: EntryId,
     fields: Vec<(Vec<u8>, Vec<u8>)>,

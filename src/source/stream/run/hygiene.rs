@@ -1,5 +1,5 @@
 //! The consumer loop's share of consumer hygiene (see
-//! [`consumer::hygiene`](crate::consumer::hygiene)): renewing the consumer
+//! [`consumer::hygiene`](crate::source::stream::hygiene)): renewing the consumer
 //! name's lease, pruning the group's idle empty consumers, and leaving the
 //! group after a clean stop.
 
@@ -10,9 +10,11 @@ use redis::Value;
 use tokio::sync::watch;
 
 use super::Loop;
-use crate::consumer::hygiene::{LEAVE_GROUP, Lease, PRUNE_IDLE, Taken, prune_period, pruned_names};
 use crate::error::Error;
 use crate::redis::{Eval, RedisActor};
+use crate::source::stream::hygiene::{
+    LEAVE_GROUP, Lease, PRUNE_IDLE, Taken, prune_period, pruned_names,
+};
 use crate::util::{Retry, log_wait};
 
 /// Holds `lease` before a consumer loop starts: waits while another process

@@ -36,19 +36,17 @@ mod run;
 
 pub use options::{ConsumerOptions, RetryBackoff};
 pub(crate) use options::{MAX_DURATION, default_consumer_name};
-pub(crate) use run::{ConsumerReport, Delivered};
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
-use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 use tokio::sync::{oneshot, watch};
 
+use crate::delivery::ConsumerReport;
+
 use crate::handler::ErasedHandler;
-use crate::lifecycle::Owner;
 use crate::reclaimer::ReclaimerActor;
 use crate::redis::RedisActor;
 use crate::stream::StreamNames;
@@ -114,50 +112,6 @@ impl Subscription {
     }
 }
 
-/// Sent by a consumer when its loop has ended, for whatever reason.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct ConsumerExited {
-    pub index: usize,
-    pub report: ConsumerReport,
-}
-
-/// Tells a consumer to drain, with the instant past which running handlers
-/// are abandoned.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Drain(pub Instant);
-
-/// The actor that runs one subscription's loop — of any kind: a stream's
-/// consumer loop, a list's, a channel's — and reports its end.
-pub(crate) struct ConsumerActor {
-    owner: Owner,
-    index: usize,
-    run: Option<LocalBoxFuture<'static, ConsumerReport>>,
-    exited: Recipient<ConsumerExited>,
-    stop: watch::Sender<Option<Instant>>,
-}
-
-impl ConsumerActor {
-    /// `run` is the loop; it drains once `stop` (whose sender this actor
-    /// keeps) holds a deadline.
-    pub(crate) fn new(
-        owner: Owner,
-        index: usize,
-        run: LocalBoxFuture<'static, ConsumerReport>,
-        stop: watch::Sender<Option<Instant>>,
-        exited: Recipient<ConsumerExited>,
-    ) -> Self {
-        ConsumerActor {
-            owner,
-            index,
-            run: Some(run),
-            exited,
-            stop,
-        }
-    }
-}
-
 /// A stream consumer's loop, for [`ConsumerActor::new`].
 pub(crate) fn stream_loop(
     sub: Arc<Subscription>,
@@ -168,43 +122,4 @@ pub(crate) fn stream_loop(
     ready: Option<oneshot::Sender<()>>,
 ) -> LocalBoxFuture<'static, ConsumerReport> {
     Box::pin(run::consume(sub, connector, redis, reclaimer, stop, ready))
-}
-
-impl Actor for ConsumerActor {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        let Some(run) = self.run.take() else {
-            return;
-        };
-        // The actor boundary: a panic in rillkit's own loop code is caught here
-        // and reported, never lost with the task.
-        let guarded = AssertUnwindSafe(crate::lifecycle::within(self.owner, run))
-            .catch_unwind()
-            .map(|r| match r {
-                Ok(report) => report,
-                Err(payload) => {
-                    let what = crate::util::panic_message(&*payload);
-                    tracing::error!(panic = %what, "consumer loop panicked");
-                    ConsumerReport::panicked(what)
-                }
-            });
-        ctx.spawn(actix::fut::wrap_future(guarded).map(
-            |report, act: &mut Self, ctx: &mut Context<Self>| {
-                act.exited.do_send(ConsumerExited {
-                    index: act.index,
-                    report,
-                });
-                ctx.stop();
-            },
-        ));
-    }
-}
-
-impl Handler<Drain> for ConsumerActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Drain, _: &mut Self::Context) {
-        self.stop.send_replace(Some(msg.0));
-    }
 }
