@@ -91,6 +91,25 @@ impl ConsumerMetrics {
         }
     }
 
+    /// The series of a list or channel subscription (labelled with its
+    /// name as `stream` and an empty `group`): the counts and handler
+    /// durations; the stream-only series are not registered.
+    pub(crate) fn for_items(name: &str) -> Self {
+        let labels = [("stream", name.to_owned()), ("group", String::new())];
+        ConsumerMetrics {
+            handled: metrics::counter!(HANDLED, &labels),
+            failed: metrics::counter!(FAILED, &labels),
+            dead_lettered: metrics::counter!(DEAD_LETTERED, &labels),
+            redelivered: Counter::noop(),
+            dead_letters_trimmed: Counter::noop(),
+            handler_duration: metrics::histogram!(HANDLER_DURATION, &labels),
+            end_to_end: Histogram::noop(),
+            ack_round_trip: Histogram::noop(),
+            in_flight: Gauge::noop(),
+            reconnects: Counter::noop(),
+        }
+    }
+
     /// Records a successful run's end-to-end latency: the age of its entry
     /// id (when Redis added it).
     pub(crate) fn record_end_to_end(&self, id: &crate::stream::EntryId) {

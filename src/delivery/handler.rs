@@ -1,42 +1,131 @@
-//! Running a handler: its panic caught, its time measured, its result told
-//! apart.
+//! Running a handler, the same way for every source: the handler's future
+//! is made with its panic caught (decoding happens there, so a value that
+//! does not decode never reaches the handler), runs inside the source's
+//! `rillkit.handle` span with its panic caught and its time measured, and
+//! ends as one [`Ran`]; [`tally`] counts it on the subscription's board and
+//! metrics.
 
 use std::panic::AssertUnwindSafe;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
+use tracing::Instrument;
 
-use crate::handler::HandlerResult;
+use crate::handler::{HandlerError, HandlerResult};
+use crate::status::Board;
+use crate::telemetry::ConsumerMetrics;
 
 /// How one handler run ended.
 pub(crate) enum Ran {
+    /// The handler returned `Ok`.
     Ok,
+    /// The handler returned an error (`reject`: [`HandlerError::Reject`]),
+    /// or panicked (`panicked`); `error` is what the logs and the dead
+    /// letter say.
     Failed {
         error: String,
         reject: bool,
+        panicked: bool,
     },
-    /// The item did not decode: the handler was not called.
+    /// The value did not decode (or the entry has no data): the handler was
+    /// not called.
     Undecodable(String),
 }
 
-/// Runs a prepared handler future, catching a panic (counted as a failed
-/// run), and answers how it ended and how long it took.
-pub(crate) async fn run_guarded(fut: LocalBoxFuture<'static, HandlerResult>) -> (Ran, Duration) {
-    let started = std::time::Instant::now();
-    let ran = match AssertUnwindSafe(fut).catch_unwind().await {
-        Ok(Ok(())) => Ran::Ok,
-        Ok(Err(e)) => Ran::Failed {
-            reject: e.is_reject(),
-            error: e.to_string(),
-        },
-        Err(payload) => Ran::Failed {
-            error: format!(
-                "handler panicked: {}",
-                crate::util::panic_message(&*payload)
-            ),
-            reject: false,
-        },
+impl Ran {
+    fn of(result: Result<HandlerResult, String>) -> Self {
+        match result {
+            Ok(Ok(())) => Ran::Ok,
+            Ok(Err(e)) => Ran::Failed {
+                reject: matches!(e, HandlerError::Reject(_)),
+                error: e.to_string(),
+                panicked: false,
+            },
+            Err(panic) => Ran::Failed {
+                error: format!("handler panicked: {panic}"),
+                reject: false,
+                panicked: true,
+            },
+        }
+    }
+}
+
+/// One handler run: how it ended, how long it took, and when it ended
+/// (`None`: it never ran).
+pub(crate) struct Run {
+    pub ran: Ran,
+    pub took: Duration,
+    pub ended: Option<Instant>,
+}
+
+impl Run {
+    /// A run that ended before the handler's future existed.
+    fn at_once(ran: Ran) -> Self {
+        Run {
+            ran,
+            took: Duration::ZERO,
+            ended: None,
+        }
+    }
+}
+
+/// What making a handler's future gave: the future, or why the value
+/// cannot reach the handler.
+pub(crate) type Made = Result<LocalBoxFuture<'static, HandlerResult>, String>;
+
+/// Makes the handler's future (`make`, inside `span`, its panic caught) and
+/// answers the run to await — the future running inside `span`, its panic
+/// caught, timed — or, when there is nothing to run (the value does not
+/// decode, or making the future panicked), the run as it ended at once.
+pub(crate) fn start(
+    span: tracing::Span,
+    make: impl FnOnce() -> Made,
+) -> Result<LocalBoxFuture<'static, Run>, Run> {
+    let made = span.in_scope(|| std::panic::catch_unwind(AssertUnwindSafe(make)));
+    let fut = match made {
+        Ok(Ok(fut)) => fut,
+        Ok(Err(why)) => return Err(Run::at_once(Ran::Undecodable(why))),
+        Err(payload) => {
+            let panic = crate::util::panic_message(&*payload);
+            return Err(Run::at_once(Ran::of(Err(panic))));
+        }
     };
-    (ran, started.elapsed())
+    Ok(Box::pin(
+        async move {
+            let t0 = Instant::now();
+            let result = AssertUnwindSafe(fut)
+                .catch_unwind()
+                .await
+                .map_err(|p| crate::util::panic_message(&*p));
+            let ended = Instant::now();
+            Run {
+                ran: Ran::of(result),
+                took: ended - t0,
+                ended: Some(ended),
+            }
+        }
+        .instrument(span),
+    ))
+}
+
+/// Counts a run on the subscription's board and metrics: its duration when
+/// the handler ran, and handled or failed. (An undecodable value counts
+/// neither: what becomes of it is the source's business.)
+pub(crate) fn tally(metrics: &ConsumerMetrics, board: &Board, run: &Run) {
+    if run.ended.is_some() {
+        metrics.handler_duration.record(run.took.as_secs_f64());
+    }
+    match &run.ran {
+        Ran::Ok => {
+            metrics.handled.increment(1);
+            board.handled();
+        }
+        Ran::Failed { reject: false, .. } => {
+            metrics.failed.increment(1);
+            board.failed();
+        }
+        // A rejection is no failed run: it is dead-lettered at once.
+        Ran::Failed { reject: true, .. } | Ran::Undecodable(_) => {}
+    }
 }

@@ -17,10 +17,11 @@ use tokio::sync::{Notify, oneshot, watch};
 use super::ChannelSub;
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
-use crate::delivery::{Ran, run_guarded};
+use crate::delivery::handler::{self, Ran, Run};
 use crate::error::Error;
 use crate::handler::ItemMeta;
 use crate::status::SubscriptionState;
+use crate::telemetry::ConsumerMetrics;
 use crate::util::Retry;
 
 /// Messages dropped because the buffer was full.
@@ -110,8 +111,8 @@ pub(crate) async fn consume(
     if let Some(tx) = ready {
         let _ = tx.send(());
     }
-    let mut running: FuturesUnordered<LocalBoxFuture<'static, (Ran, Duration)>> =
-        FuturesUnordered::new();
+    let metrics = ConsumerMetrics::for_items(&sub.name);
+    let mut running: FuturesUnordered<LocalBoxFuture<'static, Run>> = FuturesUnordered::new();
     let mut tell_drops = tokio::time::interval(DROP_LOG_EVERY);
     tell_drops.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let deadline = loop {
@@ -127,7 +128,7 @@ pub(crate) async fn consume(
         tokio::select! {
             biased;
             _ = stop.changed() => {}
-            Some(done) = running.next(), if !running.is_empty() => finished(&sub, done),
+            Some(done) = running.next(), if !running.is_empty() => finished(&sub, &metrics, done),
             () = arrived.notified() => {}
             () = &mut reader => {}
             _ = tell_drops.tick() => buffer.borrow_mut().log_drops(&sub),
@@ -145,7 +146,7 @@ pub(crate) async fn consume(
     let mut timed_out = false;
     while !running.is_empty() {
         tokio::select! {
-            Some(done) = running.next() => finished(&sub, done),
+            Some(done) = running.next() => finished(&sub, &metrics, done),
             () = tokio::time::sleep_until(until) => {
                 timed_out = true;
                 tracing::warn!(channel = %sub.name, handlers = running.len(), "drain deadline passed with channel handlers still running");
@@ -161,65 +162,31 @@ pub(crate) async fn consume(
     }
 }
 
-fn start(sub: &ChannelSub, message: Received) -> LocalBoxFuture<'static, (Ran, Duration)> {
-    let delivery = ItemMeta {
+fn start(sub: &ChannelSub, message: Received) -> LocalBoxFuture<'static, Run> {
+    let meta = ItemMeta {
         source: message.channel,
         pattern: sub.pattern.then(|| sub.name.clone()),
         consumer: sub.consumer.clone(),
         attempt: 1,
     };
-    let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        (sub.handler)(&message.payload, delivery)
-    }));
-    let prepared = match prepared {
-        Ok(p) => p,
-        Err(payload) => {
-            let error = format!(
-                "handler panicked: {}",
-                crate::util::panic_message(&*payload)
-            );
-            return Box::pin(async move {
-                (
-                    Ran::Failed {
-                        error,
-                        reject: false,
-                    },
-                    Duration::ZERO,
-                )
-            });
-        }
-    };
-    match prepared {
-        Ok(fut) => {
-            let span = tracing::info_span!("rillkit.handle", channel = %sub.name, consumer = %sub.consumer);
-            Box::pin(tracing::Instrument::instrument(run_guarded(fut), span))
-        }
-        Err(e) => {
-            let error = format!("message does not decode: {e}");
-            Box::pin(async move { (Ran::Undecodable(error), Duration::ZERO) })
-        }
+    let span = tracing::info_span!("rillkit.handle", channel = %sub.name, consumer = %sub.consumer);
+    let handler = sub.handler.clone();
+    match handler::start(span, move || {
+        handler(&message.payload, meta).map_err(|e| format!("message does not decode: {e}"))
+    }) {
+        Ok(running) => running,
+        Err(at_once) => Box::pin(async move { at_once }),
     }
 }
 
-fn finished(sub: &ChannelSub, (ran, took): (Ran, Duration)) {
-    let name = sub.name.to_string();
-    if let Ran::Undecodable(error) = ran {
-        tracing::warn!(channel = %sub.name, error = %error, "channel message dropped (Pub/Sub is at most once)");
-        return;
-    }
-    metrics::histogram!(crate::telemetry::HANDLER_DURATION, "stream" => name.clone(), "group" => "")
-        .record(took.as_secs_f64());
-    match ran {
-        Ran::Ok => {
-            sub.board.handled();
-            metrics::counter!(crate::telemetry::HANDLED, "stream" => name, "group" => "")
-                .increment(1);
+fn finished(sub: &ChannelSub, metrics: &ConsumerMetrics, run: Run) {
+    handler::tally(metrics, &sub.board, &run);
+    match run.ran {
+        Ran::Ok => {}
+        Ran::Undecodable(error) => {
+            tracing::warn!(channel = %sub.name, error = %error, "channel message dropped (Pub/Sub is at most once)");
         }
-        Ran::Undecodable(_) => {}
         Ran::Failed { error, .. } => {
-            sub.board.failed();
-            metrics::counter!(crate::telemetry::FAILED, "stream" => name, "group" => "")
-                .increment(1);
             tracing::warn!(channel = %sub.name, error = %error, "channel message failed; it is not retried (Pub/Sub is at most once)");
         }
     }

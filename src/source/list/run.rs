@@ -22,18 +22,21 @@ use super::scripts::{
     DEAD_LETTER, DONE, HEARTBEAT, POP_COUNTED, PUT_BACK, RECOVER_DEAD, RETURN_OWN,
 };
 use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
-use crate::connection::{Connector, READ_TIMEOUT_MARGIN, client_name};
+use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
-use crate::delivery::{Ran, run_guarded, until_done};
+use crate::delivery::handler::{self, Ran, Run};
+use crate::delivery::reader::{Reader, UNBLOCK_EVERY};
+use crate::delivery::until_done;
 use crate::error::Class;
 use crate::error::Error;
 use crate::handler::ItemMeta;
-use crate::redis::{Eval, RedisActor, Unblock};
+use crate::redis::{Eval, RedisActor};
 use crate::status::SubscriptionState;
+use crate::telemetry::ConsumerMetrics;
 use crate::util::Retry;
 
 /// A finished handler run: the item, its attempt number, how it ended.
-type Finished = (Vec<u8>, u64, Ran, Duration);
+type Finished = (Vec<u8>, u64, Run);
 
 /// A finished pop: the connection (when it is still usable) and the item,
 /// with its run already counted when the pop counted it.
@@ -46,10 +49,10 @@ struct Loop {
     sub: Arc<ListSub>,
     redis: Addr<RedisActor>,
     connector: Connector,
-    conn: Option<MultiplexedConnection>,
-    /// How to cut the read connection's blocked pop short (its `CLIENT
-    /// ID`), set by the read that opened it.
-    reader: Rc<RefCell<Option<Unblock>>>,
+    /// The read connection (for `BLMOVE`, `BRPOP` and the pop script).
+    reader: Reader,
+    /// This subscription's metrics series.
+    metrics: ConsumerMetrics,
     read: Option<LocalBoxFuture<'static, ReadDone>>,
     running: FuturesUnordered<LocalBoxFuture<'static, Finished>>,
     /// Failed items waiting out their backoff (they stay on the processing
@@ -89,13 +92,20 @@ pub(crate) async fn consume(
     mut stop: watch::Receiver<Option<Instant>>,
     ready: Option<oneshot::Sender<()>>,
 ) -> ConsumerReport {
+    let reader = Reader::new(
+        connector.clone(),
+        sub.keys.list.clone(),
+        &[&sub.keys.list, &sub.consumer, "list"],
+        sub.opts.block,
+    );
+    let metrics = ConsumerMetrics::for_items(&sub.keys.list);
     let mut l = Loop {
         token: crate::keys::process_token(),
         sub,
         redis,
+        reader,
+        metrics,
         connector,
-        conn: None,
-        reader: Rc::default(),
         read: None,
         running: FuturesUnordered::new(),
         waiting: Vec::new(),
@@ -283,9 +293,7 @@ impl Loop {
         let sub = self.sub.clone();
         // As many as the free handler slots (the pop counts as one).
         let room = self.sub.opts.concurrency - self.running.len();
-        let connector = self.connector.clone();
-        let conn = self.conn.take();
-        let reader = self.reader.clone();
+        let conn = self.reader.lend();
         // While a failed item waits, a pop waits no longer than until it is
         // due (a blocking pop's timeout of 0 would wait forever).
         let block = match self.next_due() {
@@ -295,25 +303,9 @@ impl Loop {
             None => sub.opts.block,
         };
         self.read = Some(Box::pin(async move {
-            let mut conn = match conn {
-                Some(c) => c,
-                None => {
-                    let name = client_name(&[&sub.keys.list, &sub.consumer, "list"]);
-                    let opened = connector
-                        .connect_reader(&sub.keys.list, sub.opts.block + READ_TIMEOUT_MARGIN, &name)
-                        .await;
-                    let (mut c, node) = match opened {
-                        Ok(x) => x,
-                        Err(e) => return (None, Err(e)),
-                    };
-                    let id: Option<i64> = redis::cmd("CLIENT")
-                        .arg("ID")
-                        .query_async(&mut c)
-                        .await
-                        .ok();
-                    *reader.borrow_mut() = id.map(|id| Unblock { id, node });
-                    c
-                }
+            let mut conn = match conn.get().await {
+                Ok(c) => c,
+                Err(e) => return (None, Err(e)),
             };
             let item = if sub.opts.at_most_once {
                 redis::cmd("BRPOP")
@@ -336,7 +328,7 @@ impl Loop {
     }
 
     fn on_read(&mut self, (conn, r): ReadDone) {
-        self.conn = conn;
+        self.reader.give_back(conn);
         match r {
             Ok(item) => {
                 self.read_down = false;
@@ -363,8 +355,7 @@ impl Loop {
             class,
             Class::Connection | Class::RoleChange | Class::Routing | Class::GroupGone
         ) {
-            self.conn = None;
-            *self.reader.borrow_mut() = None;
+            self.reader.forget();
             self.reconcile_due = self.reliable();
             self.read_down = true;
             if class == Class::Routing {
@@ -410,50 +401,32 @@ impl Loop {
             } else {
                 1
             };
-            let delivery = ItemMeta {
+            let meta = ItemMeta {
                 source: sub.keys.list.clone(),
                 pattern: None,
                 consumer: sub.consumer.clone(),
                 attempt,
             };
-            let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                (sub.handler)(&item, delivery)
-            }));
-            let (ran, took) = match prepared {
-                Err(payload) => (
-                    Ran::Failed {
-                        error: format!("handler panicked: {}", crate::util::panic_message(&*payload)),
-                        reject: false,
-                    },
-                    Duration::ZERO,
-                ),
-                Ok(Ok(fut)) => {
-                    let span = tracing::info_span!("rillkit.handle", list = %sub.keys.list, consumer = %sub.consumer, attempt);
-                    tracing::Instrument::instrument(run_guarded(fut), span).await
-                }
-                Ok(Err(e)) => (
-                    Ran::Undecodable(format!("item does not decode: {e}")),
-                    Duration::ZERO,
-                ),
+            let span = tracing::info_span!("rillkit.handle", list = %sub.keys.list, consumer = %sub.consumer, attempt);
+            let run = match handler::start(span, || {
+                (sub.handler)(&item, meta).map_err(|e| format!("item does not decode: {e}"))
+            }) {
+                Ok(running) => running.await,
+                Err(at_once) => at_once,
             };
-            (item, attempt, ran, took)
+            (item, attempt, run)
         }));
     }
 
-    fn finished(&mut self, (item, attempt, ran, took): Finished) {
+    fn finished(&mut self, (item, attempt, run): Finished) {
         let list = &self.sub.keys.list;
-        if !matches!(ran, Ran::Undecodable(_)) {
-            metrics::histogram!(crate::telemetry::HANDLER_DURATION, "stream" => list.to_string(), "group" => "")
-                .record(took.as_secs_f64());
-        }
-        match ran {
+        handler::tally(&self.metrics, &self.sub.board, &run);
+        match run.ran {
             Ran::Undecodable(error) => {
                 tracing::warn!(list = %list, consumer = %self.sub.consumer, error = %error, "item goes to the dead-letter list");
                 self.dead_letter(item, &error, attempt);
             }
             Ran::Ok => {
-                self.sub.board.handled();
-                metrics::counter!(crate::telemetry::HANDLED, "stream" => list.to_string(), "group" => "").increment(1);
                 if self.reliable() {
                     let k = &self.sub.keys;
                     let done = Eval {
@@ -464,9 +437,7 @@ impl Loop {
                     self.settle(done, "LREM of a handled item", Some(item));
                 }
             }
-            Ran::Failed { error, reject } => {
-                self.sub.board.failed();
-                metrics::counter!(crate::telemetry::FAILED, "stream" => list.to_string(), "group" => "").increment(1);
+            Ran::Failed { error, reject, .. } => {
                 let exhausted = attempt > self.sub.opts.max_retries;
                 if reject || exhausted || !self.reliable() {
                     tracing::warn!(list = %list, consumer = %self.sub.consumer, attempt, error = %error, "item goes to the dead-letter list");
@@ -489,7 +460,7 @@ impl Loop {
         let k = &self.sub.keys;
         let letter = ListDeadLetter::encode(&k.list, &item, error, &self.sub.consumer, attempts);
         self.sub.board.dead_lettered();
-        metrics::counter!(crate::telemetry::DEAD_LETTERED, "stream" => k.list.to_string(), "group" => "").increment(1);
+        self.metrics.dead_lettered.increment(1);
         if self.reliable() {
             let eval = Eval {
                 script: &DEAD_LETTER,
@@ -709,7 +680,7 @@ impl Loop {
     async fn drain(mut self, deadline: Instant) -> ConsumerReport {
         let until = tokio::time::Instant::from_std(deadline);
         self.waiting.clear();
-        let mut unblock = tokio::time::interval(Duration::from_millis(50));
+        let mut unblock = tokio::time::interval(UNBLOCK_EVERY);
         // A drain can outlast the heartbeat's TTL: keep beating, so nobody
         // takes what runs here for a dead consumer's.
         let mut beat = tokio::time::interval(self.sub.opts.heartbeat_ttl / 3);
@@ -732,18 +703,14 @@ impl Loop {
                 r = async { self.read.as_mut().expect("read").await }, if self.read.is_some() => {
                     self.read = None;
                     let (conn, r) = r;
-                    self.conn = conn;
+                    self.reader.give_back(conn);
                     for (item, counted) in r.unwrap_or_default() {
                         self.put_back(item, counted.is_some());
                     }
                 }
                 _ = unblock.tick(), if self.read.is_some() => {
-                    let target = self.reader.borrow().clone();
-                    if let Some(u) = target {
-                        let req = self.redis.send(u);
-                        self.side.push(Box::pin(async move {
-                            let _ = req.await;
-                        }));
+                    if let Some(sent) = self.reader.unblock(&self.redis) {
+                        self.side.push(sent);
                     }
                 }
                 () = tokio::time::sleep_until(until) => {
@@ -786,12 +753,7 @@ impl Loop {
                 }
             }
         }
-        if let Some(mut conn) = self.conn.take() {
-            let quit = redis::cmd("QUIT");
-            let _ =
-                tokio::time::timeout(Duration::from_secs(1), quit.query_async::<Value>(&mut conn))
-                    .await;
-        }
+        self.reader.quit().await;
         self.sub.board.set_state(SubscriptionState::Stopped);
         ConsumerReport {
             error: self.fatal.take(),

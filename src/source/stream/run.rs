@@ -1,9 +1,8 @@
 //! The consumer loop. See the parent module for what it does; this file is how.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::{HashSet, VecDeque};
 use std::future::{Future, pending};
-use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +14,6 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
-use tracing::Instrument;
 
 use super::Subscription;
 
@@ -25,15 +23,17 @@ mod read;
 mod retry;
 mod settle;
 
-use crate::connection::{Connector, READ_TIMEOUT_MARGIN, client_name};
+use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
+use crate::delivery::handler::{self, Ran, Run};
+use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader};
 use crate::error::Class;
 use crate::error::Error;
-use crate::handler::{HandlerError, HandlerResult, Message, Prepared};
+use crate::handler::{Message, Prepared};
 use crate::reclaimer::{self, Claim, ReclaimerActor};
 use crate::redis::reply::{self, Delivered};
 use crate::redis::{
-    Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Moved, Query, RedisActor, Unblock,
+    Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Moved, Query, RedisActor,
 };
 use crate::source::stream::hygiene::Taken;
 use crate::status::SubscriptionState;
@@ -55,11 +55,7 @@ struct Queued {
 /// A handler run that has ended (or panicked).
 struct Finished {
     msg: Message,
-    result: Result<HandlerResult, String>,
-    /// How long it ran.
-    took: Duration,
-    /// When it ended (`None`: it never ran).
-    ended: Option<Instant>,
+    run: Run,
 }
 
 /// A reclaim page that came back: the claimed entries and whether the page
@@ -102,18 +98,21 @@ pub(crate) async fn consume(
         prune_at: sub.opts.prune_idle.map(|_| now),
         refreshing: Rc::new(Cell::new(false)),
         in_read: Rc::new(Cell::new(false)),
-        reader: Rc::new(RefCell::new(None)),
+        reader: Reader::new(
+            connector.clone(),
+            sub.names.name.clone(),
+            &[&sub.names.group, &sub.consumer, "reader"],
+            sub.opts.block,
+        ),
         sub,
         epoch: connector.epoch(),
         connector,
         metrics,
         redis,
-        conn: None,
         cursor: Cursor::Pending("0".into()),
         read_retry: Retry::default(),
         ack_retry: Retry::default(),
         dead_letter_retry: Retry::default(),
-        unblock_refused: Rc::new(Cell::new(false)),
         retry_delay: None,
         acks_inflight: 0,
         queue: VecDeque::new(),
@@ -173,15 +172,7 @@ pub(crate) async fn consume(
         lp.leave_group().await;
     }
     lp.release_lease().await;
-    // The read connection ends with QUIT (bounded: a broken one is dropped).
-    if let Some(mut conn) = lp.conn.take() {
-        let quit = redis::cmd("QUIT");
-        let _ = tokio::time::timeout(
-            Duration::from_secs(1),
-            quit.query_async::<redis::Value>(&mut conn),
-        )
-        .await;
-    }
+    lp.reader.quit().await;
     if lp.report.error.is_none() && lp.report.panic.is_none() {
         lp.sub.board.set_state(SubscriptionState::Stopped);
     }
@@ -243,10 +234,8 @@ struct Loop {
     handler_time: Ewma,
     /// How long a round trip to Redis takes (measured on XACK), on average.
     round_trip: Ewma,
-    /// The read connection, absent while (re)connecting.
-    conn: Option<MultiplexedConnection>,
-    /// Its CLIENT ID, and in a cluster the node it is on, for CLIENT UNBLOCK.
-    reader: Rc<RefCell<Option<Unblock>>>,
+    /// The read connection.
+    reader: Reader,
     /// `true` while an XREADGROUP is on the wire (not connecting, not backing off).
     in_read: Rc<Cell<bool>>,
     cursor: Cursor,
@@ -258,9 +247,6 @@ struct Loop {
     retry_delay: Option<Duration>,
     /// Entries in the XACK batch on the wire.
     acks_inflight: usize,
-    /// CLIENT UNBLOCK was refused (ACL, managed service): stop waits out
-    /// `block` instead.
-    unblock_refused: Rc<Cell<bool>>,
     /// Fetched, not started.
     queue: VecDeque<Queued>,
     running: FuturesUnordered<LocalBoxFuture<'static, Finished>>,
@@ -656,90 +642,69 @@ impl Loop {
                 crate::otel::link(&span, &tp);
             }
         }
-        let prepared =
-            span.in_scope(|| std::panic::catch_unwind(AssertUnwindSafe(|| (s.handler)(&msg))));
-        match prepared {
-            Ok(Prepared::Run(fut)) => {
+        let handler = s.handler.clone();
+        let made = handler::start(span, || match handler(&msg) {
+            Prepared::Run(fut) => Ok(fut),
+            Prepared::Undeliverable(why) => Err(why.to_string()),
+        });
+        match made {
+            Ok(running) => {
                 if msg.delivery_count > 1 {
                     self.metrics.redelivered.increment(1);
                 }
-                self.running.push(Box::pin(
-                    async move {
-                        let t0 = Instant::now();
-                        let result = AssertUnwindSafe(fut)
-                            .catch_unwind()
-                            .await
-                            .map_err(|p| crate::util::panic_message(&*p));
-                        let ended = Instant::now();
-                        Finished {
-                            msg,
-                            result,
-                            took: ended - t0,
-                            ended: Some(ended),
-                        }
-                    }
-                    .instrument(span),
-                ));
+                self.running
+                    .push(Box::pin(running.map(move |run| Finished { msg, run })));
             }
-            Ok(Prepared::Undeliverable(why)) => {
+            Err(Run {
+                ran: Ran::Undecodable(why),
+                ..
+            }) => {
                 tracing::warn!(stream = %msg.stream, id = %msg.id, reason = %why, "entry cannot be handled; moving it to the dead-letter stream");
-                self.dead_letter(msg, why.to_string());
+                self.dead_letter(msg, why);
             }
-            Err(p) => {
-                let what = crate::util::panic_message(&*p);
-                self.on_finished(Finished {
-                    msg,
-                    result: Err(what),
-                    took: Duration::ZERO,
-                    ended: None,
-                });
-            }
+            Err(run) => self.on_finished(Finished { msg, run }),
         }
     }
 
-    fn on_finished(&mut self, fin: Finished) {
-        let Finished {
-            msg,
-            result,
-            took,
-            ended,
-        } = fin;
-        if let Some(ended) = ended {
+    fn on_finished(&mut self, Finished { msg, run }: Finished) {
+        if let Some(ended) = run.ended {
             self.last_progress = tokio::time::Instant::from_std(ended);
         }
-        self.handler_time.add(took);
-        if !took.is_zero() {
-            // It ran (a panic while creating the future never did).
-            self.metrics.handler_duration.record(took.as_secs_f64());
-        }
+        self.handler_time.add(run.took);
+        handler::tally(&self.metrics, &self.sub.board, &run);
         if self.isolated {
             // The redelivery that ran alone is done (nothing runs beside it).
             self.isolated = false;
         }
-        let error = match result {
-            Ok(Ok(())) => {
-                self.metrics.handled.increment(1);
-                self.sub.board.handled();
+        let error = match run.ran {
+            Ran::Ok => {
                 self.metrics.record_end_to_end(&msg.id);
                 // Stays held until the XACK is done (see `on_acked`).
                 self.acks.push(msg.id);
                 return;
             }
-            Ok(Err(HandlerError::Reject(e))) => {
-                tracing::warn!(stream = %msg.stream, id = %msg.id, error = %e, "handler rejected entry; moving it to the dead-letter stream");
-                self.dead_letter(msg, format!("rejected: {e}"));
+            Ran::Failed {
+                error,
+                reject: true,
+                ..
+            } => {
+                tracing::warn!(stream = %msg.stream, id = %msg.id, error = %error, "handler rejected entry; moving it to the dead-letter stream");
+                self.dead_letter(msg, error);
                 return;
             }
-            Ok(Err(HandlerError::Retry(e))) => {
-                self.metrics.failed.increment(1);
-                self.sub.board.failed();
-                e.to_string()
+            Ran::Failed {
+                error,
+                panicked: true,
+                ..
+            } => {
+                tracing::error!(stream = %msg.stream, id = %msg.id, error = %error, "handler panicked");
+                error
             }
-            Err(panic) => {
-                self.metrics.failed.increment(1);
-                self.sub.board.failed();
-                tracing::error!(stream = %msg.stream, id = %msg.id, panic = %panic, "handler panicked");
-                format!("handler panicked: {panic}")
+            Ran::Failed { error, .. } => error,
+            Ran::Undecodable(why) => {
+                tracing::warn!(stream = %msg.stream, id = %msg.id, reason = %why, "entry cannot be handled; moving it to the dead-letter stream");
+                self.dead_letter(msg, why);
+                return;
             }
         };
         let max_runs = self.sub.opts.max_retries.saturating_add(1);

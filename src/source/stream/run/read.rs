@@ -45,33 +45,6 @@ pub(super) enum Cursor {
     New,
 }
 
-/// Notes that a blocked read cannot be interrupted (`CLIENT UNBLOCK` or
-/// `CLIENT ID` refused: ACL, a managed service) when `e` says so, with one
-/// WARN: a stop then waits for the read to end by itself, within `block`.
-/// Answers whether it did.
-pub(super) fn refuse_unblock(refused: &Cell<bool>, e: &Error, block: Duration) -> bool {
-    if !matches!(e.class(), Class::Permission | Class::Fatal) {
-        return false;
-    }
-    if !refused.replace(true) {
-        tracing::warn!(
-            error = %e, block_ms = block.as_millis() as u64,
-            "blocked reads cannot be interrupted (CLIENT UNBLOCK or CLIENT ID refused); a stop waits for them to end within block"
-        );
-    }
-    true
-}
-
-/// Whether a read that failed with `e` leaves its connection unusable or on
-/// the wrong server: broken, demoted, the slot moved elsewhere (`MOVED`,
-/// `ASK`), or its key gone (`UNBLOCKED`, which in a cluster is a migration).
-pub(super) fn drops_reader(e: &Error) -> bool {
-    matches!(
-        e.class(),
-        Class::Connection | Class::RoleChange | Class::Routing | Class::GroupGone
-    )
-}
-
 /// `XREADGROUP … >`: new entries, each on its first delivery.
 pub(super) async fn read_new(
     conn: &mut MultiplexedConnection,
@@ -154,34 +127,6 @@ pub(super) async fn reread_pel(
     Ok((out, last))
 }
 
-/// Opens a consumer's dedicated read connection (to the master of the
-/// moment; in a cluster, to the master that owns the stream's slot), whose
-/// response timeout is `block` plus a margin, and returns it with the
-/// `CLIENT UNBLOCK` that interrupts it (its `CLIENT ID`, and its node). When
-/// `CLIENT ID` is refused (ACL), the read works all the same; stopping then
-/// waits out `block`.
-pub(super) async fn connect_reader(
-    connector: &Connector,
-    stream: &str,
-    name: &str,
-    block: Duration,
-    unblock_refused: &Cell<bool>,
-) -> Result<(MultiplexedConnection, Option<Unblock>), Error> {
-    let (mut conn, node) = connector
-        .connect_reader(stream, block + READ_TIMEOUT_MARGIN, name)
-        .await?;
-    let id: Result<i64, Error> = redis::cmd("CLIENT")
-        .arg("ID")
-        .query_async(&mut conn)
-        .await
-        .map_err(Error::from_redis);
-    match id {
-        Ok(id) => Ok((conn, Some(Unblock { id, node }))),
-        Err(e) if refuse_unblock(unblock_refused, &e, block) => Ok((conn, None)),
-        Err(e) => Err(e),
-    }
-}
-
 impl Loop {
     /// Redis answered again (after an outage): a read waiting out its
     /// backoff, or not started for it, starts over now without the delay.
@@ -225,35 +170,21 @@ impl Loop {
             }),
         };
 
-        let conn = self.conn.take();
-        let connector = self.connector.clone();
-        let block = s.opts.block;
+        let conn = self.reader.lend();
         let delay = self.retry_delay.take();
         let in_read = self.in_read.clone();
-        let reader = self.reader.clone();
-        let key = s.names.name.clone();
-        let name = client_name(&[&s.names.group, &s.consumer, "reader"]);
-        let unblock_refused = self.unblock_refused.clone();
         self.read = Some(Box::pin(async move {
             if let Some(d) = delay {
                 tokio::time::sleep(d).await;
             }
-            let mut conn = match conn {
-                Some(c) => c,
-                None => {
-                    match connect_reader(&connector, &key, &name, block, &unblock_refused).await {
-                        Ok((c, id)) => {
-                            *reader.borrow_mut() = id;
-                            c
-                        }
-                        Err(e) => {
-                            return ReadDone {
-                                conn: None,
-                                pel: None,
-                                result: Err(e),
-                            };
-                        }
-                    }
+            let mut conn = match conn.get().await {
+                Ok(c) => c,
+                Err(e) => {
+                    return ReadDone {
+                        conn: None,
+                        pel: None,
+                        result: Err(e),
+                    };
                 }
             };
             // On the wire from here until the reply is complete: a stop now
@@ -281,9 +212,11 @@ impl Loop {
 
     pub(super) fn on_read(&mut self, done: ReadDone) {
         self.unblock_at = None;
-        self.conn = done.conn;
-        if self.conn.is_none() {
-            self.drop_connection();
+        match done.conn {
+            Some(conn) => {
+                self.reader.give_back(Some(conn));
+            }
+            None => self.drop_connection(),
         }
         let entries = match done.result {
             Ok(e) => e,
@@ -372,21 +305,14 @@ impl Loop {
     /// `CLIENT UNBLOCK` is `@admin`, and some managed services refuse it: then
     /// (one WARN) the read is left to end by itself within `block`.
     pub(super) fn unblock(&mut self) {
-        if self.unblock_refused.get() {
+        if self.reader.unblock_refused() {
             self.unblock_at = None;
             return;
         }
-        if let Some(target) = self.reader.borrow().clone() {
-            let req = self.redis.send(target);
-            let refused = self.unblock_refused.clone();
-            let block = self.sub.opts.block;
-            self.side.push(Box::pin(async move {
-                if let Ok(Err(e)) = req.await {
-                    refuse_unblock(&refused, &e, block);
-                }
-            }));
+        if let Some(sent) = self.reader.unblock(&self.redis) {
+            self.side.push(sent);
         }
-        self.unblock_at = Some(tokio::time::Instant::now() + Duration::from_millis(50));
+        self.unblock_at = Some(tokio::time::Instant::now() + UNBLOCK_EVERY);
     }
 
     /// Forgets the read connection: the next read opens a new one (to the
@@ -394,11 +320,9 @@ impl Loop {
     /// entries, which a failover or a restart from a snapshot may have put
     /// back in its PEL.
     pub(super) fn drop_connection(&mut self) {
-        if self.conn.is_some() || self.reader.borrow().is_some() {
+        if self.reader.forget() {
             self.metrics.reconnects.increment(1);
         }
-        self.conn = None;
-        *self.reader.borrow_mut() = None;
         self.cursor = Cursor::Pending("0".into());
     }
 
