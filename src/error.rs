@@ -126,7 +126,7 @@ pub enum Error {
     /// before answering this; a running consumer whose renewal finds the
     /// lease taken ends with it (`waited` 0) and is restarted, and then waits
     /// for the lease again. Give each process its own consumer name
-    /// ([`ConsumerOptions::consumer`](crate::ConsumerOptions::consumer)), or
+    /// ([`ConsumerOptions::with_consumer`](crate::ConsumerOptions::with_consumer)), or
     /// stop the other one. The lease is the key
     /// `rillkit:lease:<stream>:<group>:<consumer>`; `holder` is its value
     /// (`<hostname>-<pid>-<random>`).

@@ -30,8 +30,8 @@ async fn a_typed_handler_sees_id_and_delivery_count_and_publishes_onward() {
         .subscribe_with_context(
             &payments,
             ConsumerOptions::default()
-                .consumer("c1")
-                .claim_idle(Duration::from_millis(100)),
+                .with_consumer("c1")
+                .with_claim_idle(Duration::from_millis(100)),
             move |amount: u64, d: Delivery| {
                 let (r, onward) = (r.clone(), onward.clone());
                 async move {

@@ -461,7 +461,7 @@ async fn screenshot_of_the_overview() {
     let broker = Broker::builder(redis.url())
         .subscribe(
             &orders,
-            ConsumerOptions::default().concurrency(4),
+            ConsumerOptions::default().with_concurrency(4),
             |v: u64| async move {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 if v % 97 == 0 {

@@ -38,8 +38,8 @@ async fn a_stream_subscription_added_at_run_time_consumes_and_its_removal_cuts_t
         .subscribe(
             &orders,
             ConsumerOptions::default()
-                .consumer("c1")
-                .block(Duration::from_secs(20)),
+                .with_consumer("c1")
+                .with_block(Duration::from_secs(20)),
             move |_: u64| {
                 let r = r.clone();
                 async move {
@@ -54,7 +54,7 @@ async fn a_stream_subscription_added_at_run_time_consumes_and_its_removal_cuts_t
     let twice = broker
         .subscribe(
             &orders,
-            ConsumerOptions::default().consumer("c1"),
+            ConsumerOptions::default().with_consumer("c1"),
             |_: u64| async { Ok(()) },
         )
         .await;
@@ -103,7 +103,7 @@ async fn a_removed_subscription_that_timed_out_counts_in_the_final_outcome() {
     let handle = broker
         .subscribe_list(
             &jobs,
-            ListOptions::default().consumer("c1"),
+            ListOptions::default().with_consumer("c1"),
             |_: u64| async {
                 tokio::time::sleep(Duration::from_secs(30)).await;
                 Ok(())

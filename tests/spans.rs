@@ -46,7 +46,7 @@ async fn a_handlers_own_log_line_names_the_entry() {
     let broker = Broker::builder(redis.url())
         .subscribe(
             &s,
-            ConsumerOptions::default().consumer("c1"),
+            ConsumerOptions::default().with_consumer("c1"),
             |order: u64| async move {
                 tracing::info!(order, "charging the card");
                 Ok(())
@@ -161,8 +161,8 @@ async fn connections_are_named_and_named_again_after_a_reconnect() {
         .subscribe(
             &Stream::new("orders", "billing"),
             ConsumerOptions::default()
-                .consumer("c 1")
-                .block(Duration::from_millis(100)),
+                .with_consumer("c 1")
+                .with_block(Duration::from_millis(100)),
             |_: u64| async { Ok(()) },
         )
         .build()

@@ -29,8 +29,8 @@ struct Order {
 
 fn fast() -> ConsumerOptions {
     ConsumerOptions::default()
-        .consumer("tls-1")
-        .block(Duration::from_millis(200))
+        .with_consumer("tls-1")
+        .with_block(Duration::from_millis(200))
 }
 
 /// `builder` with one subscription on `orders`/`billing` whose handler counts

@@ -92,7 +92,7 @@ impl BrokerBuilder {
         F: Fn(T) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = handler::typed(stream.get_codec().clone(), handler);
+        let h = handler::typed(stream.codec().clone(), handler);
         self.subs.push(stream_source(stream.names(), options, h));
         self
     }
@@ -115,7 +115,7 @@ impl BrokerBuilder {
         F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = handler::typed_with_context(stream.get_codec().clone(), handler);
+        let h = handler::typed_with_context(stream.codec().clone(), handler);
         self.subs.push(stream_source(stream.names(), options, h));
         self
     }
@@ -180,7 +180,7 @@ impl BrokerBuilder {
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = typed_item_with_context(list.get_codec().clone(), handler);
+        let h = typed_item_with_context(list.codec().clone(), handler);
         self.subs.push(list_source_erased(list, options, h));
         self
     }
@@ -201,7 +201,7 @@ impl BrokerBuilder {
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = typed_item_with_context(channel.get_codec().clone(), handler);
+        let h = typed_item_with_context(channel.codec().clone(), handler);
         self.subs.push(channel_source_erased(channel, options, h));
         self
     }
@@ -304,7 +304,7 @@ impl BrokerBuilder {
     }
 
     /// Sets how often streams with
-    /// [`Stream::retain_acked`](crate::Stream::retain_acked) are trimmed of
+    /// [`Stream::with_retain_acked`](crate::Stream::with_retain_acked) are trimmed of
     /// what every group has acked (default 5 s).
     pub fn retention_period(mut self, period: Duration) -> Self {
         self.retention_period = period;
@@ -480,7 +480,7 @@ where
     F: Fn(T) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = HandlerResult> + 'static,
 {
-    list_source_erased(list, opts, typed_item(list.get_codec().clone(), handler))
+    list_source_erased(list, opts, typed_item(list.codec().clone(), handler))
 }
 
 pub(crate) fn list_source_erased<C: Codec>(
@@ -505,11 +505,7 @@ where
     F: Fn(T) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = HandlerResult> + 'static,
 {
-    channel_source_erased(
-        channel,
-        opts,
-        typed_item(channel.get_codec().clone(), handler),
-    )
+    channel_source_erased(channel, opts, typed_item(channel.codec().clone(), handler))
 }
 
 pub(crate) fn channel_source_erased<C: Codec>(

@@ -77,7 +77,7 @@ return pruned
 pub(crate) static PRUNE_IDLE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(PRUNE_IDLE_LUA));
 
-/// The shortest TTL [`ConsumerOptions::prune_idle`](crate::ConsumerOptions::prune_idle)
+/// The shortest TTL [`ConsumerOptions::with_prune_idle`](crate::ConsumerOptions::with_prune_idle)
 /// takes: a live consumer reads at least every `block`, so its idle time
 /// stays below that; the TTL must be well above it.
 pub(crate) fn min_prune_ttl(block: Duration) -> Duration {

@@ -536,10 +536,12 @@ struct Action {
 impl Action {
     fn filter(&self) -> Option<DeadLetterFilter> {
         match (&self.id, &self.start, &self.end) {
-            (Some(id), None, None) => Some(DeadLetterFilter::new().id(id.clone())),
-            (None, Some(s), Some(e)) => {
-                Some(DeadLetterFilter::new().start(s.clone()).end(e.clone()))
-            }
+            (Some(id), None, None) => Some(DeadLetterFilter::new().with_id(id.clone())),
+            (None, Some(s), Some(e)) => Some(
+                DeadLetterFilter::new()
+                    .with_start(s.clone())
+                    .with_end(e.clone()),
+            ),
             _ => None,
         }
     }

@@ -133,7 +133,7 @@ impl Broker {
         F: Fn(T) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = handler::typed(stream.get_codec().clone(), handler);
+        let h = handler::typed(stream.codec().clone(), handler);
         self.add(stream_source(stream.names(), options, h)).await
     }
 
@@ -196,7 +196,7 @@ impl Broker {
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = typed_item_with_context(list.get_codec().clone(), handler);
+        let h = typed_item_with_context(list.codec().clone(), handler);
         self.add(list_source_erased(list, options, h)).await
     }
 
@@ -217,7 +217,7 @@ impl Broker {
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = typed_item_with_context(channel.get_codec().clone(), handler);
+        let h = typed_item_with_context(channel.codec().clone(), handler);
         self.add(channel_source_erased(channel, options, h)).await
     }
 

@@ -70,9 +70,9 @@ pub enum SubscriptionState {
         restarts: usize,
     },
     /// Its consumer name's lease is held by another live process (see
-    /// [`ConsumerOptions::lease_ttl`](crate::ConsumerOptions::lease_ttl);
+    /// [`ConsumerOptions::with_lease_ttl`](crate::ConsumerOptions::with_lease_ttl);
     /// for a list, its heartbeat key, see
-    /// [`ListOptions::heartbeat_ttl`](crate::ListOptions::heartbeat_ttl)):
+    /// [`ListOptions::with_heartbeat_ttl`](crate::ListOptions::with_heartbeat_ttl)):
     /// it waits for the lease to lapse before reading.
     WaitingForLease {
         /// The holder's token: `<hostname>-<pid>-<random>`.
