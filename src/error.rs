@@ -282,6 +282,7 @@ impl Error {
 /// The failures of one or more lifecycle hooks. Cloning shares them: every
 /// `stop()` caller gets the same failures.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HookFailures {
     /// Each failure, in the order the hooks ran.
     pub failures: std::sync::Arc<[HookError]>,
@@ -302,6 +303,7 @@ impl fmt::Display for HookFailures {
 /// One failed lifecycle hook.
 #[derive(Debug, thiserror::Error)]
 #[error("{stage} hook #{index} failed: {source}")]
+#[non_exhaustive]
 pub struct HookError {
     /// Which hook list the hook belongs to.
     pub stage: crate::hooks::Stage,

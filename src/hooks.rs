@@ -22,6 +22,7 @@ use crate::error::{BoxError, HookError};
 /// | `OnShutdown` | consumers have drained | still usable |
 /// | `AfterShutdown` | connections are closed | closed ([`Error::ShutDown`](crate::Error::ShutDown)) |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Stage {
     /// Before any Redis I/O.
     OnStartup,

@@ -292,12 +292,8 @@ async fn run_until_a_trigger_and_outcomes_combine() {
         .unwrap()
         .unwrap();
     assert!(outcome.is_clean());
-    let failed = SupervisorOutcome {
-        errors: 1,
-        panics: 0,
-        timed_out: false,
-        closed_connections: 0,
-    };
+    let mut failed = SupervisorOutcome::default();
+    failed.errors = 1;
     assert_eq!(outcome.merge(failed).exit_code(), 1);
 }
 

@@ -43,6 +43,7 @@ use crate::supervisor::{RestartPolicy, Supervisor};
 ///   call that needs Redis answers [`Error::ShutDown`]. A stopped broker is
 ///   finished: build a new one to run again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Phase {
     /// Built, not started.
     Configured,

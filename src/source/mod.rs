@@ -36,6 +36,7 @@ use crate::stream::Codec;
 /// Pub/Sub channel. See the README's "Sources" table for what each kind
 /// guarantees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SourceKind {
     /// A stream read in a consumer group (`XREADGROUP`): at least once.
     Stream,

@@ -36,6 +36,7 @@ pub struct SubscriptionHandle {
 /// What a removed subscription did: its share of the outcome (as the
 /// broker's stop would have counted it) and its counts since it was added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Removed {
     /// `timed_out` when its handlers outlived the drain deadline, `errors`
     /// when it had ended with an error, `panics` for a panic of its loop.

@@ -26,6 +26,7 @@ pub(crate) fn int(v: &redis::Value) -> Option<u64> {
 
 /// A snapshot of the broker: its phase and each subscription's status.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Status {
     /// Where the broker is in its lifecycle.
     pub phase: Phase,
@@ -47,6 +48,7 @@ impl Status {
 
 /// Where a subscription's consumer is.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SubscriptionState {
     /// Not reading yet (the broker is starting, or the consumer is starting
     /// again after a restart).
@@ -88,6 +90,7 @@ pub enum SubscriptionState {
 
 /// One subscription's status.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SubscriptionStatus {
     /// What it reads.
     pub kind: SourceKind,
@@ -122,6 +125,7 @@ pub struct SubscriptionStatus {
 /// `dead_letters` the dead-letter list's length. Channels are not polled
 /// (`server` stays `None`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ServerFigures {
     /// When they were read.
     pub polled_at: SystemTime,
