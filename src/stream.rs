@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 
 use crate::connection::{Topology, default_dlq};
 use crate::error::{BoxError, ConfigError};
+use crate::source::SourceKind;
 
 /// Turns values into the bytes stored in an entry's data field and back.
 ///
@@ -283,7 +284,8 @@ impl StreamNames {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let bad = |option: &'static str, reason: &str| {
             Err(ConfigError::Invalid {
-                stream: self.name.to_string(),
+                kind: Some(SourceKind::Stream),
+                key: self.name.to_string(),
                 option,
                 reason: reason.to_owned(),
             })

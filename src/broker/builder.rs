@@ -398,7 +398,8 @@ impl BrokerBuilder {
         ] {
             if d < Duration::from_millis(1) || d > MAX_DURATION {
                 return Err(ConfigError::Invalid {
-                    stream: String::new(),
+                    kind: None,
+                    key: String::new(),
                     option: what,
                     reason: "must be at least 1 ms and at most 365 days".into(),
                 });
@@ -407,7 +408,8 @@ impl BrokerBuilder {
         let connector = Connector::new(&self.topology, self.tls.as_ref(), self.timeouts)?;
         if self.pool_size == 0 {
             return Err(ConfigError::Invalid {
-                stream: String::new(),
+                kind: None,
+                key: String::new(),
                 option: "pool_size",
                 reason: "must be at least 1 connection".into(),
             });
@@ -419,7 +421,8 @@ impl BrokerBuilder {
         ] {
             if d > MAX_DURATION {
                 return Err(ConfigError::Invalid {
-                    stream: String::new(),
+                    kind: None,
+                    key: String::new(),
                     option: what,
                     reason: "must be at most 365 days".into(),
                 });
@@ -534,7 +537,8 @@ pub(crate) fn check_unique(subs: &[Source], new: &Source) -> Result<(), ConfigEr
     if subs.iter().any(clash) {
         let b = new.board();
         return Err(ConfigError::DuplicateConsumer {
-            stream: b.stream.to_string(),
+            kind: b.kind,
+            key: b.stream.to_string(),
             group: b.group.to_string(),
             consumer: b.consumer.to_string(),
         });

@@ -678,7 +678,8 @@ fn encode<T: Serialize + ?Sized, C: Codec>(
         .codec()
         .encode(value)
         .map_err(|source| Error::Encode {
-            stream: stream.name().to_owned(),
+            kind: crate::SourceKind::Stream,
+            key: stream.name().to_owned(),
             source,
         })
 }

@@ -27,6 +27,7 @@ use redis::{Client, RedisConnectionInfo, TlsMode, Value};
 use super::topology::Kind;
 use super::{Timeouts, TlsSetup, connect_to, node_client, open, parse_addr, settings};
 use crate::error::{ConfigError, Error};
+use crate::source::SourceKind;
 
 /// Hash slots in a cluster.
 pub(crate) const SLOTS: u16 = 16_384;
@@ -61,7 +62,8 @@ pub(crate) fn default_dlq(stream: &str) -> String {
 pub(crate) fn dlq_slot_error(stream: &str, dlq: &str) -> Option<ConfigError> {
     let (s, d) = (key_slot(stream.as_bytes()), key_slot(dlq.as_bytes()));
     (s != d).then(|| ConfigError::Invalid {
-        stream: stream.to_owned(),
+        kind: Some(SourceKind::Stream),
+        key: stream.to_owned(),
         option: "dlq_name",
         reason: format!(
             "under Redis Cluster the dead-letter stream must share its stream's hash slot \
@@ -92,7 +94,8 @@ pub(crate) struct Cluster {
 
 fn invalid(reason: String) -> ConfigError {
     ConfigError::Invalid {
-        stream: String::new(),
+        kind: None,
+        key: String::new(),
         option: "cluster",
         reason,
     }

@@ -270,7 +270,8 @@ impl Connector {
                 let client = match tls {
                     Some(_) if !is_tls => {
                         return Err(ConfigError::Invalid {
-                            stream: String::new(),
+                            kind: None,
+                            key: String::new(),
                             option: "tls",
                             reason: format!(
                                 "TLS options need a rediss:// URL, not {}",
@@ -287,7 +288,8 @@ impl Connector {
             Kind::Client(client) => {
                 if tls.is_some() {
                     return Err(ConfigError::Invalid {
-                        stream: String::new(),
+                        kind: None,
+                        key: String::new(),
                         option: "tls",
                         reason: "a broker built on an application's redis::Client uses that client's TLS settings".into(),
                     });

@@ -64,7 +64,8 @@ const CHANNELS: [&str; 3] = [
 
 fn invalid(reason: String) -> ConfigError {
     ConfigError::Invalid {
-        stream: String::new(),
+        kind: None,
+        key: String::new(),
         option: "sentinel",
         reason,
     }

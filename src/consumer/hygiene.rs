@@ -27,6 +27,7 @@ use tokio::sync::watch;
 
 use crate::error::Error;
 use crate::redis::{Eval, RedisActor};
+use crate::source::SourceKind;
 
 /// KEYS: stream. ARGV: group, consumer. Deletes the consumer from the group
 /// (`XGROUP DELCONSUMER`) only when it holds no pending entry, checked in the
@@ -243,7 +244,8 @@ impl Lease {
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Err(Error::ConsumerNameInUse {
-                    stream: self.stream.to_string(),
+                    kind: SourceKind::Stream,
+                    key: self.stream.to_string(),
                     group: self.group.to_string(),
                     consumer: self.consumer.to_string(),
                     holder,
@@ -310,7 +312,8 @@ impl Lease {
     /// The error a renewal that found the lease held elsewhere ends with.
     pub(crate) fn lost(&self, holder: String) -> Error {
         Error::ConsumerNameInUse {
-            stream: self.stream.to_string(),
+            kind: SourceKind::Stream,
+            key: self.stream.to_string(),
             group: self.group.to_string(),
             consumer: self.consumer.to_string(),
             holder,

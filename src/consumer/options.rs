@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::source::SourceKind;
 
 /// How one subscription reads and retries. Setters are named after what they
 /// set, mostly a Redis argument.
@@ -259,7 +260,8 @@ impl ConsumerOptions {
     pub(crate) fn validate(&self, stream: &str) -> Result<(), ConfigError> {
         let bad = |option: &'static str, reason: &str| {
             Err(ConfigError::Invalid {
-                stream: stream.to_owned(),
+                kind: Some(SourceKind::Stream),
+                key: stream.to_owned(),
                 option,
                 reason: reason.to_owned(),
             })
@@ -294,7 +296,8 @@ impl ConsumerOptions {
         if let Some(max) = self.retry_backoff.max {
             if max > self.claim_idle {
                 return Err(ConfigError::Invalid {
-                    stream: stream.to_owned(),
+                    kind: Some(SourceKind::Stream),
+                    key: stream.to_owned(),
                     option: "retry_backoff",
                     reason: format!(
                         "its cap ({} ms) must not exceed claim_idle ({} ms), the crash-recovery time",
@@ -316,7 +319,8 @@ impl ConsumerOptions {
             let min = super::hygiene::min_prune_ttl(self.block);
             if ttl < min {
                 return Err(ConfigError::Invalid {
-                    stream: stream.to_owned(),
+                    kind: Some(SourceKind::Stream),
+                    key: stream.to_owned(),
                     option: "prune_idle",
                     reason: format!(
                         "must be at least {} ms (3 × block and 1 s): a live consumer is idle up to block between reads",

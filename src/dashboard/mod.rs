@@ -201,8 +201,8 @@ impl Dashboard {
             if s.kind != crate::SourceKind::Stream {
                 continue;
             }
-            let dlq = self.dlq_of(admin, &s.stream);
-            push(&mut out, s.stream, dlq);
+            let dlq = self.dlq_of(admin, &s.key);
+            push(&mut out, s.key, dlq);
         }
         for name in &self.declared {
             push(&mut out, name.clone(), self.dlq_of(admin, name));

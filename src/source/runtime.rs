@@ -274,7 +274,8 @@ fn check_live(boards: &[Arc<Board>], new: &Board) -> Result<(), ConfigError> {
     };
     if boards.iter().any(same) {
         return Err(ConfigError::DuplicateConsumer {
-            stream: new.stream.to_string(),
+            kind: new.kind,
+            key: new.stream.to_string(),
             group: new.group.to_string(),
             consumer: new.consumer.to_string(),
         });

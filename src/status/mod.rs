@@ -95,7 +95,7 @@ pub struct SubscriptionStatus {
     /// What it reads.
     pub kind: SourceKind,
     /// The key it reads: a stream, a list, or a channel (or pattern).
-    pub stream: String,
+    pub key: String,
     /// The consumer group (empty for lists and channels).
     pub group: String,
     /// This subscription's consumer name.
@@ -232,7 +232,7 @@ impl Board {
     pub(crate) fn snapshot(&self) -> SubscriptionStatus {
         SubscriptionStatus {
             kind: self.kind,
-            stream: self.stream.to_string(),
+            key: self.stream.to_string(),
             group: self.group.to_string(),
             consumer: self.consumer.to_string(),
             state: self.state.lock().expect("status lock").clone(),

@@ -176,7 +176,8 @@ impl ChannelSub {
     ) -> Result<Self, ConfigError> {
         let bad = |option: &'static str, reason: &str| {
             Err(ConfigError::Invalid {
-                stream: channel.name().to_owned(),
+                kind: Some(SourceKind::Channel),
+                key: channel.name().to_owned(),
                 option,
                 reason: reason.to_owned(),
             })
@@ -227,7 +228,8 @@ impl Broker {
             .codec()
             .encode(value)
             .map_err(|source| Error::Encode {
-                stream: channel.name().to_owned(),
+                kind: SourceKind::Channel,
+                key: channel.name().to_owned(),
                 source,
             })?;
         let mut cmd = redis::cmd("PUBLISH");

@@ -30,7 +30,7 @@ use crate::status::Board;
 use crate::stream::{Codec, Json};
 use crate::{Broker, redis::Query};
 
-use super::{ItemHandler, slot_prefix};
+use super::{ItemHandler, SourceKind, slot_prefix};
 
 /// A Redis list as a source of work: its key, its dead-letter list and the
 /// codec of its items. Producers and consumers share one description.
@@ -266,7 +266,12 @@ impl ListOptions {
     pub(crate) fn validate(&self, list: &str) -> Result<(), ConfigError> {
         let bad = |option: &'static str, reason: &str| {
             Err(ConfigError::Invalid {
-                stream: list.to_owned(),
+                kind: Some(if self.at_most_once {
+                    SourceKind::ListAtMostOnce
+                } else {
+                    SourceKind::List
+                }),
+                key: list.to_owned(),
                 option,
                 reason: reason.to_owned(),
             })
@@ -353,7 +358,12 @@ impl ListSub {
             for (option, key) in [("dlq_name", &*dlq), ("name", keys.processing.as_str())] {
                 if key_slot(key.as_bytes()) != slot {
                     return Err(ConfigError::Invalid {
-                        stream: list.name().to_owned(),
+                        kind: Some(if opts.at_most_once {
+                            SourceKind::ListAtMostOnce
+                        } else {
+                            SourceKind::List
+                        }),
+                        key: list.name().to_owned(),
                         option,
                         reason: format!(
                             "{key:?} hashes to another cluster slot than the list; give the list a hash tag, like {{{}}}",
@@ -466,7 +476,8 @@ impl Broker {
     async fn push<C: Codec>(&self, list: &List<C>, items: Vec<Vec<u8>>) -> Result<u64, Error> {
         if list.name().is_empty() {
             return Err(Error::Config(ConfigError::Invalid {
-                stream: String::new(),
+                kind: Some(SourceKind::List),
+                key: String::new(),
                 option: "name",
                 reason: "a list needs a name".into(),
             }));
@@ -495,7 +506,8 @@ fn encode_item<T: Serialize + ?Sized, C: Codec>(
     value: &T,
 ) -> Result<Vec<u8>, Error> {
     list.codec().encode(value).map_err(|source| Error::Encode {
-        stream: list.name().to_owned(),
+        kind: SourceKind::List,
+        key: list.name().to_owned(),
         source,
     })
 }

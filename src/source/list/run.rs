@@ -27,7 +27,7 @@ use crate::connection::{Class, READ_TIMEOUT_MARGIN, Retry, client_name};
 use crate::consumer::ConsumerReport;
 use crate::error::Error;
 use crate::redis::{Eval, RedisActor, Unblock};
-use crate::source::{ItemDelivery, Ran, run_guarded, until_done};
+use crate::source::{ItemDelivery, Ran, SourceKind, run_guarded, until_done};
 use crate::status::SubscriptionState;
 
 /// A finished handler run: the item, its attempt number, how it ended.
@@ -672,7 +672,8 @@ impl Loop {
                 tracing::error!(list = %self.sub.keys.list, consumer = %self.sub.consumer, holder = %holder,
                     "another process holds this consumer name (its heartbeat lapsed here); the consumer stops popping and ends");
                 self.fatal = Some(Error::ConsumerNameInUse {
-                    stream: self.sub.keys.list.to_string(),
+                    kind: SourceKind::List,
+                    key: self.sub.keys.list.to_string(),
                     group: String::new(),
                     consumer: self.sub.consumer.to_string(),
                     holder,
