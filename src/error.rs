@@ -123,7 +123,7 @@ pub enum Error {
         #[source]
         last: Box<Error>,
     },
-    /// Another live process holds this consumer name's lease (SPEC §10):
+    /// Another live process holds this consumer name's lease:
     /// two processes must not run one consumer's pending entries at once.
     /// At startup, `start()` waited `waited` for the lease to lapse (up to
     /// [`BrokerBuilder::startup_timeout`](crate::BrokerBuilder::startup_timeout))

@@ -1,4 +1,4 @@
-//! `rillkit::admin` (issue 10): discovery, groups, consumers, pending
+//! `rillkit::admin`: discovery, groups, consumers, pending
 //! entries and the newest entries of a stream; dead letters made by a real
 //! broker listed apart from what the move appended, a filtered subset
 //! redriven to a running consumer, the rest purged; the slot rule under a

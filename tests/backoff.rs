@@ -1,4 +1,4 @@
-//! Backoff between retries, separate from crash recovery (issue 13): a
+//! Backoff between retries, separate from crash recovery: a
 //! failed entry waits `retry_backoff(n)` in the consumer that saw it fail,
 //! measured here against a real server; entries that failed here run again
 //! beside each other (a downstream outage does not serialise the consumer);

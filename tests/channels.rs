@@ -1,4 +1,4 @@
-//! Pub/Sub subscriptions (issue 12, SPEC §9): messages published while
+//! Pub/Sub subscriptions: messages published while
 //! subscribed are handled, a closed connection is subscribed again, a slow
 //! handler with a full buffer drops the oldest messages and counts them,
 //! patterns, and removal at run time.

@@ -1,4 +1,4 @@
-//! Redis Cluster (issue 9): streams on different nodes consumed by one
+//! Redis Cluster: streams on different nodes consumed by one
 //! broker, a slot migration in the middle of a stream, dead letters that stay
 //! one copy while their slot migrates, and a stop that interrupts a blocked
 //! read on the node that holds it.
@@ -598,7 +598,7 @@ async fn a_worker_with_the_readmes_minimal_acl_runs_on_a_cluster() {
     }
 }
 
-/// Lists and Pub/Sub on a cluster (issue 12): every key beside a list
+/// Lists and Pub/Sub on a cluster: every key beside a list
 /// shares its slot (`{<list>}:rillkit:…`), so pops, settles and dead-letter
 /// moves work on its master; a channel's subscriber sees what any node
 /// publishes.

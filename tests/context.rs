@@ -1,4 +1,4 @@
-//! Typed handlers with the delivery's context (issue 13): the entry id and
+//! Typed handlers with the delivery's context: the entry id and
 //! the server's delivery count beside the decoded value, a `Broker` handle to
 //! publish onward with, and undecodable entries still dead-lettered before
 //! they reach the handler.

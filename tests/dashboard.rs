@@ -1,4 +1,4 @@
-//! The dashboard (issue 11) in a real headless Chromium, driven through
+//! The dashboard in a real headless Chromium, driven through
 //! WebDriver (Debian's `chromium` and `chromium-driver`): the overview lists
 //! a stream with its lag; a dead letter shows its error; redrive (confirmed)
 //! puts it back and the handler runs it; a `<script>` payload leaves

@@ -1,4 +1,4 @@
-//! SPEC §3, §6, §7: stop without waiting for `block`, the drain deadline and
+//! Stop without waiting for `block`, the drain deadline and
 //! exit codes, hand-back of unstarted entries, signals, supervision limits.
 
 mod support;

@@ -1,4 +1,4 @@
-//! SPEC §8: what the server says and what rillkit does about it. A demoted
+//! What the server says and what rillkit does about it. A demoted
 //! server, a server still loading, refused acks and dead-letter moves, a
 //! restart from a snapshot: none of them kills a consumer, re-runs a succeeded
 //! entry or copies a dead letter twice.

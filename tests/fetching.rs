@@ -1,4 +1,4 @@
-//! Fetching ahead and batching acks (issue 14's consumer loop) around a
+//! Fetching ahead and batching acks (the consumer loop) around a
 //! slow entry: the acks of entries that finished before it are not held
 //! while it runs, and a consumer stalled on it fetches nothing more ahead,
 //! so another consumer of the group takes the new entries.

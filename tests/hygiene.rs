@@ -1,4 +1,4 @@
-//! Consumer hygiene (issue 10, SPEC §10): the consumer name's lease — a
+//! Consumer hygiene: the consumer name's lease — a
 //! second live process under a name is held off and never runs the first
 //! one's entries; a successor after a crash waits at most one TTL; a clean
 //! stop hands the name over at once; a consumer whose lease is taken stops

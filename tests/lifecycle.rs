@@ -1,4 +1,4 @@
-//! SPEC §3: hook order, the startup PING, group creation, the four hook-error
+//! The lifecycle: hook order, the startup PING, group creation, the four hook-error
 //! rules, stop() idempotence, publish before start and after stop.
 
 mod support;
@@ -673,7 +673,7 @@ async fn the_connect_timeout_is_an_option() {
     drop(listener);
 }
 
-/// Consumer hygiene (issue 10): a worker restarted under a fresh default name
+/// Consumer hygiene: a worker restarted under a fresh default name
 /// (`<group>-<hostname>-<pid>`) does not leave its old name behind; a
 /// consumer that still holds pending entries is never deleted.
 #[actix_rt::test]

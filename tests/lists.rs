@@ -1,4 +1,4 @@
-//! List subscriptions (issue 12, SPEC §9): reliable pops onto a processing
+//! List subscriptions: reliable pops onto a processing
 //! list with `LREM` after success, retries then the dead-letter list, crash
 //! recovery from a dead consumer's processing list, at most once with
 //! `BRPOP`, and a subscription removed at run time during a blocked pop.

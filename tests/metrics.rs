@@ -1,4 +1,4 @@
-//! Metrics (issue 10): rillkit records through the `metrics` facade; the
+//! Metrics: rillkit records through the `metrics` facade; the
 //! actix-web example installs metrics-exporter-prometheus's recorder and
 //! serves `/metrics`; scraping it shows the counters move.
 

@@ -1,4 +1,4 @@
-//! SPEC §4–5: taking over idle entries (crashed consumers, retries), the whole
+//! Taking over idle entries (crashed consumers, retries), the whole
 //! PEL reached, long handlers never run twice, self-healing after FLUSHALL and
 //! a server restart.
 

@@ -1,4 +1,4 @@
-//! Retention that never drops work (issue 10): `retain_acked` trims what
+//! Retention that never drops work: `retain_acked` trims what
 //! every group has acked and nothing a group has not read or still holds;
 //! the dead-letter stream keeps to its cap.
 

@@ -1,4 +1,4 @@
-//! SPEC §4: retries through the PEL, the dead-letter stream, bad entries,
+//! Retries through the PEL, the dead-letter stream, bad entries,
 //! panics, rejects, trimmed entries.
 
 mod support;

@@ -1,5 +1,5 @@
 //! Subscriptions added to and removed from a running broker, and a broker
-//! built on the application's own `redis::Client` (issue 12, SPEC §5, §9).
+//! built on the application's own `redis::Client`.
 
 mod support;
 

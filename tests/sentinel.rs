@@ -1,4 +1,4 @@
-//! SPEC §5 and §8 under Redis Sentinel: the master is found through the
+//! Connections and server answers under Redis Sentinel: the master is found through the
 //! sentinels, and a failover in the middle of a stream moves every connection
 //! to the new master while the process stays up.
 
@@ -262,7 +262,7 @@ async fn credentials_go_to_the_sentinels_and_to_the_master() {
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 
-/// Lists and Pub/Sub under a failover (issue 12): the list consumer and the
+/// Lists and Pub/Sub under a failover: the list consumer and the
 /// subscriber follow the master to its new server; items pushed and
 /// messages published after the switch are handled, and the process stays up.
 #[actix_rt::test]

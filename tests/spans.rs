@@ -1,4 +1,4 @@
-//! Tracing (issue 10): each handler runs inside a span carrying stream,
+//! Tracing: each handler runs inside a span carrying stream,
 //! group, consumer, entry id and delivery count, so the application's own
 //! log lines inside a handler carry them.
 
@@ -141,7 +141,7 @@ async fn a_published_traceparent_is_recorded_by_the_consumers_span() {
     assert!(!lines[1].contains("traceparent"), "{}", lines[1]);
 }
 
-/// Consumer hygiene (issue 10): every connection carries a name in
+/// Consumer hygiene: every connection carries a name in
 /// `CLIENT LIST`, set again after a reconnect.
 #[actix_rt::test]
 async fn connections_are_named_and_named_again_after_a_reconnect() {

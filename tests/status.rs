@@ -1,4 +1,4 @@
-//! `Broker::status()` (issue 10): state, counts since start, and the
+//! `Broker::status()`: state, counts since start, and the
 //! server's figures (lag, pending, oldest pending entry, dead letters) as
 //! polled; readiness for a probe.
 

@@ -2,7 +2,7 @@
 //! connection to the master of the moment is opened ([`Connector`]), the
 //! shared reconnecting pool ([`Pool`]), Sentinel's failover announcements,
 //! and the one classification of server answers ([`classify`]) every path
-//! uses (SPEC §8).
+//! uses.
 //!
 //! Nothing here does I/O until the broker starts: [`Connector::new`] only
 //! parses and checks the configuration.

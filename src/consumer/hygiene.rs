@@ -1,5 +1,5 @@
 //! Consumer hygiene: what keeps a group's consumer list true to the
-//! processes behind it (SPEC §10).
+//! processes behind it.
 //!
 //! * **The lease.** A consumer name is held by one live process at a time: a
 //!   key `rillkit:lease:<stream>:<group>:<consumer>` (each name with `%`

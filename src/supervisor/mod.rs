@@ -3,7 +3,7 @@
 //! The actor does two jobs:
 //!
 //! * **The lifecycle driver** (`lifecycle`), one future spawned in the actor's
-//!   context when the broker starts. It runs SPEC §3 in order: `on_startup`
+//!   context when the broker starts. It runs the nine lifecycle steps in order: `on_startup`
 //!   hooks, PING, the shared pool and `RedisActor`, `XGROUP CREATE … MKSTREAM`
 //!   and an `XREADGROUP` ACL probe (which reads nothing) per
 //!   subscription, each waiting for a server that is starting, consumers, `after_startup` hooks; then waits for a stop
@@ -518,7 +518,8 @@ impl Handler<ConsumerExited> for Supervisor {
     }
 }
 
-/// The lifecycle, in SPEC §3 order. See the module docs.
+/// The lifecycle, its nine steps in order (numbered in the comments; steps 2
+/// and 3 are in `connect`). See the module docs.
 async fn lifecycle(
     broker: Broker,
     hooks: Hooks,
@@ -652,7 +653,8 @@ async fn lifecycle(
     }
 }
 
-/// SPEC §3 steps 2 and 3: PING, the shared pool and `RedisActor`, then the
+/// Lifecycle steps 2 and 3, and the wait for the consumer names' leases
+/// before step 4: PING, the shared pool and `RedisActor`, then the
 /// consumer groups. Each step waits for a server that is starting (until the
 /// startup deadline) and fails at once on anything else, with a log line that
 /// names the cause.
@@ -727,8 +729,9 @@ async fn connect(broker: &Broker, subs: &[Arc<Subscription>]) -> Result<Addr<Red
             return Err(fail(e));
         }
     }
-    // 4. The consumer names' leases (SPEC §10): a name held by another
-    // live process is waited for, up to the same deadline.
+    // Before 4: the consumer names' leases (two live processes never run one
+    // consumer's pending entries at once): a name held by another live
+    // process is waited for, up to the same deadline.
     for sub in subs {
         let Some(lease) = &sub.lease else { continue };
         let taken = wait_until_ready("the consumer name's lease", "evalsha", deadline, || {
