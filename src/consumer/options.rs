@@ -3,8 +3,8 @@ use std::time::Duration;
 use crate::error::ConfigError;
 use crate::source::SourceKind;
 
-/// How one subscription reads and retries. Setters are named after what they
-/// set, mostly a Redis argument.
+/// How one subscription reads and retries. Each option, mostly a Redis
+/// argument, is set with `with_<option>` and read back with `<option>()`.
 ///
 /// | option | default | Redis / meaning |
 /// |--------|---------|-----------------|
