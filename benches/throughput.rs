@@ -184,8 +184,8 @@ async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .count(100)
-                .block(Duration::from_millis(100)),
+                .with_count(100)
+                .with_block(Duration::from_millis(100)),
             move |e: Entry| {
                 sm.fetch_add(e.value, Ordering::Relaxed);
                 h.fetch_add(1, Ordering::Relaxed);
@@ -231,11 +231,11 @@ async fn list_consume(url: &str, key: &str, n: u64, concurrency: usize, at_most_
     let handled = Arc::new(AtomicUsize::new(0));
     let h = handled.clone();
     let mut opts = rillkit::ListOptions::default()
-        .consumer("bench")
-        .concurrency(concurrency)
-        .block(Duration::from_millis(100));
+        .with_consumer("bench")
+        .with_concurrency(concurrency)
+        .with_block(Duration::from_millis(100));
     if at_most_once {
-        opts = opts.at_most_once();
+        opts = opts.with_at_most_once(true);
     }
     let broker = Broker::builder(url)
         .subscribe_list(&list, opts, move |_: Entry| {
@@ -283,8 +283,8 @@ async fn cluster_consume(cluster: &support::RedisCluster, streams: &[String], n_
         builder = builder.subscribe(
             &Stream::new(name, "rillkit"),
             ConsumerOptions::default()
-                .count(100)
-                .block(Duration::from_millis(100)),
+                .with_count(100)
+                .with_block(Duration::from_millis(100)),
             move |_: Entry| {
                 h.fetch_add(1, Ordering::Relaxed);
                 std::future::ready(Ok(()))
@@ -316,7 +316,7 @@ async fn cluster_stop_ms(cluster: &support::RedisCluster, streams: &[String]) ->
     for name in streams {
         builder = builder.subscribe(
             &Stream::new(name, "idle"),
-            ConsumerOptions::default().block(Duration::from_secs(5)),
+            ConsumerOptions::default().with_block(Duration::from_secs(5)),
             |_: Entry| std::future::ready(Ok(())),
         );
     }
@@ -486,9 +486,9 @@ async fn slow_handler_rate(url: &str, concurrency: usize, sleep: Duration, n: u6
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .count(concurrency.max(10))
-                .concurrency(concurrency)
-                .block(Duration::from_millis(100)),
+                .with_count(concurrency.max(10))
+                .with_concurrency(concurrency)
+                .with_block(Duration::from_millis(100)),
             move |_: Entry| {
                 let h = h.clone();
                 async move {
@@ -567,9 +567,9 @@ async fn fan_rate(url: &str, tag: &str, streams: usize, consumers: usize, total:
             builder = builder.subscribe(
                 &Stream::new(name.as_str(), "g"),
                 ConsumerOptions::default()
-                    .consumer(format!("c{c}"))
-                    .count(100)
-                    .block(Duration::from_millis(100)),
+                    .with_consumer(format!("c{c}"))
+                    .with_count(100)
+                    .with_block(Duration::from_millis(100)),
                 move |_: Entry| {
                     h.fetch_add(1, Ordering::Relaxed);
                     std::future::ready(Ok(()))
@@ -601,9 +601,9 @@ async fn latency(url: &str, rate: u64, secs: u64) -> (u64, u64, usize) {
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .count(100)
-                .start_id("$")
-                .block(Duration::from_secs(5)),
+                .with_count(100)
+                .with_start_id("$")
+                .with_block(Duration::from_secs(5)),
             move |e: Entry| {
                 sm.lock().unwrap().push(now_us().saturating_sub(e.sent_us));
                 std::future::ready(Ok(()))

@@ -21,8 +21,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .subscribe(
             &orders,
             ConsumerOptions::default()
-                .start_id("$")
-                .block(Duration::from_millis(300)),
+                .with_start_id("$")
+                .with_block(Duration::from_millis(300)),
             move |order: serde_json::Value| {
                 let sink = sink.clone();
                 async move {

@@ -30,9 +30,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .subscribe(
             &tasks,
             ConsumerOptions::default()
-                .consumer("c1")
-                .block(Duration::from_millis(200))
-                .count(10),
+                .with_consumer("c1")
+                .with_block(Duration::from_millis(200))
+                .with_count(10),
             |task: serde_json::Value| async move {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 println!("handled {task}");

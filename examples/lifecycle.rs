@@ -43,8 +43,8 @@ async fn main() {
         .subscribe(
             &Stream::new("lifecycle-tasks", "g"),
             ConsumerOptions::default()
-                .consumer("c1")
-                .block(Duration::from_millis(200)),
+                .with_consumer("c1")
+                .with_block(Duration::from_millis(200)),
             |_task: serde_json::Value| async { Ok(()) },
         )
         .build()

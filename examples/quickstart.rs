@@ -53,8 +53,8 @@ async fn main() {
             &orders,
             // Only entries published from now on: a re-run does not replay old ones.
             ConsumerOptions::default()
-                .start_id("$")
-                .block(Duration::from_millis(500)),
+                .with_start_id("$")
+                .with_block(Duration::from_millis(500)),
             move |order: Order| {
                 let counter = counter.clone();
                 async move {

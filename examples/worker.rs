@@ -9,11 +9,11 @@
 //! | `RILLKIT_CLUSTER` | unset | `<host:port>,<host:port>…`: seed nodes of a Redis Cluster, instead of `REDIS_URL` (the dead-letter stream is then `{<stream>}-dlq`) |
 //! | `RILLKIT_TLS_CA` | unset | PEM file of the CA to trust (with `rediss://`, or TLS to Sentinel and master) |
 //! | `RILLKIT_STARTUP_TIMEOUT_MS` | 60000 | how long start waits for a server that is loading or not yet master |
-//! | `RILLKIT_RETAIN` | unset | `acked`: trim what every group has acked ([`Stream::retain_acked`](rillkit::Stream::retain_acked)) |
+//! | `RILLKIT_RETAIN` | unset | `acked`: trim what every group has acked ([`Stream::with_retain_acked`](rillkit::Stream::with_retain_acked)) |
 //! | `RILLKIT_DLQ_MAXLEN` | unset | cap of the dead-letter stream, in entries |
 //! | `RILLKIT_SOURCE` | `stream` | `stream`, `list` (reliable: `BLMOVE`), `list-at-most-once` (`BRPOP`) or `channel` (Pub/Sub) |
 //! | `RILLKIT_STREAM` | `tasks` | the key read: a stream, a list or a channel |
-//! | `RILLKIT_HEARTBEAT_TTL_MS` | 10000 | a reliable list consumer's heartbeat TTL ([`ListOptions::heartbeat_ttl`](rillkit::ListOptions::heartbeat_ttl)) |
+//! | `RILLKIT_HEARTBEAT_TTL_MS` | 10000 | a reliable list consumer's heartbeat TTL ([`ListOptions::with_heartbeat_ttl`](rillkit::ListOptions::with_heartbeat_ttl)) |
 //! | `RILLKIT_GROUP` | `workers` | consumer group |
 //! | `RILLKIT_CONSUMER` | `<group>-<hostname>-<pid>` | consumer name |
 //! | `RILLKIT_BLOCK_MS` | 5000 | `block` |
@@ -22,8 +22,8 @@
 //! | `RILLKIT_CLAIM_IDLE_MS` | 30000 | `claim_idle` |
 //! | `RILLKIT_SHUTDOWN_TIMEOUT_MS` | 30000 | drain deadline |
 //! | `RILLKIT_CONCURRENCY` | 1 | handlers at once |
-//! | `RILLKIT_LEASE_TTL_MS` | 10000 | the consumer name's lease ([`ConsumerOptions::lease_ttl`](rillkit::ConsumerOptions::lease_ttl)) |
-//! | `RILLKIT_PRUNE_IDLE_MS` | unset | prune the group's idle empty consumers ([`ConsumerOptions::prune_idle`](rillkit::ConsumerOptions::prune_idle)) |
+//! | `RILLKIT_LEASE_TTL_MS` | 10000 | the consumer name's lease ([`ConsumerOptions::with_lease_ttl`](rillkit::ConsumerOptions::with_lease_ttl)) |
+//! | `RILLKIT_PRUNE_IDLE_MS` | unset | prune the group's idle empty consumers ([`ConsumerOptions::with_prune_idle`](rillkit::ConsumerOptions::with_prune_idle)) |
 //!
 //! Entries hold JSON objects `{"id": <u64>, "sleep_ms": <u64>?, "fail": <bool>?,
 //! "panic": <bool>?, "exit": <bool>?}`: the handler sleeps `sleep_ms`; `fail`
@@ -123,35 +123,35 @@ async fn main() {
         env_or("RILLKIT_GROUP", "workers".to_string()),
     );
     match std::env::var("RILLKIT_RETAIN").as_deref() {
-        Ok("acked") => stream = stream.retain_acked(),
+        Ok("acked") => stream = stream.with_retain_acked(true),
         Ok(other) => panic!("RILLKIT_RETAIN={other:?}: the one policy is `acked`"),
         Err(_) => {}
     }
     if let Ok(cap) = std::env::var("RILLKIT_DLQ_MAXLEN") {
-        stream = stream.dlq_max_len(
+        stream = stream.with_dlq_max_len(
             cap.parse()
                 .expect("RILLKIT_DLQ_MAXLEN is a number of entries"),
         );
     }
     let mut opts = ConsumerOptions::default()
-        .block(Duration::from_millis(env_or("RILLKIT_BLOCK_MS", 5000)))
-        .count(env_or("RILLKIT_COUNT", 10))
-        .max_retries(env_or("RILLKIT_MAX_RETRIES", 3))
-        .claim_idle(Duration::from_millis(env_or(
+        .with_block(Duration::from_millis(env_or("RILLKIT_BLOCK_MS", 5000)))
+        .with_count(env_or("RILLKIT_COUNT", 10))
+        .with_max_retries(env_or("RILLKIT_MAX_RETRIES", 3))
+        .with_claim_idle(Duration::from_millis(env_or(
             "RILLKIT_CLAIM_IDLE_MS",
             30_000,
         )))
-        .concurrency(env_or("RILLKIT_CONCURRENCY", 1))
-        .lease_ttl(Duration::from_millis(env_or(
+        .with_concurrency(env_or("RILLKIT_CONCURRENCY", 1))
+        .with_lease_ttl(Duration::from_millis(env_or(
             "RILLKIT_LEASE_TTL_MS",
             10_000,
         )));
     if let Ok(ms) = std::env::var("RILLKIT_PRUNE_IDLE_MS") {
         let ms = ms.parse().expect("RILLKIT_PRUNE_IDLE_MS is a number of ms");
-        opts = opts.prune_idle(Duration::from_millis(ms));
+        opts = opts.with_prune_idle(Duration::from_millis(ms));
     }
     if let Ok(name) = std::env::var("RILLKIT_CONSUMER") {
-        opts = opts.consumer(name);
+        opts = opts.with_consumer(name);
     }
     let shutdown = Duration::from_millis(env_or("RILLKIT_SHUTDOWN_TIMEOUT_MS", 30_000));
 
@@ -177,24 +177,24 @@ async fn main() {
         }
         Ok(kind @ ("list" | "list-at-most-once")) => {
             let mut list_opts = ListOptions::default()
-                .max_retries(env_or("RILLKIT_MAX_RETRIES", 3))
-                .concurrency(env_or("RILLKIT_CONCURRENCY", 1))
-                .block(Duration::from_millis(env_or("RILLKIT_BLOCK_MS", 5000)))
-                .heartbeat_ttl(Duration::from_millis(env_or(
+                .with_max_retries(env_or("RILLKIT_MAX_RETRIES", 3))
+                .with_concurrency(env_or("RILLKIT_CONCURRENCY", 1))
+                .with_block(Duration::from_millis(env_or("RILLKIT_BLOCK_MS", 5000)))
+                .with_heartbeat_ttl(Duration::from_millis(env_or(
                     "RILLKIT_HEARTBEAT_TTL_MS",
                     10_000,
                 )));
             if let Ok(name) = std::env::var("RILLKIT_CONSUMER") {
-                list_opts = list_opts.consumer(name);
+                list_opts = list_opts.with_consumer(name);
             }
             if kind == "list-at-most-once" {
-                list_opts = list_opts.at_most_once();
+                list_opts = list_opts.with_at_most_once(true);
             }
             builder.subscribe_list(&List::new(key), list_opts, |task: Task| handle(task, 0))
         }
         Ok("channel") => builder.subscribe_channel(
             &Channel::new(key),
-            ChannelOptions::default().concurrency(env_or("RILLKIT_CONCURRENCY", 1)),
+            ChannelOptions::default().with_concurrency(env_or("RILLKIT_CONCURRENCY", 1)),
             |task: Task| handle(task, 0),
         ),
         Ok(other) => {

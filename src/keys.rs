@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use crate::error::ConfigError;
+use crate::kind::SourceKind;
 
 /// The default dead-letter stream (or list) of the source `name`:
 /// `<name>-dlq`; under a cluster `{<name>}-dlq` (`<name>-dlq` when the name
@@ -54,7 +55,8 @@ fn cluster_dlq(stream: &str) -> String {
 pub(crate) fn dlq_slot_error(stream: &str, dlq: &str) -> Option<ConfigError> {
     let (s, d) = (key_slot(stream.as_bytes()), key_slot(dlq.as_bytes()));
     (s != d).then(|| ConfigError::Invalid {
-        stream: stream.to_owned(),
+        kind: Some(SourceKind::Stream),
+        key: stream.to_owned(),
         option: "dlq_name",
         reason: format!(
             "under Redis Cluster the dead-letter stream must share its stream's hash slot \

@@ -28,11 +28,17 @@
 //! }
 //! ```
 //!
-//! Configuration is set with builder methods named after the option
-//! (`count(100)`, `max_len(10_000)`) and read back with the same name
-//! prefixed by `get_` (`get_count()`, `get_max_len()`), on every type; values
-//! given to a constructor (`Stream::new`'s name and group) read back by their
-//! plain name (`name()`, `group()`).
+//! Options are set with methods named `with_<option>`, which take the value
+//! and return it changed (`ConsumerOptions::default().with_count(100)`,
+//! `Stream::new("orders", "billing").with_max_len(10_000)`,
+//! `with_retain_acked(true)`), and read back with the option's plain name
+//! (`count()`, `max_len()`, `retain_acked()`), on every option type:
+//! [`ConsumerOptions`], [`RetryBackoff`], [`Stream`], [`List`],
+//! [`ListOptions`], [`Channel`], [`ChannelOptions`], [`RestartPolicy`] and
+//! [`admin::DeadLetterFilter`]. Values given to a constructor read back by
+//! their plain name too (`name()`, `group()`, `is_pattern()`). Builders that
+//! are only written, never read back ([`BrokerBuilder`], [`Topology`],
+//! [`Tls`]), take methods named after the option alone (`pool_size(4)`).
 //!
 //! The wire format is one field `data` holding a JSON document, so any Redis
 //! client can produce for rillkit or read what it publishes. See the README for
@@ -50,6 +56,7 @@ mod delivery;
 mod error;
 mod handler;
 mod keys;
+mod kind;
 mod lifecycle;
 #[cfg(feature = "otel")]
 mod otel;
@@ -72,11 +79,12 @@ pub use broker::{Delivery, ItemDelivery, Removed, SubscriptionHandle};
 pub use connection::{Tls, Topology};
 pub use error::{BoxError, ConfigError, Error, HookError, HookFailures};
 pub use handler::{HandlerError, HandlerResult, Message};
+pub use kind::SourceKind;
 pub use lifecycle::{Phase, Stage, SupervisorOutcome};
 pub use source::channel::{Channel, ChannelOptions};
 pub use source::list::{List, ListOptions};
 pub use source::stream::{ConsumerOptions, RetryBackoff};
-pub use status::{ServerFigures, SourceKind, Status, SubscriptionState, SubscriptionStatus};
+pub use status::{ServerFigures, Status, SubscriptionState, SubscriptionStatus};
 pub use stream::{Codec, EntryId, Json, Stream};
 pub use supervisor::RestartPolicy;
 pub use traceparent::{InvalidTraceParent, TRACEPARENT_FIELD, TraceParent};

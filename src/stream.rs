@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 
 use crate::connection::Topology;
 use crate::error::{BoxError, ConfigError};
+use crate::kind::SourceKind;
 
 /// Turns values into the bytes stored in an entry's data field and back.
 ///
@@ -62,9 +63,10 @@ impl Codec for Json {
 /// ```
 /// use rillkit::Stream;
 ///
-/// let orders = Stream::new("orders", "billing").max_len(100_000);
+/// let orders = Stream::new("orders", "billing").with_max_len(100_000);
 /// let audit = orders.with_group("audit");
-/// assert_eq!(orders.get_dlq_name(), "orders-dlq");
+/// assert_eq!(orders.dlq_name(), "orders-dlq");
+/// assert_eq!(orders.max_len(), Some(100_000));
 /// assert_eq!(audit.group(), "audit");
 /// ```
 #[derive(Clone)]
@@ -114,7 +116,8 @@ impl<C: Codec> Stream<C> {
     /// `{<name>}-dlq` under a cluster). Under a cluster it must hash to the
     /// stream's slot (share its hash tag), or
     /// [`build`](crate::BrokerBuilder::build) fails.
-    pub fn dlq_name(mut self, dlq: impl Into<String>) -> Self {
+    #[must_use]
+    pub fn with_dlq_name(mut self, dlq: impl Into<String>) -> Self {
         self.dlq = dlq.into().into();
         self.dlq_default = false;
         self
@@ -126,8 +129,9 @@ impl<C: Codec> Stream<C> {
     ///
     /// **It can drop work**: the cap trims the oldest entries whether or not
     /// any group has read or acked them, silently. To remove only what every
-    /// group is done with, use [`retain_acked`](Self::retain_acked) instead.
-    pub fn max_len(mut self, entries: usize) -> Self {
+    /// group is done with, use [`with_retain_acked`](Self::with_retain_acked) instead.
+    #[must_use]
+    pub fn with_max_len(mut self, entries: usize) -> Self {
         self.max_len = Some(entries);
         self
     }
@@ -140,38 +144,43 @@ impl<C: Codec> Stream<C> {
     /// `XINFO GROUPS` and `XPENDING` and runs `XTRIM … MINID ~` up to it, so an
     /// entry some group has not read or not acked is never removed. A stream
     /// with no group is never trimmed. Runs in brokers that subscribe to the
-    /// stream.
-    pub fn retain_acked(mut self) -> Self {
-        self.retain_acked = true;
+    /// stream. Off by default.
+    #[must_use]
+    pub fn with_retain_acked(mut self, on: bool) -> Self {
+        self.retain_acked = on;
         self
     }
 
     /// Caps the dead-letter stream at about `entries` entries: each move to
     /// it sends `XADD … MAXLEN ~ entries`, and the dead letters that removes
     /// (the oldest) are counted and logged at WARN. Default: no cap.
-    pub fn dlq_max_len(mut self, entries: usize) -> Self {
+    #[must_use]
+    pub fn with_dlq_max_len(mut self, entries: usize) -> Self {
         self.dlq_max_len = Some(entries);
         self
     }
 
-    /// The dead-letter cap set with [`dlq_max_len`](Self::dlq_max_len).
-    pub fn get_dlq_max_len(&self) -> Option<usize> {
+    /// The dead-letter cap set with [`with_dlq_max_len`](Self::with_dlq_max_len).
+    pub fn dlq_max_len(&self) -> Option<usize> {
         self.dlq_max_len
     }
 
-    /// Whether [`retain_acked`](Self::retain_acked) is set.
-    pub fn get_retain_acked(&self) -> bool {
+    /// Whether acked entries are trimmed, set with
+    /// [`with_retain_acked`](Self::with_retain_acked).
+    pub fn retain_acked(&self) -> bool {
         self.retain_acked
     }
 
     /// Sets the field that holds the encoded value (default `data`).
-    pub fn data_field(mut self, field: impl Into<String>) -> Self {
+    #[must_use]
+    pub fn with_data_field(mut self, field: impl Into<String>) -> Self {
         self.field = field.into().into();
         self
     }
 
     /// Replaces the codec (default [`Json`]).
-    pub fn codec<D: Codec>(self, codec: D) -> Stream<D> {
+    #[must_use]
+    pub fn with_codec<D: Codec>(self, codec: D) -> Stream<D> {
         Stream {
             name: self.name,
             group: self.group,
@@ -196,20 +205,14 @@ impl<C: Codec> Stream<C> {
     }
 
     /// The dead-letter stream key for a standalone or Sentinel server: the
-    /// name set with [`dlq_name`](Self::dlq_name), or `<name>-dlq`. Under a
+    /// name set with [`with_dlq_name`](Self::with_dlq_name), or `<name>-dlq`. Under a
     /// cluster the default differs; see [`dlq_for`](Self::dlq_for).
-    pub fn get_dlq_name(&self) -> &str {
-        &self.dlq
-    }
-
-    /// The dead-letter stream key. Renamed [`get_dlq_name`](Self::get_dlq_name).
-    #[deprecated(since = "0.1.0", note = "use get_dlq_name (getters are get_<setter>)")]
-    pub fn dlq(&self) -> &str {
+    pub fn dlq_name(&self) -> &str {
         &self.dlq
     }
 
     /// The dead-letter stream key a broker on `topology` uses: the name set
-    /// with [`dlq_name`](Self::dlq_name), else `<name>-dlq`, or under a
+    /// with [`with_dlq_name`](Self::with_dlq_name), else `<name>-dlq`, or under a
     /// cluster `{<name>}-dlq` (`<name>-dlq` when the name already holds a
     /// hash tag), so that the stream and its dead-letter stream share a hash
     /// slot.
@@ -230,35 +233,20 @@ impl<C: Codec> Stream<C> {
         }
     }
 
-    /// The length cap set with [`max_len`](Self::max_len), in entries, if
+    /// The length cap set with [`with_max_len`](Self::with_max_len), in entries, if
     /// any.
-    pub fn get_max_len(&self) -> Option<usize> {
-        self.max_len
-    }
-
-    /// The length cap. Renamed [`get_max_len`](Self::get_max_len).
-    #[deprecated(since = "0.1.0", note = "use get_max_len (getters are get_<setter>)")]
-    pub fn length_cap(&self) -> Option<usize> {
+    pub fn max_len(&self) -> Option<usize> {
         self.max_len
     }
 
     /// The field holding the encoded value, set with
-    /// [`data_field`](Self::data_field).
-    pub fn get_data_field(&self) -> &str {
+    /// [`with_data_field`](Self::with_data_field).
+    pub fn data_field(&self) -> &str {
         &self.field
     }
 
-    /// The data field. Renamed [`get_data_field`](Self::get_data_field).
-    #[deprecated(
-        since = "0.1.0",
-        note = "use get_data_field (getters are get_<setter>)"
-    )]
-    pub fn field(&self) -> &str {
-        &self.field
-    }
-
-    /// The codec, set with [`codec`](Self::codec).
-    pub fn get_codec(&self) -> &C {
+    /// The codec, set with [`with_codec`](Self::with_codec).
+    pub fn codec(&self) -> &C {
         &self.codec
     }
 
@@ -296,7 +284,8 @@ impl StreamNames {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let bad = |option: &'static str, reason: &str| {
             Err(ConfigError::Invalid {
-                stream: self.name.to_string(),
+                kind: Some(SourceKind::Stream),
+                key: self.name.to_string(),
                 option,
                 reason: reason.to_owned(),
             })

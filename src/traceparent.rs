@@ -34,6 +34,7 @@ pub struct TraceParent(String);
 /// A value that is not a W3C `traceparent`; says what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not a W3C traceparent ({reason}): {value:?}")]
+#[non_exhaustive]
 pub struct InvalidTraceParent {
     /// The value given.
     pub value: String,

@@ -160,10 +160,10 @@ async fn the_readme_minimal_acl_runs_a_worker() {
     let unlucky = Arc::new(Mutex::new(Vec::<u64>::new()));
     let (k, u) = (ok.clone(), unlucky.clone());
     let opts = ConsumerOptions::default()
-        .consumer("acl-1")
-        .block(Duration::from_secs(30))
-        .max_retries(1)
-        .claim_idle(Duration::from_millis(200));
+        .with_consumer("acl-1")
+        .with_block(Duration::from_secs(30))
+        .with_max_retries(1)
+        .with_claim_idle(Duration::from_millis(200));
     let broker = Broker::builder(url_as(&redis, USER, PASSWORD))
         .subscribe_message(&s, opts, move |m: Message| {
             let (k, u) = (k.clone(), u.clone());
@@ -246,8 +246,8 @@ async fn without_client_unblock_stop_waits_out_block() {
     let handled = Arc::new(AtomicUsize::new(0));
     let h = handled.clone();
     let opts = ConsumerOptions::default()
-        .consumer("acl-1")
-        .block(Duration::from_secs(1));
+        .with_consumer("acl-1")
+        .with_block(Duration::from_secs(1));
     let broker = Broker::builder(url_as(&redis, USER, PASSWORD))
         .subscribe(&s, opts, move |_: Job| {
             h.fetch_add(1, Ordering::SeqCst);
@@ -392,7 +392,7 @@ async fn publish_without_xadd_answers_an_error_that_is_not_retryable() {
     let broker = Broker::builder(url_as(&redis, USER, PASSWORD))
         .subscribe(
             &s,
-            ConsumerOptions::default().block(Duration::from_millis(200)),
+            ConsumerOptions::default().with_block(Duration::from_millis(200)),
             |_: Job| async { Ok(()) },
         )
         .build()

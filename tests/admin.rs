@@ -1,4 +1,4 @@
-//! `rillkit::admin` (issue 10): discovery, groups, consumers, pending
+//! `rillkit::admin`: discovery, groups, consumers, pending
 //! entries and the newest entries of a stream; dead letters made by a real
 //! broker listed apart from what the move appended, a filtered subset
 //! redriven to a running consumer, the rest purged; the slot rule under a
@@ -37,10 +37,10 @@ type Redriven = Arc<Mutex<Vec<(String, Fields)>>>;
 fn broker(redis: &RedisServer, s: &Stream, seen: &Redriven) -> Broker {
     let seen = seen.clone();
     let opts = ConsumerOptions::default()
-        .consumer("c1")
-        .block(Duration::from_millis(50))
-        .max_retries(0)
-        .claim_idle(Duration::from_millis(200));
+        .with_consumer("c1")
+        .with_block(Duration::from_millis(50))
+        .with_max_retries(0)
+        .with_claim_idle(Duration::from_millis(200));
     Broker::builder(redis.url())
         .subscribe_message(s, opts, move |m: Message| {
             let seen = seen.clone();
@@ -73,7 +73,7 @@ async fn dead_letters_are_listed_apart_redriven_to_a_running_consumer_and_purged
     let admin = Admin::connect(&redis.url()).await.unwrap();
     let dlq = admin.dlq_of("jobs");
     assert_eq!(dlq, "jobs-dlq");
-    assert_eq!(dlq, s.get_dlq_name());
+    assert_eq!(dlq, s.dlq_name());
 
     // Four entries, each with an original field literally named `error`.
     let mut originals = Vec::new();
@@ -130,7 +130,7 @@ async fn dead_letters_are_listed_apart_redriven_to_a_running_consumer_and_purged
     }
 
     // Filters: error text, count, one id.
-    let timeouts = DeadLetterFilter::new().error_contains("timeout");
+    let timeouts = DeadLetterFilter::new().with_error_contains("timeout");
     let picked = admin.dead_letters(&dlq, &timeouts).await.unwrap();
     let mut picked_entries: Vec<usize> = picked.iter().map(index_of).collect();
     picked_entries.sort();
@@ -141,20 +141,23 @@ async fn dead_letters_are_listed_apart_redriven_to_a_running_consumer_and_purged
     );
     assert_eq!(
         admin
-            .dead_letters(&dlq, &timeouts.clone().count(1))
+            .dead_letters(&dlq, &timeouts.clone().with_count(1))
             .await
             .unwrap(),
         picked[..1]
     );
     let invalid = all.iter().find(|d| index_of(d) == 2).unwrap();
-    let one = DeadLetterFilter::new().id(invalid.id.as_str());
+    let one = DeadLetterFilter::new().with_id(invalid.id.as_str());
     assert_eq!(
         admin.dead_letters(&dlq, &one).await.unwrap(),
         std::slice::from_ref(invalid)
     );
     assert!(
         admin
-            .dead_letters(&dlq, &DeadLetterFilter::new().error_contains("original"))
+            .dead_letters(
+                &dlq,
+                &DeadLetterFilter::new().with_error_contains("original")
+            )
             .await
             .unwrap()
             .is_empty(),
@@ -199,7 +202,7 @@ async fn dead_letters_are_listed_apart_redriven_to_a_running_consumer_and_purged
     assert_eq!(stream_len(&mut redis.conn(), "jobs-dlq"), 3);
 
     // Redrive from the stranger on: skipped with a reason, and it stays.
-    let rest = DeadLetterFilter::new().start(stranger.as_str());
+    let rest = DeadLetterFilter::new().with_start(stranger.as_str());
     let report = admin.redrive(&dlq, &rest).await.unwrap();
     assert_eq!(report.count(), 0);
     assert_eq!(report.skipped.len(), 1);
@@ -215,7 +218,7 @@ async fn dead_letters_are_listed_apart_redriven_to_a_running_consumer_and_purged
     // Purge: a count first, then the rest.
     assert_eq!(
         admin
-            .purge(&dlq, &DeadLetterFilter::new().count(1))
+            .purge(&dlq, &DeadLetterFilter::new().with_count(1))
             .await
             .unwrap(),
         1
@@ -239,9 +242,9 @@ async fn a_dead_letter_redriven_twice_carries_only_its_latest_redriven_from() {
     let s = Stream::new("again", "g");
     // Rejects everything, redriven or not.
     let opts = ConsumerOptions::default()
-        .consumer("c1")
-        .block(Duration::from_millis(50))
-        .max_retries(0);
+        .with_consumer("c1")
+        .with_block(Duration::from_millis(50))
+        .with_max_retries(0);
     let broker = Broker::builder(redis.url())
         .subscribe_message(&s, opts, |_m: Message| async {
             Err(HandlerError::reject("no"))

@@ -1,4 +1,4 @@
-//! Backoff between retries, separate from crash recovery (issue 13): a
+//! Backoff between retries, separate from crash recovery: a
 //! failed entry waits `retry_backoff(n)` in the consumer that saw it fail,
 //! measured here against a real server; entries that failed here run again
 //! beside each other (a downstream outage does not serialise the consumer);
@@ -30,10 +30,12 @@ async fn each_retry_waits_its_backoff_then_the_entry_is_dead_lettered() {
         .subscribe_message(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .max_retries(3)
-                .claim_idle(CLAIM_IDLE)
-                .retry_backoff(RetryBackoff::exponential(Duration::from_millis(200)).jitter(false)),
+                .with_consumer("c1")
+                .with_max_retries(3)
+                .with_claim_idle(CLAIM_IDLE)
+                .with_retry_backoff(
+                    RetryBackoff::exponential(Duration::from_millis(200)).with_jitter(false),
+                ),
             move |m: Message| {
                 r.lock().unwrap().push((m.delivery_count, Instant::now()));
                 async { Err(HandlerError::retry("downstream is down")) }
@@ -84,11 +86,11 @@ async fn entries_that_failed_here_run_again_beside_each_other() {
         .subscribe_message(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .concurrency(N)
-                .count(N)
-                .claim_idle(CLAIM_IDLE)
-                .retry_backoff(RetryBackoff::fixed(Duration::from_millis(300))),
+                .with_consumer("c1")
+                .with_concurrency(N)
+                .with_count(N)
+                .with_claim_idle(CLAIM_IDLE)
+                .with_retry_backoff(RetryBackoff::fixed(Duration::from_millis(300))),
             move |m: Message| {
                 let (ru, mo, dn) = (ru.clone(), mo.clone(), dn.clone());
                 async move {
@@ -131,10 +133,10 @@ async fn a_drain_hands_a_waiting_entry_back_for_the_rest_of_its_wait() {
     let backoff = Duration::from_secs(2);
     let opts = |name: &str| {
         ConsumerOptions::default()
-            .consumer(name)
-            .block(Duration::from_millis(100))
-            .claim_idle(CLAIM_IDLE)
-            .retry_backoff(RetryBackoff::fixed(backoff))
+            .with_consumer(name)
+            .with_block(Duration::from_millis(100))
+            .with_claim_idle(CLAIM_IDLE)
+            .with_retry_backoff(RetryBackoff::fixed(backoff))
     };
     let failed_at: Arc<Mutex<Option<Instant>>> = Default::default();
     let f = failed_at.clone();
@@ -188,9 +190,10 @@ fn a_backoff_longer_than_claim_idle_is_refused_by_build() {
         .subscribe(
             &Stream::new("s", "g"),
             ConsumerOptions::default()
-                .claim_idle(Duration::from_secs(10))
-                .retry_backoff(
-                    RetryBackoff::exponential(Duration::from_secs(1)).max(Duration::from_secs(60)),
+                .with_claim_idle(Duration::from_secs(10))
+                .with_retry_backoff(
+                    RetryBackoff::exponential(Duration::from_secs(1))
+                        .with_max(Duration::from_secs(60)),
                 ),
             |_: u64| async { Ok(()) },
         )

@@ -1,4 +1,4 @@
-//! Pub/Sub subscriptions (issue 12, SPEC §9): messages published while
+//! Pub/Sub subscriptions: messages published while
 //! subscribed are handled, a closed connection is subscribed again, a slow
 //! handler with a full buffer drops the oldest messages and counts them,
 //! patterns, and removal at run time.
@@ -34,7 +34,7 @@ async fn published_messages_are_handled_and_a_closed_connection_subscribes_again
     let broker = Broker::builder(redis.url())
         .subscribe_channel(
             &events,
-            ChannelOptions::default().concurrency(4),
+            ChannelOptions::default().with_concurrency(4),
             move |n: u64| {
                 let s = s.clone();
                 async move {
@@ -87,7 +87,7 @@ async fn a_slow_handler_with_a_full_buffer_drops_the_oldest_and_counts_them() {
         .shutdown_timeout(Duration::from_secs(5))
         .subscribe_channel(
             &events,
-            ChannelOptions::default().buffer(10),
+            ChannelOptions::default().with_buffer(10),
             move |n: u64| {
                 let (g, h) = (g.clone(), h.clone());
                 async move {

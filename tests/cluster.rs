@@ -1,4 +1,4 @@
-//! Redis Cluster (issue 9): streams on different nodes consumed by one
+//! Redis Cluster: streams on different nodes consumed by one
 //! broker, a slot migration in the middle of a stream, dead letters that stay
 //! one copy while their slot migrates, and a stop that interrupts a blocked
 //! read on the node that holds it.
@@ -75,7 +75,7 @@ fn dead_letter_origins(conn: &mut redis::Connection, dlq: &str) -> Vec<String> {
 #[test]
 fn a_dead_letter_name_in_another_slot_fails_the_build_naming_the_fix() {
     let cluster = Topology::cluster(["127.0.0.1:1"]);
-    let bad = Stream::new("orders", "billing").dlq_name("orders-dlq");
+    let bad = Stream::new("orders", "billing").with_dlq_name("orders-dlq");
     let e = Broker::with_topology(cluster.clone())
         .subscribe(&bad, ConsumerOptions::default(), |_: Job| async { Ok(()) })
         .build()
@@ -90,7 +90,7 @@ fn a_dead_letter_name_in_another_slot_fails_the_build_naming_the_fix() {
     // The default, and a name sharing the tag, build.
     let ok = Stream::new("orders", "billing");
     assert_eq!(ok.dlq_for(&cluster), "{orders}-dlq");
-    let tagged = Stream::new("{orders}", "billing").dlq_name("{orders}:dead");
+    let tagged = Stream::new("{orders}", "billing").with_dlq_name("{orders}:dead");
     Broker::with_topology(cluster)
         .subscribe(&ok, ConsumerOptions::default(), |_: Job| async { Ok(()) })
         .subscribe(&tagged, ConsumerOptions::default(), |_: Job| async {
@@ -112,8 +112,8 @@ async fn streams_on_three_masters_are_consumed_by_one_broker() {
         builder = builder.subscribe(
             s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .block(Duration::from_millis(500)),
+                .with_consumer("c1")
+                .with_block(Duration::from_millis(500)),
             counting(&seen),
         );
     }
@@ -174,10 +174,10 @@ async fn a_slot_migration_mid_stream_loses_nothing_and_repeats_only_entries_in_f
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .count(COUNT)
-                .concurrency(4)
-                .block(Duration::from_millis(500)),
+                .with_consumer("c1")
+                .with_count(COUNT)
+                .with_concurrency(4)
+                .with_block(Duration::from_millis(500)),
             move |job: Job| {
                 *slow.lock().unwrap().entry(job.id).or_default() += 1;
                 async {
@@ -279,10 +279,10 @@ async fn poison_entries_are_dead_lettered_once_also_while_their_slot_migrates() 
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .max_retries(1)
-                .claim_idle(Duration::from_millis(200))
-                .block(Duration::from_millis(200)),
+                .with_consumer("c1")
+                .with_max_retries(1)
+                .with_claim_idle(Duration::from_millis(200))
+                .with_block(Duration::from_millis(200)),
             counting(&seen),
         )
         .build()
@@ -380,7 +380,9 @@ async fn a_stop_interrupts_the_blocked_read_on_the_node_that_holds_it() {
     for n in &names {
         builder = builder.subscribe(
             &Stream::new(n, "billing"),
-            ConsumerOptions::default().consumer("c1").block(block),
+            ConsumerOptions::default()
+                .with_consumer("c1")
+                .with_block(block),
             |_: Job| async { Ok(()) },
         );
     }
@@ -454,8 +456,8 @@ async fn a_blocked_read_follows_its_stream_when_the_slot_migrates() {
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .block(Duration::from_secs(300)),
+                .with_consumer("c1")
+                .with_block(Duration::from_secs(300)),
             counting(&seen),
         )
         .build()
@@ -552,9 +554,9 @@ async fn a_worker_with_the_readmes_minimal_acl_runs_on_a_cluster() {
             .subscribe(
                 &s,
                 ConsumerOptions::default()
-                    .consumer("c1")
-                    .max_retries(0)
-                    .block(Duration::from_secs(60)),
+                    .with_consumer("c1")
+                    .with_max_retries(0)
+                    .with_block(Duration::from_secs(60)),
                 counting(&seen),
             )
             .build()
@@ -596,7 +598,7 @@ async fn a_worker_with_the_readmes_minimal_acl_runs_on_a_cluster() {
     }
 }
 
-/// Lists and Pub/Sub on a cluster (issue 12): every key beside a list
+/// Lists and Pub/Sub on a cluster: every key beside a list
 /// shares its slot (`{<list>}:rillkit:…`), so pops, settles and dead-letter
 /// moves work on its master; a channel's subscriber sees what any node
 /// publishes.
@@ -611,9 +613,9 @@ async fn lists_and_channels_work_on_a_cluster() {
         .subscribe_list(
             &jobs,
             rillkit::ListOptions::default()
-                .consumer("c1")
-                .max_retries(0)
-                .concurrency(4),
+                .with_consumer("c1")
+                .with_max_retries(0)
+                .with_concurrency(4),
             move |job: Job| {
                 let s = s.clone();
                 async move {

@@ -67,10 +67,10 @@ async fn a_master_failover_mid_stream_loses_nothing_and_repeats_only_entries_in_
         .subscribe_message(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .count(COUNT)
-                .concurrency(4)
-                .block(Duration::from_millis(500)),
+                .with_consumer("c1")
+                .with_count(COUNT)
+                .with_concurrency(4)
+                .with_block(Duration::from_millis(500)),
             move |m: Message| {
                 let job: Result<Job, _> = m.decode(&Json);
                 if let Ok(job) = &job {
@@ -224,7 +224,9 @@ async fn a_read_blocked_on_the_old_master_moves_to_the_new_one_and_a_stop_interr
     let broker = Broker::with_topology(Topology::cluster(cluster.seeds()))
         .subscribe(
             &s,
-            ConsumerOptions::default().consumer("c1").block(block),
+            ConsumerOptions::default()
+                .with_consumer("c1")
+                .with_block(block),
             move |job: Job| {
                 *record.lock().unwrap().jobs.entry(job.id).or_default() += 1;
                 std::future::ready(Ok(()))

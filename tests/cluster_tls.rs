@@ -59,7 +59,9 @@ fn subscribed(builder: BrokerBuilder, seen: &Seen, block: Duration) -> Broker {
     builder
         .subscribe(
             &stream(),
-            ConsumerOptions::default().consumer("tls-1").block(block),
+            ConsumerOptions::default()
+                .with_consumer("tls-1")
+                .with_block(block),
             move |job: Job| {
                 let result = if job.id == POISON {
                     Err(HandlerError::reject(format!("job {} is poison", job.id)))

@@ -1,4 +1,4 @@
-//! Typed handlers with the delivery's context (issue 13): the entry id and
+//! Typed handlers with the delivery's context: the entry id and
 //! the server's delivery count beside the decoded value, a `Broker` handle to
 //! publish onward with, and undecodable entries still dead-lettered before
 //! they reach the handler.
@@ -30,8 +30,8 @@ async fn a_typed_handler_sees_id_and_delivery_count_and_publishes_onward() {
         .subscribe_with_context(
             &payments,
             ConsumerOptions::default()
-                .consumer("c1")
-                .claim_idle(Duration::from_millis(100)),
+                .with_consumer("c1")
+                .with_claim_idle(Duration::from_millis(100)),
             move |amount: u64, d: Delivery| {
                 let (r, onward) = (r.clone(), onward.clone());
                 async move {

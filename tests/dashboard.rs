@@ -1,4 +1,4 @@
-//! The dashboard (issue 11) in a real headless Chromium, driven through
+//! The dashboard in a real headless Chromium, driven through
 //! WebDriver (Debian's `chromium` and `chromium-driver`): the overview lists
 //! a stream with its lag; a dead letter shows its error; redrive (confirmed)
 //! puts it back and the handler runs it; a `<script>` payload leaves
@@ -461,7 +461,7 @@ async fn screenshot_of_the_overview() {
     let broker = Broker::builder(redis.url())
         .subscribe(
             &orders,
-            ConsumerOptions::default().concurrency(4),
+            ConsumerOptions::default().with_concurrency(4),
             |v: u64| async move {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 if v % 97 == 0 {

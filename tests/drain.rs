@@ -1,4 +1,4 @@
-//! SPEC §3, §6, §7: stop without waiting for `block`, the drain deadline and
+//! Stop without waiting for `block`, the drain deadline and
 //! exit codes, hand-back of unstarted entries, signals, supervision limits.
 
 mod support;
@@ -148,15 +148,16 @@ async fn a_consumer_that_keeps_failing_is_restarted_then_failed_and_run_returns_
     let s = Stream::new("tasks", "g");
     let broker = Broker::builder(redis.url())
         .handle_signals(false)
-        .restart_policy(RestartPolicy {
-            max_restarts: 3,
-            window: Duration::from_secs(60),
-            min_backoff: Duration::from_millis(10),
-            max_backoff: Duration::from_millis(50),
-        })
+        .restart_policy(
+            RestartPolicy::default()
+                .with_max_restarts(3)
+                .with_window(Duration::from_secs(60))
+                .with_min_backoff(Duration::from_millis(10))
+                .with_max_backoff(Duration::from_millis(50)),
+        )
         .subscribe(
             &s,
-            ConsumerOptions::default().block(Duration::from_millis(50)),
+            ConsumerOptions::default().with_block(Duration::from_millis(50)),
             |_: u64| async { Ok(()) },
         )
         .build()
@@ -197,17 +198,18 @@ async fn an_unrecoverable_read_error_stops_reading_while_handlers_finish() {
     let broker = Broker::builder(redis.url())
         .handle_signals(false)
         .shutdown_timeout(Duration::from_secs(5))
-        .restart_policy(RestartPolicy {
-            max_restarts: 1,
-            window: Duration::from_secs(60),
-            min_backoff: Duration::from_millis(10),
-            max_backoff: Duration::from_millis(10),
-        })
+        .restart_policy(
+            RestartPolicy::default()
+                .with_max_restarts(1)
+                .with_window(Duration::from_secs(60))
+                .with_min_backoff(Duration::from_millis(10))
+                .with_max_backoff(Duration::from_millis(10)),
+        )
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .concurrency(2)
-                .block(Duration::from_millis(50)),
+                .with_concurrency(2)
+                .with_block(Duration::from_millis(50)),
             move |_: u64| {
                 st.fetch_add(1, Ordering::SeqCst);
                 async {
@@ -265,7 +267,7 @@ async fn run_until_a_trigger_and_outcomes_combine() {
         .handle_signals(false)
         .subscribe(
             &s,
-            ConsumerOptions::default().block(Duration::from_secs(5)),
+            ConsumerOptions::default().with_block(Duration::from_secs(5)),
             move |_: u64| {
                 h.fetch_add(1, Ordering::SeqCst);
                 async { Ok(()) }
@@ -290,12 +292,8 @@ async fn run_until_a_trigger_and_outcomes_combine() {
         .unwrap()
         .unwrap();
     assert!(outcome.is_clean());
-    let failed = SupervisorOutcome {
-        errors: 1,
-        panics: 0,
-        timed_out: false,
-        closed_connections: 0,
-    };
+    let mut failed = SupervisorOutcome::default();
+    failed.errors = 1;
     assert_eq!(outcome.merge(failed).exit_code(), 1);
 }
 

@@ -1,4 +1,4 @@
-//! SPEC §8: what the server says and what rillkit does about it. A demoted
+//! What the server says and what rillkit does about it. A demoted
 //! server, a server still loading, refused acks and dead-letter moves, a
 //! restart from a snapshot: none of them kills a consumer, re-runs a succeeded
 //! entry or copies a dead letter twice.
@@ -99,9 +99,9 @@ async fn a_demoted_server_neither_kills_the_consumer_nor_reruns_a_succeeded_entr
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .block(Duration::from_millis(200))
-                .claim_idle(Duration::from_millis(500)),
+                .with_consumer("c1")
+                .with_block(Duration::from_millis(200))
+                .with_claim_idle(Duration::from_millis(500)),
             recording(&runs, Some((1, release.clone()))),
         )
         .build()
@@ -174,7 +174,7 @@ async fn start_waits_for_a_server_that_is_loading_its_dataset() {
             .startup_timeout(startup)
             .subscribe(
                 &s,
-                ConsumerOptions::default().block(Duration::from_millis(100)),
+                ConsumerOptions::default().with_block(Duration::from_millis(100)),
                 recording(&runs, None),
             )
             .build()
@@ -207,11 +207,11 @@ async fn refused_acks_never_rerun_or_dead_letter_succeeded_entries() {
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .concurrency(4)
-                .block(Duration::from_millis(100))
-                .claim_idle(Duration::from_millis(300))
-                .max_retries(1),
+                .with_consumer("c1")
+                .with_concurrency(4)
+                .with_block(Duration::from_millis(100))
+                .with_claim_idle(Duration::from_millis(300))
+                .with_max_retries(1),
             recording(&runs, None),
         )
         .build()
@@ -257,7 +257,7 @@ async fn a_dead_letter_move_whose_ack_is_refused_leaves_one_copy() {
     let broker = Broker::builder(server.url())
         .subscribe(
             &s,
-            ConsumerOptions::default().block(Duration::from_millis(100)),
+            ConsumerOptions::default().with_block(Duration::from_millis(100)),
             |_: Job| async { Err(HandlerError::reject("bad job")) },
         )
         .build()
@@ -289,10 +289,10 @@ async fn after_a_restart_from_a_snapshot_own_pending_entries_run_at_once() {
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .block(Duration::from_millis(100))
+                .with_consumer("c1")
+                .with_block(Duration::from_millis(100))
                 // Far longer than the test: only the re-read can run entry 2.
-                .claim_idle(Duration::from_secs(300)),
+                .with_claim_idle(Duration::from_secs(300)),
             recording(&runs, None),
         )
         .build()
@@ -353,7 +353,7 @@ async fn a_drain_whose_acks_are_refused_times_out_and_leaves_the_entries_pending
     let broker = Broker::builder(server.url())
         .subscribe(
             &s,
-            ConsumerOptions::default().block(Duration::from_millis(100)),
+            ConsumerOptions::default().with_block(Duration::from_millis(100)),
             recording(&runs, None),
         )
         .build()
@@ -409,11 +409,11 @@ async fn a_read_reply_lost_with_its_connection_charges_no_delivery() {
         .subscribe_message(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .block(Duration::from_secs(5))
-                .max_retries(0)
+                .with_consumer("c1")
+                .with_block(Duration::from_secs(5))
+                .with_max_retries(0)
                 // Far longer than the test: only the re-read brings them.
-                .claim_idle(Duration::from_secs(300)),
+                .with_claim_idle(Duration::from_secs(300)),
             move |msg: Message| {
                 let job: Job = msg.decode(&rillkit::Json).unwrap();
                 seen2.lock().unwrap().push((job.id, msg.delivery_count));

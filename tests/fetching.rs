@@ -1,4 +1,4 @@
-//! Fetching ahead and batching acks (issue 14's consumer loop) around a
+//! Fetching ahead and batching acks (the consumer loop) around a
 //! slow entry: the acks of entries that finished before it are not held
 //! while it runs, and a consumer stalled on it fetches nothing more ahead,
 //! so another consumer of the group takes the new entries.
@@ -47,7 +47,9 @@ async fn consumer(redis: &RedisServer, name: &str) -> Slow {
         .shutdown_timeout(Duration::from_secs(5))
         .subscribe_with_context(
             &Stream::new("s", "g"),
-            ConsumerOptions::default().consumer(name).count(100),
+            ConsumerOptions::default()
+                .with_consumer(name)
+                .with_count(100),
             move |id: u64, d: Delivery| {
                 let (h, s, g) = (h.clone(), s.clone(), g.clone());
                 async move {

@@ -1,4 +1,4 @@
-//! Consumer hygiene (issue 10, SPEC §10): the consumer name's lease — a
+//! Consumer hygiene: the consumer name's lease — a
 //! second live process under a name is held off and never runs the first
 //! one's entries; a successor after a crash waits at most one TTL; a clean
 //! stop hands the name over at once; a consumer whose lease is taken stops
@@ -214,9 +214,9 @@ async fn a_consumer_whose_lease_is_taken_stops_reading_until_it_is_free_again() 
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .block(Duration::from_millis(100))
-                .lease_ttl(Duration::from_millis(600)),
+                .with_consumer("c1")
+                .with_block(Duration::from_millis(100))
+                .with_lease_ttl(Duration::from_millis(600)),
             move |_: u64| {
                 h.fetch_add(1, Ordering::SeqCst);
                 async { Ok(()) }
@@ -287,7 +287,7 @@ async fn a_start_under_a_name_held_elsewhere_fails_at_the_deadline_naming_the_ho
         .startup_timeout(Duration::from_millis(500))
         .subscribe(
             &Stream::new("s", "g"),
-            ConsumerOptions::default().consumer("c1"),
+            ConsumerOptions::default().with_consumer("c1"),
             |_: u64| async { Ok(()) },
         )
         .build()
@@ -321,7 +321,9 @@ async fn without_lease_no_key_is_written() {
     let broker = Broker::builder(redis.url())
         .subscribe(
             &Stream::new("s", "g"),
-            ConsumerOptions::default().consumer("c1").without_lease(),
+            ConsumerOptions::default()
+                .with_consumer("c1")
+                .without_lease(),
             |_: u64| async { Ok(()) },
         )
         .build()
@@ -371,11 +373,11 @@ async fn prune_idle_deletes_idle_empty_consumers_and_spares_those_holding_entrie
         .subscribe(
             &Stream::new("s", "g"),
             ConsumerOptions::default()
-                .consumer("live")
-                .block(Duration::from_millis(100))
+                .with_consumer("live")
+                .with_block(Duration::from_millis(100))
                 // Long enough that the ghost's entry is not reclaimed here.
-                .claim_idle(Duration::from_secs(600))
-                .prune_idle(Duration::from_secs(1)),
+                .with_claim_idle(Duration::from_secs(600))
+                .with_prune_idle(Duration::from_secs(1)),
             |_: u64| async { Ok(()) },
         )
         .build()
@@ -439,8 +441,8 @@ fn prune_idle_below_three_blocks_is_refused_at_build() {
         .subscribe(
             &Stream::new("s", "g"),
             ConsumerOptions::default()
-                .block(Duration::from_secs(5))
-                .prune_idle(Duration::from_secs(10)),
+                .with_block(Duration::from_secs(5))
+                .with_prune_idle(Duration::from_secs(10)),
             |_: u64| async { Ok(()) },
         )
         .build()
@@ -450,7 +452,7 @@ fn prune_idle_below_three_blocks_is_refused_at_build() {
     let err = Broker::builder("redis://127.0.0.1:1")
         .subscribe(
             &Stream::new("s", "g"),
-            ConsumerOptions::default().lease_ttl(Duration::from_millis(10)),
+            ConsumerOptions::default().with_lease_ttl(Duration::from_millis(10)),
             |_: u64| async { Ok(()) },
         )
         .build()

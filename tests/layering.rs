@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// Bottom first. Within a layer, a module may use those listed before it.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("base", &["util", "lifecycle", "error", "keys"]),
+    ("base", &["util", "lifecycle", "kind", "error", "keys"]),
     ("connections and topologies", &["connection"]),
     (
         "message vocabulary and telemetry",

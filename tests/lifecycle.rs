@@ -1,4 +1,4 @@
-//! SPEC §3: hook order, the startup PING, group creation, the four hook-error
+//! The lifecycle: hook order, the startup PING, group creation, the four hook-error
 //! rules, stop() idempotence, publish before start and after stop.
 
 mod support;
@@ -18,7 +18,7 @@ fn push(log: &Log, s: impl Into<String>) {
 }
 
 fn fast() -> ConsumerOptions {
-    ConsumerOptions::default().block(Duration::from_millis(100))
+    ConsumerOptions::default().with_block(Duration::from_millis(100))
 }
 
 /// A hook that records `what` in `log`, then fails with `fail` if given.
@@ -458,7 +458,7 @@ async fn stop_interrupts_a_blocked_read_and_closes_connections() {
         .subscribe(
             &Stream::new("idle", "g"),
             // A block far longer than the test's patience.
-            ConsumerOptions::default().block(Duration::from_secs(60)),
+            ConsumerOptions::default().with_block(Duration::from_secs(60)),
             |_: u64| async { Ok(()) },
         )
         .build()
@@ -493,9 +493,11 @@ fn invalid_configuration_is_rejected_by_build() {
     let err = Broker::builder("not a url").build().unwrap_err();
     assert!(matches!(err, ConfigError::Url(_)));
     let err = Broker::builder("redis://127.0.0.1")
-        .subscribe(&s, ConsumerOptions::default().count(0), |_: u64| async {
-            Ok(())
-        })
+        .subscribe(
+            &s,
+            ConsumerOptions::default().with_count(0),
+            |_: u64| async { Ok(()) },
+        )
         .build()
         .unwrap_err();
     assert!(
@@ -511,12 +513,12 @@ fn invalid_configuration_is_rejected_by_build() {
     let err = Broker::builder("redis://127.0.0.1")
         .subscribe(
             &s,
-            ConsumerOptions::default().consumer("c"),
+            ConsumerOptions::default().with_consumer("c"),
             |_: u64| async { Ok(()) },
         )
         .subscribe(
             &s,
-            ConsumerOptions::default().consumer("c"),
+            ConsumerOptions::default().with_consumer("c"),
             |_: u64| async { Ok(()) },
         )
         .build()
@@ -554,22 +556,22 @@ fn build_names_the_option_and_the_bound_of_each_bad_value() {
     let d = ConsumerOptions::default;
     let cases: Vec<(ConfigError, &str, &str)> = vec![
         (
-            build_with(&s, d().block(Duration::from_secs(u64::MAX))),
+            build_with(&s, d().with_block(Duration::from_secs(u64::MAX))),
             "block",
             "at most 24 h",
         ),
         (
-            build_with(&s, d().claim_idle(Duration::MAX)),
+            build_with(&s, d().with_claim_idle(Duration::MAX)),
             "claim_idle",
             "at most 365 days",
         ),
         (
-            build_with(&s.clone().dlq_name("orders"), d()),
+            build_with(&s.clone().with_dlq_name("orders"), d()),
             "dlq_name",
             "not be the stream itself",
         ),
         (
-            build_with(&s.clone().max_len(0), d()),
+            build_with(&s.clone().with_max_len(0), d()),
             "max_len",
             "at least 1 entry",
         ),
@@ -640,13 +642,13 @@ async fn publishing_to_a_stream_capped_at_zero_is_refused_not_lost() {
     let broker = Broker::builder(redis.url()).build().unwrap();
     broker.start().await.unwrap();
     let err = broker
-        .publish(&Stream::new("events", "g").max_len(0), &1u64)
+        .publish(&Stream::new("events", "g").with_max_len(0), &1u64)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Config(_)), "{err:?}");
     assert!(
         broker
-            .publish(&Stream::new("events", "g").max_len(1), &1u64)
+            .publish(&Stream::new("events", "g").with_max_len(1), &1u64)
             .await
             .is_ok()
     );
@@ -671,7 +673,7 @@ async fn the_connect_timeout_is_an_option() {
     drop(listener);
 }
 
-/// Consumer hygiene (issue 10): a worker restarted under a fresh default name
+/// Consumer hygiene: a worker restarted under a fresh default name
 /// (`<group>-<hostname>-<pid>`) does not leave its old name behind; a
 /// consumer that still holds pending entries is never deleted.
 #[actix_rt::test]
@@ -692,8 +694,8 @@ async fn a_clean_stop_leaves_the_group_unless_entries_are_pending() {
             .subscribe(
                 &s,
                 ConsumerOptions::default()
-                    .consumer(format!("w-{i}"))
-                    .block(Duration::from_millis(50)),
+                    .with_consumer(format!("w-{i}"))
+                    .with_block(Duration::from_millis(50)),
                 move |_: u64| {
                     h.fetch_add(1, Ordering::SeqCst);
                     async { Ok(()) }
@@ -721,7 +723,7 @@ async fn a_clean_stop_leaves_the_group_unless_entries_are_pending() {
         .shutdown_timeout(Duration::from_millis(100))
         .subscribe(
             &s,
-            ConsumerOptions::default().consumer("slow"),
+            ConsumerOptions::default().with_consumer("slow"),
             |_: u64| async {
                 tokio::time::sleep(Duration::from_secs(30)).await;
                 Ok(())

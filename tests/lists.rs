@@ -1,4 +1,4 @@
-//! List subscriptions (issue 12, SPEC §9): reliable pops onto a processing
+//! List subscriptions: reliable pops onto a processing
 //! list with `LREM` after success, retries then the dead-letter list, crash
 //! recovery from a dead consumer's processing list, at most once with
 //! `BRPOP`, and a subscription removed at run time during a blocked pop.
@@ -44,10 +44,10 @@ async fn reliable_items_are_handled_once_removed_after_success_and_poison_goes_t
         .subscribe_list(
             &jobs,
             ListOptions::default()
-                .consumer("c1")
-                .concurrency(4)
-                .max_retries(2)
-                .retry_backoff(RetryBackoff::fixed(Duration::from_millis(20))),
+                .with_consumer("c1")
+                .with_concurrency(4)
+                .with_max_retries(2)
+                .with_retry_backoff(RetryBackoff::fixed(Duration::from_millis(20))),
             move |job: Job| {
                 let (s, p) = (s.clone(), p.clone());
                 async move {
@@ -162,7 +162,9 @@ async fn at_most_once_pops_with_brpop_and_keeps_no_processing_list() {
     let broker = Broker::builder(redis.url())
         .subscribe_list(
             &jobs,
-            ListOptions::default().consumer("c1").at_most_once(),
+            ListOptions::default()
+                .with_consumer("c1")
+                .with_at_most_once(true),
             move |job: Job| {
                 let s = s.clone();
                 async move {
@@ -207,8 +209,8 @@ async fn removing_a_list_subscription_cuts_its_blocked_pop_short_and_leaves_the_
         .subscribe_list(
             &jobs,
             ListOptions::default()
-                .consumer("c1")
-                .block(Duration::from_secs(20)),
+                .with_consumer("c1")
+                .with_block(Duration::from_secs(20)),
             move |_: Job| {
                 let s = s.clone();
                 async move {
@@ -357,8 +359,8 @@ async fn an_item_a_lost_pop_reply_left_on_the_processing_list_is_put_back_and_ru
         .subscribe_list(
             &jobs,
             ListOptions::default()
-                .consumer("c1")
-                .block(Duration::from_secs(20)),
+                .with_consumer("c1")
+                .with_block(Duration::from_secs(20)),
             move |job: Job| {
                 let s = s.clone();
                 async move {
@@ -417,9 +419,9 @@ async fn a_second_process_under_a_live_list_consumer_name_waits_for_it() {
             .subscribe_list(
                 &jobs,
                 ListOptions::default()
-                    .consumer("same")
-                    .heartbeat_ttl(Duration::from_millis(600))
-                    .block(Duration::from_millis(200)),
+                    .with_consumer("same")
+                    .with_heartbeat_ttl(Duration::from_millis(600))
+                    .with_block(Duration::from_millis(200)),
                 move |job: Job| {
                     let (runs, gate) = (runs.clone(), gate.clone());
                     async move {
@@ -491,8 +493,8 @@ async fn a_list_handler_with_context_sees_the_run_and_publishes_onward() {
         .subscribe_list_with_context(
             &jobs,
             ListOptions::default()
-                .consumer("c1")
-                .retry_backoff(RetryBackoff::fixed(Duration::from_millis(10))),
+                .with_consumer("c1")
+                .with_retry_backoff(RetryBackoff::fixed(Duration::from_millis(10))),
             move |job: Job, d: rillkit::ItemDelivery| {
                 let (r, done) = (r.clone(), done.clone());
                 async move {

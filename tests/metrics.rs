@@ -1,4 +1,4 @@
-//! Metrics (issue 10): rillkit records through the `metrics` facade; the
+//! Metrics: rillkit records through the `metrics` facade; the
 //! actix-web example installs metrics-exporter-prometheus's recorder and
 //! serves `/metrics`; scraping it shows the counters move.
 
@@ -114,7 +114,7 @@ async fn the_in_flight_gauge_counts_the_running_handlers() {
     let broker = Broker::builder(redis.url())
         .subscribe(
             &stream,
-            ConsumerOptions::default().concurrency(3),
+            ConsumerOptions::default().with_concurrency(3),
             move |_: u64| {
                 let g = g.clone();
                 async move {

@@ -1,4 +1,4 @@
-//! Feature `otel` (issue 10): a handler's `rillkit.handle` span is a child
+//! Feature `otel`: a handler's `rillkit.handle` span is a child
 //! of the publisher's span, through the entry's `traceparent` field, with
 //! spans exported by a real OpenTelemetry SDK pipeline (in memory).
 #![cfg(feature = "otel")]

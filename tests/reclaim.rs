@@ -1,4 +1,4 @@
-//! SPEC §4–5: taking over idle entries (crashed consumers, retries), the whole
+//! Taking over idle entries (crashed consumers, retries), the whole
 //! PEL reached, long handlers never run twice, self-healing after FLUSHALL and
 //! a server restart.
 
@@ -52,9 +52,9 @@ async fn entries_of_a_dead_consumer_are_taken_over_after_claim_idle() {
         &redis.url(),
         &s,
         ConsumerOptions::default()
-            .consumer("alive")
-            .block(Duration::from_millis(50))
-            .claim_idle(Duration::from_millis(200)),
+            .with_consumer("alive")
+            .with_block(Duration::from_millis(50))
+            .with_claim_idle(Duration::from_millis(200)),
         &seen,
     );
     broker.start().await.unwrap();
@@ -107,9 +107,9 @@ async fn the_whole_pel_is_reached_past_entries_kept_fresh() {
         &redis.url(),
         &Stream::new("jobs", "g"),
         ConsumerOptions::default()
-            .count(10)
-            .block(Duration::from_millis(50))
-            .claim_idle(Duration::from_millis(150)),
+            .with_count(10)
+            .with_block(Duration::from_millis(50))
+            .with_claim_idle(Duration::from_millis(150)),
         &seen,
     );
     broker.start().await.unwrap();
@@ -152,11 +152,11 @@ async fn a_handler_running_longer_than_claim_idle_is_not_run_twice() {
             .subscribe(
                 &s,
                 ConsumerOptions::default()
-                    .consumer(name)
-                    .count(count)
-                    .concurrency(count)
-                    .block(Duration::from_millis(50))
-                    .claim_idle(claim_idle),
+                    .with_consumer(name)
+                    .with_count(count)
+                    .with_concurrency(count)
+                    .with_block(Duration::from_millis(50))
+                    .with_claim_idle(claim_idle),
                 move |_: Job| {
                     let runs = runs.clone();
                     async move {
@@ -198,7 +198,7 @@ async fn consumers_recover_after_flushall() {
     let broker = counting_broker(
         &redis.url(),
         &s,
-        ConsumerOptions::default().block(Duration::from_millis(100)),
+        ConsumerOptions::default().with_block(Duration::from_millis(100)),
         &seen,
     );
     broker.start().await.unwrap();
@@ -232,8 +232,8 @@ async fn no_published_entry_is_lost_across_a_server_restart() {
         &redis.url(),
         &s,
         ConsumerOptions::default()
-            .block(Duration::from_millis(100))
-            .count(5),
+            .with_block(Duration::from_millis(100))
+            .with_count(5),
         &seen,
     );
     broker.start().await.unwrap();
@@ -299,10 +299,10 @@ async fn a_consumer_restarted_under_its_name_runs_its_idle_pending_entries_once(
         &redis.url(),
         &Stream::new("jobs", "g"),
         ConsumerOptions::default()
-            .consumer("c1")
-            .concurrency(4)
-            .block(Duration::from_millis(50))
-            .claim_idle(claim_idle),
+            .with_consumer("c1")
+            .with_concurrency(4)
+            .with_block(Duration::from_millis(50))
+            .with_claim_idle(claim_idle),
         &seen,
     );
     broker.start().await.unwrap();
@@ -328,13 +328,10 @@ async fn deleting_the_stream_under_a_blocked_read_is_healed_without_a_restart() 
     let sn = seen.clone();
     let broker = Broker::builder(redis.url())
         // Any consumer restart would fail the subscription at once.
-        .restart_policy(rillkit::RestartPolicy {
-            max_restarts: 0,
-            ..Default::default()
-        })
+        .restart_policy(rillkit::RestartPolicy::default().with_max_restarts(0))
         .subscribe(
             &s,
-            ConsumerOptions::default().block(Duration::from_secs(5)),
+            ConsumerOptions::default().with_block(Duration::from_secs(5)),
             move |job: Job| {
                 let sn = sn.clone();
                 async move {

@@ -1,4 +1,4 @@
-//! Retention that never drops work (issue 10): `retain_acked` trims what
+//! Retention that never drops work: `retain_acked` trims what
 //! every group has acked and nothing a group has not read or still holds;
 //! the dead-letter stream keeps to its cap.
 
@@ -29,7 +29,7 @@ fn first_id(c: &mut redis::Connection, key: &str) -> Option<String> {
 async fn acked_entries_are_trimmed_and_nothing_a_group_still_needs() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
-    let s = Stream::new("orders", "billing").retain_acked();
+    let s = Stream::new("orders", "billing").with_retain_acked(true);
     let handled = Arc::new(AtomicU64::new(0));
     let h = handled.clone();
     let broker = Broker::builder(redis.url())
@@ -37,10 +37,10 @@ async fn acked_entries_are_trimmed_and_nothing_a_group_still_needs() {
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .count(100)
-                .concurrency(4)
-                .block(Duration::from_millis(100)),
+                .with_consumer("c1")
+                .with_count(100)
+                .with_concurrency(4)
+                .with_block(Duration::from_millis(100)),
             move |v: u64| {
                 let h = h.clone();
                 async move {
@@ -153,15 +153,15 @@ fn ids_le(a: &str, b: &str) -> bool {
 #[actix_rt::test]
 async fn the_dead_letter_stream_keeps_to_its_cap() {
     let redis = RedisServer::start();
-    let s = Stream::new("jobs", "g").dlq_max_len(100);
+    let s = Stream::new("jobs", "g").with_dlq_max_len(100);
     let broker = Broker::builder(redis.url())
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .count(50)
-                .max_retries(0)
-                .block(Duration::from_millis(100)),
+                .with_consumer("c1")
+                .with_count(50)
+                .with_max_retries(0)
+                .with_block(Duration::from_millis(100)),
             |_: u64| async { Err(HandlerError::reject("poison")) },
         )
         .build()

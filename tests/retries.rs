@@ -1,4 +1,4 @@
-//! SPEC §4: retries through the PEL, the dead-letter stream, bad entries,
+//! Retries through the PEL, the dead-letter stream, bad entries,
 //! panics, rejects, trimmed entries.
 
 mod support;
@@ -21,10 +21,10 @@ struct Job {
 
 fn opts(max_retries: u64) -> ConsumerOptions {
     ConsumerOptions::default()
-        .consumer("c1")
-        .block(Duration::from_millis(50))
-        .max_retries(max_retries)
-        .claim_idle(Duration::from_millis(100))
+        .with_consumer("c1")
+        .with_block(Duration::from_millis(50))
+        .with_max_retries(max_retries)
+        .with_claim_idle(Duration::from_millis(100))
 }
 
 /// The dead-letter stream's entries as field → value maps (UTF-8 lossy).
@@ -197,7 +197,7 @@ async fn a_panicking_handler_is_retried_then_dead_lettered_and_the_consumer_goes
 #[actix_rt::test]
 async fn a_rejected_entry_goes_to_the_dlq_at_once() {
     let redis = RedisServer::start();
-    let s = Stream::new("jobs", "g").dlq_name("rejected-jobs");
+    let s = Stream::new("jobs", "g").with_dlq_name("rejected-jobs");
     let (broker, runs) = rejecting(&redis, &s, 5, "never valid");
     broker.start().await.unwrap();
     broker.publish(&s, &Job { id: 1 }).await.unwrap();
@@ -221,7 +221,7 @@ async fn bad_entries_go_to_the_dlq_without_reaching_the_handler() {
     let seen = Arc::new(Mutex::new(Vec::<u64>::new()));
     let sn = seen.clone();
     let broker = Broker::builder(redis.url())
-        .subscribe(&s, opts(3).count(20), move |job: Job| {
+        .subscribe(&s, opts(3).with_count(20), move |job: Job| {
             let sn = sn.clone();
             async move {
                 sn.lock().unwrap().push(job.id);
@@ -366,7 +366,7 @@ async fn a_restarted_consumer_resumes_its_own_pending_entries_first() {
         // claim_idle far away: only the PEL re-read can find entries 0..3 now.
         .subscribe_message(
             &Stream::new("jobs", "g"),
-            opts(3).claim_idle(Duration::from_secs(3600)),
+            opts(3).with_claim_idle(Duration::from_secs(3600)),
             move |m: Message| {
                 let sn = sn.clone();
                 async move {

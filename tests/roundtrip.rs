@@ -22,7 +22,7 @@ struct Order {
 }
 
 fn fast() -> ConsumerOptions {
-    ConsumerOptions::default().block(Duration::from_millis(100))
+    ConsumerOptions::default().with_block(Duration::from_millis(100))
 }
 
 #[actix_rt::test]
@@ -33,7 +33,7 @@ async fn typed_round_trip_acks_every_entry() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
     let broker = Broker::builder(redis.url())
-        .subscribe(&orders, fast().consumer("c1"), move |o: Order| {
+        .subscribe(&orders, fast().with_consumer("c1"), move |o: Order| {
             let s = s.clone();
             async move {
                 s.lock().unwrap().push(o);
@@ -82,7 +82,7 @@ async fn whole_message_handler_sees_metadata_and_raw_fields() {
     let got = Arc::new(Mutex::new(None::<Message>));
     let g = got.clone();
     let broker = Broker::builder(redis.url())
-        .subscribe_message(&s, fast().consumer("whole-1"), move |m: Message| {
+        .subscribe_message(&s, fast().with_consumer("whole-1"), move |m: Message| {
             let g = g.clone();
             async move {
                 *g.lock().unwrap() = Some(m);
@@ -157,15 +157,19 @@ async fn two_brokers_in_one_group_split_the_work_without_duplicates() {
     let make = |name: &str| {
         let seen = seen.clone();
         Broker::builder(redis.url())
-            .subscribe(&s, fast().consumer(name).count(5), move |o: Order| {
-                let seen = seen.clone();
-                async move {
-                    seen.lock().unwrap().push(o.id);
-                    // Yield so the other consumer gets a share.
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    Ok(())
-                }
-            })
+            .subscribe(
+                &s,
+                fast().with_consumer(name).with_count(5),
+                move |o: Order| {
+                    let seen = seen.clone();
+                    async move {
+                        seen.lock().unwrap().push(o.id);
+                        // Yield so the other consumer gets a share.
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        Ok(())
+                    }
+                },
+            )
             .build()
             .unwrap()
     };
@@ -242,7 +246,7 @@ async fn interop_with_plain_redis_clients_both_ways() {
 #[actix_rt::test]
 async fn max_len_caps_the_stream() {
     let redis = RedisServer::start();
-    let s = Stream::new("capped", "g").max_len(10);
+    let s = Stream::new("capped", "g").with_max_len(10);
     let broker = Broker::builder(redis.url()).build().unwrap();
     broker.start().await.unwrap();
     for chunk in 0..10 {

@@ -1,4 +1,4 @@
-//! SPEC §5 and §8 under Redis Sentinel: the master is found through the
+//! Connections and server answers under Redis Sentinel: the master is found through the
 //! sentinels, and a failover in the middle of a stream moves every connection
 //! to the new master while the process stays up.
 
@@ -56,10 +56,10 @@ async fn a_failover_mid_stream_loses_no_entry_of_the_master_and_keeps_the_proces
     .subscribe(
         &s,
         ConsumerOptions::default()
-            .consumer("c1")
-            .concurrency(CONCURRENCY)
-            .block(Duration::from_millis(200))
-            .claim_idle(Duration::from_secs(2)),
+            .with_consumer("c1")
+            .with_concurrency(CONCURRENCY)
+            .with_block(Duration::from_millis(200))
+            .with_claim_idle(Duration::from_secs(2)),
         move |job: Job| {
             h.lock()
                 .unwrap()
@@ -245,7 +245,7 @@ async fn credentials_go_to_the_sentinels_and_to_the_master() {
     let broker = build("sentinel-pass", "master-pass")
         .subscribe(
             &s,
-            ConsumerOptions::default().block(Duration::from_millis(100)),
+            ConsumerOptions::default().with_block(Duration::from_millis(100)),
             move |job: Job| {
                 h.lock().unwrap().push(job.id);
                 async { Ok(()) }
@@ -262,7 +262,7 @@ async fn credentials_go_to_the_sentinels_and_to_the_master() {
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 
-/// Lists and Pub/Sub under a failover (issue 12): the list consumer and the
+/// Lists and Pub/Sub under a failover: the list consumer and the
 /// subscriber follow the master to its new server; items pushed and
 /// messages published after the switch are handled, and the process stays up.
 #[actix_rt::test]
@@ -281,10 +281,10 @@ async fn list_and_channel_subscriptions_follow_a_failover() {
     .subscribe_list(
         &jobs,
         rillkit::ListOptions::default()
-            .consumer("c1")
-            .concurrency(4)
-            .block(Duration::from_millis(200))
-            .heartbeat_ttl(Duration::from_secs(2)),
+            .with_consumer("c1")
+            .with_concurrency(4)
+            .with_block(Duration::from_millis(200))
+            .with_heartbeat_ttl(Duration::from_secs(2)),
         move |job: Job| {
             *i.lock().unwrap().entry(job.id).or_default() += 1;
             async { Ok(()) }

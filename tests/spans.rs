@@ -1,4 +1,4 @@
-//! Tracing (issue 10): each handler runs inside a span carrying stream,
+//! Tracing: each handler runs inside a span carrying stream,
 //! group, consumer, entry id and delivery count, so the application's own
 //! log lines inside a handler carry them.
 
@@ -46,7 +46,7 @@ async fn a_handlers_own_log_line_names_the_entry() {
     let broker = Broker::builder(redis.url())
         .subscribe(
             &s,
-            ConsumerOptions::default().consumer("c1"),
+            ConsumerOptions::default().with_consumer("c1"),
             |order: u64| async move {
                 tracing::info!(order, "charging the card");
                 Ok(())
@@ -141,7 +141,7 @@ async fn a_published_traceparent_is_recorded_by_the_consumers_span() {
     assert!(!lines[1].contains("traceparent"), "{}", lines[1]);
 }
 
-/// Consumer hygiene (issue 10): every connection carries a name in
+/// Consumer hygiene: every connection carries a name in
 /// `CLIENT LIST`, set again after a reconnect.
 #[actix_rt::test]
 async fn connections_are_named_and_named_again_after_a_reconnect() {
@@ -161,8 +161,8 @@ async fn connections_are_named_and_named_again_after_a_reconnect() {
         .subscribe(
             &Stream::new("orders", "billing"),
             ConsumerOptions::default()
-                .consumer("c 1")
-                .block(Duration::from_millis(100)),
+                .with_consumer("c 1")
+                .with_block(Duration::from_millis(100)),
             |_: u64| async { Ok(()) },
         )
         .build()

@@ -1,4 +1,4 @@
-//! A stop requested during startup (issue 13): signals are watched from the
+//! A stop requested during startup: signals are watched from the
 //! first instruction, so a SIGTERM while Redis is silent or still loading
 //! abandons the start with a log line and exit code 0, instead of killing the
 //! process by the signal's default action; an in-process `request_stop`

@@ -1,4 +1,4 @@
-//! `Broker::status()` (issue 10): state, counts since start, and the
+//! `Broker::status()`: state, counts since start, and the
 //! server's figures (lag, pending, oldest pending entry, dead letters) as
 //! polled; readiness for a probe.
 
@@ -21,10 +21,10 @@ async fn status_reports_state_counts_and_server_figures() {
         .subscribe(
             &s,
             ConsumerOptions::default()
-                .consumer("c1")
-                .count(10)
-                .max_retries(0)
-                .block(Duration::from_millis(100)),
+                .with_consumer("c1")
+                .with_count(10)
+                .with_max_retries(0)
+                .with_block(Duration::from_millis(100)),
             |v: u64| async move {
                 match v {
                     0 => Err(HandlerError::retry("poison")),

@@ -1,4 +1,4 @@
-//! The `test-util` feature (issue 13): a whole-message handler and a context
+//! The `test-util` feature: a whole-message handler and a context
 //! handler unit-tested without Redis, and a throwaway redis-server for
 //! integration tests that leaves nothing behind.
 

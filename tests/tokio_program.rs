@@ -1,4 +1,4 @@
-//! A broker in a `#[tokio::main]` program (issue 13): `start()` outside an
+//! A broker in a `#[tokio::main]` program: `start()` outside an
 //! actix System is a clear error, not a panic; `start_on_own_thread()` runs
 //! the broker in a System of its own and the handle works from tokio.
 

@@ -136,9 +136,12 @@ pub(crate) fn split(id: EntryId, mut fields: Vec<(Vec<u8>, Vec<u8>)>) -> DeadLet
 /// ```
 /// use rillkit::admin::DeadLetterFilter;
 ///
-/// let timeouts = DeadLetterFilter::new().error_contains("timed out").count(50);
-/// let one = DeadLetterFilter::new().id("1700000000000-0");
-/// # let _ = (timeouts, one);
+/// let timeouts = DeadLetterFilter::new()
+///     .with_error_contains("timed out")
+///     .with_count(50);
+/// assert_eq!(timeouts.count(), Some(50));
+/// let one = DeadLetterFilter::new().with_id("1700000000000-0");
+/// assert_eq!((one.start(), one.end()), ("1700000000000-0", "1700000000000-0"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetterFilter {
@@ -167,7 +170,8 @@ impl DeadLetterFilter {
 
     /// The first id of the range, inclusive (`XRANGE`'s `start`: an id,
     /// `<ms>` alone, `(<id>` for exclusive, or `-`, the default).
-    pub fn start(mut self, id: impl Into<String>) -> Self {
+    #[must_use]
+    pub fn with_start(mut self, id: impl Into<String>) -> Self {
         self.start = id.into();
         self
     }
@@ -175,48 +179,52 @@ impl DeadLetterFilter {
     /// The last id of the range, inclusive (`XRANGE`'s `end`; `+`, the
     /// default, means the newest dead letter when the selection starts:
     /// dead letters added while a redrive runs are left for the next one).
-    pub fn end(mut self, id: impl Into<String>) -> Self {
+    #[must_use]
+    pub fn with_end(mut self, id: impl Into<String>) -> Self {
         self.end = id.into();
         self
     }
 
     /// Exactly the dead letter with this id (`start` and `end` both `id`).
-    pub fn id(self, id: impl Into<String>) -> Self {
+    #[must_use]
+    pub fn with_id(self, id: impl Into<String>) -> Self {
         let id = id.into();
-        self.start(id.clone()).end(id)
+        self.with_start(id.clone()).with_end(id)
     }
 
     /// Only dead letters whose appended `error` contains `text` (case
     /// sensitive). A dead letter without the appended fields has no error
     /// and never matches; an original field named `error` is not looked at.
-    pub fn error_contains(mut self, text: impl Into<String>) -> Self {
+    #[must_use]
+    pub fn with_error_contains(mut self, text: impl Into<String>) -> Self {
         self.error = Some(text.into());
         self
     }
 
     /// At most `entries` dead letters: the oldest that match.
-    pub fn count(mut self, entries: usize) -> Self {
+    #[must_use]
+    pub fn with_count(mut self, entries: usize) -> Self {
         self.count = Some(entries);
         self
     }
 
-    /// The range's start, set with [`start`](Self::start).
-    pub fn get_start(&self) -> &str {
+    /// The range's start, set with [`with_start`](Self::with_start).
+    pub fn start(&self) -> &str {
         &self.start
     }
 
-    /// The range's end, set with [`end`](Self::end).
-    pub fn get_end(&self) -> &str {
+    /// The range's end, set with [`with_end`](Self::with_end).
+    pub fn end(&self) -> &str {
         &self.end
     }
 
-    /// The error text, set with [`error_contains`](Self::error_contains).
-    pub fn get_error_contains(&self) -> Option<&str> {
+    /// The error text, set with [`with_error_contains`](Self::with_error_contains).
+    pub fn error_contains(&self) -> Option<&str> {
         self.error.as_deref()
     }
 
-    /// The cap, in entries, set with [`count`](Self::count).
-    pub fn get_count(&self) -> Option<usize> {
+    /// The cap, in entries, set with [`with_count`](Self::with_count).
+    pub fn count(&self) -> Option<usize> {
         self.count
     }
 
@@ -408,7 +416,7 @@ impl Admin {
     /// [`Admin::dlq_of`]) that `filter` selects, oldest first, each read
     /// apart into its original fields and what the move appended (see
     /// [`DeadLetter`]). `XRANGE`, a page of 100 entries at a time; a missing
-    /// key has none. Without a [`count`](DeadLetterFilter::count) every
+    /// key has none. Without a [`with_count`](DeadLetterFilter::with_count) every
     /// selected dead letter is held in memory.
     ///
     /// # Errors
@@ -566,13 +574,15 @@ mod tests {
         assert_eq!((o.delivery_count, o.error.as_str()), (3, "boom"));
         assert_eq!(o.failed_at_ms, 1_700_000_000_000);
         assert!(
-            DeadLetterFilter::new().error_contains("oo").matches(&split(
-                EntryId("9-1".into()),
-                appended("boom")
-                    .into_iter()
-                    .map(|(k, v)| (k.as_bytes().to_vec(), v.into_bytes()))
-                    .collect()
-            ))
+            DeadLetterFilter::new()
+                .with_error_contains("oo")
+                .matches(&split(
+                    EntryId("9-1".into()),
+                    appended("boom")
+                        .into_iter()
+                        .map(|(k, v)| (k.as_bytes().to_vec(), v.into_bytes()))
+                        .collect()
+                ))
         );
     }
 
@@ -591,7 +601,7 @@ mod tests {
         let no_origin = split(EntryId("1-0".into()), pairs(&[("error", "boom")]));
         assert!(
             !DeadLetterFilter::new()
-                .error_contains("boom")
+                .with_error_contains("boom")
                 .matches(&no_origin),
             "an original error field is never matched"
         );

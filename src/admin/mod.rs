@@ -17,12 +17,12 @@
 //!     println!("{}: {} pending, lag {:?}", g.name, g.pending, g.lag);
 //! }
 //! let dlq = admin.dlq_of("orders"); // orders-dlq ({orders}-dlq under a cluster)
-//! for dl in admin.dead_letters(&dlq, &DeadLetterFilter::new().count(10)).await? {
+//! for dl in admin.dead_letters(&dlq, &DeadLetterFilter::new().with_count(10)).await? {
 //!     let origin = dl.origin.as_ref().expect("written by rillkit");
 //!     println!("{} failed: {}", origin.id, origin.error);
 //! }
 //! let report = admin
-//!     .redrive(&dlq, &DeadLetterFilter::new().error_contains("timed out"))
+//!     .redrive(&dlq, &DeadLetterFilter::new().with_error_contains("timed out"))
 //!     .await?;
 //! println!("{} back on their stream", report.count());
 //! # Ok(()) }
@@ -164,7 +164,7 @@ impl Admin {
     /// connection's topology: `<name>-dlq`, or under a cluster
     /// `{<name>}-dlq` (`<name>-dlq` when the name already holds a hash tag),
     /// as [`Stream::dlq_for`](crate::Stream::dlq_for) answers for a stream
-    /// without [`dlq_name`](crate::Stream::dlq_name).
+    /// without [`with_dlq_name`](crate::Stream::with_dlq_name).
     pub fn dlq_of(&self, name: &str) -> String {
         dead_letter_name(name, self.cluster)
     }
@@ -276,7 +276,7 @@ impl Admin {
     /// is never deleted, and one that reads meanwhile is not idle. A live
     /// consumer deleted anyway (an `idle` shorter than its `block`) is
     /// recreated by its next read. The same script a subscription runs with
-    /// [`ConsumerOptions::prune_idle`](crate::ConsumerOptions::prune_idle).
+    /// [`ConsumerOptions::with_prune_idle`](crate::ConsumerOptions::with_prune_idle).
     ///
     /// # Errors
     /// [`Error::Redis`] when the key does not exist, is not a stream, or has

@@ -211,16 +211,16 @@ impl Select {
     fn filter(&self, default_count: Option<usize>) -> DeadLetterFilter {
         let mut f = DeadLetterFilter::new();
         if let Some(s) = &self.start {
-            f = f.start(s.clone());
+            f = f.with_start(s.clone());
         }
         if let Some(e) = &self.end {
-            f = f.end(e.clone());
+            f = f.with_end(e.clone());
         }
         if let Some(e) = &self.error {
-            f = f.error_contains(e.clone());
+            f = f.with_error_contains(e.clone());
         }
         if let Some(n) = self.count.or(default_count) {
-            f = f.count(n);
+            f = f.with_count(n);
         }
         f
     }
@@ -645,7 +645,7 @@ async fn dlq(admin: &Admin, cmd: &Dlq, as_json: bool) -> Result<(), Failure> {
         Dlq::Show { stream, id, dlq } => {
             let dlq = dlq.clone().unwrap_or_else(|| admin.dlq_of(stream));
             let found = admin
-                .dead_letters(&dlq, &DeadLetterFilter::new().id(id.clone()))
+                .dead_letters(&dlq, &DeadLetterFilter::new().with_id(id.clone()))
                 .await?;
             let Some(d) = found.first() else {
                 return Err(Failure::NotFound(format!("no dead letter {id} in {dlq}")));

@@ -98,7 +98,7 @@ impl BrokerBuilder {
         F: Fn(T) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = bind::typed(stream.get_codec().clone(), handler);
+        let h = bind::typed(stream.codec().clone(), handler);
         self.subs.push(stream_source(stream.names(), options, h));
         self
     }
@@ -121,7 +121,7 @@ impl BrokerBuilder {
         F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = bind::typed_with_context(stream.get_codec().clone(), handler, self.cell.clone());
+        let h = bind::typed_with_context(stream.codec().clone(), handler, self.cell.clone());
         self.subs.push(stream_source(stream.names(), options, h));
         self
     }
@@ -183,7 +183,7 @@ impl BrokerBuilder {
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = typed_item_with_context(list.get_codec().clone(), handler, self.cell.clone());
+        let h = typed_item_with_context(list.codec().clone(), handler, self.cell.clone());
         self.subs.push(list_source_erased(list, options, h));
         self
     }
@@ -204,7 +204,7 @@ impl BrokerBuilder {
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = typed_item_with_context(channel.get_codec().clone(), handler, self.cell.clone());
+        let h = typed_item_with_context(channel.codec().clone(), handler, self.cell.clone());
         self.subs.push(channel_source_erased(channel, options, h));
         self
     }
@@ -307,7 +307,7 @@ impl BrokerBuilder {
     }
 
     /// Sets how often streams with
-    /// [`Stream::retain_acked`](crate::Stream::retain_acked) are trimmed of
+    /// [`Stream::with_retain_acked`](crate::Stream::with_retain_acked) are trimmed of
     /// what every group has acked (default 5 s).
     pub fn retention_period(mut self, period: Duration) -> Self {
         self.retention_period = period;
@@ -401,7 +401,8 @@ impl BrokerBuilder {
         ] {
             if d < Duration::from_millis(1) || d > MAX_DURATION {
                 return Err(ConfigError::Invalid {
-                    stream: String::new(),
+                    kind: None,
+                    key: String::new(),
                     option: what,
                     reason: "must be at least 1 ms and at most 365 days".into(),
                 });
@@ -410,7 +411,8 @@ impl BrokerBuilder {
         let connector = Connector::new(&self.topology, self.tls.as_ref(), self.timeouts)?;
         if self.pool_size == 0 {
             return Err(ConfigError::Invalid {
-                stream: String::new(),
+                kind: None,
+                key: String::new(),
                 option: "pool_size",
                 reason: "must be at least 1 connection".into(),
             });
@@ -422,7 +424,8 @@ impl BrokerBuilder {
         ] {
             if d > MAX_DURATION {
                 return Err(ConfigError::Invalid {
-                    stream: String::new(),
+                    kind: None,
+                    key: String::new(),
                     option: what,
                     reason: "must be at most 365 days".into(),
                 });
@@ -485,7 +488,7 @@ where
     F: Fn(T) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = HandlerResult> + 'static,
 {
-    list_source_erased(list, opts, typed_item(list.get_codec().clone(), handler))
+    list_source_erased(list, opts, typed_item(list.codec().clone(), handler))
 }
 
 pub(crate) fn list_source_erased<C: Codec>(
@@ -510,11 +513,7 @@ where
     F: Fn(T) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = HandlerResult> + 'static,
 {
-    channel_source_erased(
-        channel,
-        opts,
-        typed_item(channel.get_codec().clone(), handler),
-    )
+    channel_source_erased(channel, opts, typed_item(channel.codec().clone(), handler))
 }
 
 pub(crate) fn channel_source_erased<C: Codec>(
@@ -543,7 +542,8 @@ pub(crate) fn check_unique(subs: &[Source], new: &Source) -> Result<(), ConfigEr
     if subs.iter().any(clash) {
         let b = new.board();
         return Err(ConfigError::DuplicateConsumer {
-            stream: b.stream.to_string(),
+            kind: b.kind,
+            key: b.stream.to_string(),
             group: b.group.to_string(),
             consumer: b.consumer.to_string(),
         });

@@ -398,7 +398,7 @@ impl Broker {
     ///
     /// # Errors
     /// [`Error::Config`] for a stream whose names or length cap cannot work
-    /// (an empty name, `max_len(0)`); [`Error::Encode`];
+    /// (an empty name, `with_max_len(0)`); [`Error::Encode`];
     /// [`Error::NotStarted`] before `start()`;
     /// [`Error::ShutDown`] once the connections are closed;
     /// [`Error::Unavailable`] when they did not come back within
@@ -645,10 +645,11 @@ fn encode<T: Serialize + ?Sized, C: Codec>(
     value: &T,
 ) -> Result<Vec<u8>, Error> {
     stream
-        .get_codec()
+        .codec()
         .encode(value)
         .map_err(|source| Error::Encode {
-            stream: stream.name().to_owned(),
+            kind: crate::SourceKind::Stream,
+            key: stream.name().to_owned(),
             source,
         })
 }

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::Broker;
 use crate::error::{ConfigError, Error};
+use crate::kind::SourceKind;
 use crate::redis::Query;
 use crate::source::channel::Channel;
 use crate::source::list::List;
@@ -51,7 +52,8 @@ impl Broker {
     async fn push<C: Codec>(&self, list: &List<C>, items: Vec<Vec<u8>>) -> Result<u64, Error> {
         if list.name().is_empty() {
             return Err(Error::Config(ConfigError::Invalid {
-                stream: String::new(),
+                kind: Some(SourceKind::List),
+                key: String::new(),
                 option: "name",
                 reason: "a list needs a name".into(),
             }));
@@ -79,12 +81,11 @@ fn encode_item<T: Serialize + ?Sized, C: Codec>(
     list: &List<C>,
     value: &T,
 ) -> Result<Vec<u8>, Error> {
-    list.get_codec()
-        .encode(value)
-        .map_err(|source| Error::Encode {
-            stream: list.name().to_owned(),
-            source,
-        })
+    list.codec().encode(value).map_err(|source| Error::Encode {
+        kind: SourceKind::List,
+        key: list.name().to_owned(),
+        source,
+    })
 }
 
 impl Broker {
@@ -100,10 +101,11 @@ impl Broker {
         value: &T,
     ) -> Result<u64, Error> {
         let payload = channel
-            .get_codec()
+            .codec()
             .encode(value)
             .map_err(|source| Error::Encode {
-                stream: channel.name().to_owned(),
+                kind: SourceKind::Channel,
+                key: channel.name().to_owned(),
                 source,
             })?;
         let mut cmd = redis::cmd("PUBLISH");

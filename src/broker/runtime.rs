@@ -39,6 +39,7 @@ pub struct SubscriptionHandle {
 /// What a removed subscription did: its share of the outcome (as the
 /// broker's stop would have counted it) and its counts since it was added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Removed {
     /// `timed_out` when its handlers outlived the drain deadline, `errors`
     /// when it had ended with an error, `panics` for a panic of its loop.
@@ -136,7 +137,7 @@ impl Broker {
         F: Fn(T) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = bind::typed(stream.get_codec().clone(), handler);
+        let h = bind::typed(stream.codec().clone(), handler);
         self.add(stream_source(stream.names(), options, h)).await
     }
 
@@ -199,8 +200,7 @@ impl Broker {
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h =
-            bind::typed_item_with_context(list.get_codec().clone(), handler, BrokerCell::of(self));
+        let h = bind::typed_item_with_context(list.codec().clone(), handler, BrokerCell::of(self));
         self.add(list_source_erased(list, options, h)).await
     }
 
@@ -221,11 +221,8 @@ impl Broker {
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + 'static,
     {
-        let h = bind::typed_item_with_context(
-            channel.get_codec().clone(),
-            handler,
-            BrokerCell::of(self),
-        );
+        let h =
+            bind::typed_item_with_context(channel.codec().clone(), handler, BrokerCell::of(self));
         self.add(channel_source_erased(channel, options, h)).await
     }
 
@@ -274,14 +271,15 @@ impl Broker {
 fn check_live(boards: &[Arc<Board>], new: &Board) -> Result<(), ConfigError> {
     let same = |b: &Arc<Board>| {
         b.kind == new.kind
-            && b.kind != crate::status::SourceKind::Channel
+            && b.kind != crate::kind::SourceKind::Channel
             && b.stream == new.stream
             && b.group == new.group
             && b.consumer == new.consumer
     };
     if boards.iter().any(same) {
         return Err(ConfigError::DuplicateConsumer {
-            stream: new.stream.to_string(),
+            kind: new.kind,
+            key: new.stream.to_string(),
             group: new.group.to_string(),
             consumer: new.consumer.to_string(),
         });

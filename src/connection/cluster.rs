@@ -48,7 +48,8 @@ pub(crate) struct Cluster {
 
 fn invalid(reason: String) -> ConfigError {
     ConfigError::Invalid {
-        stream: String::new(),
+        kind: None,
+        key: String::new(),
         option: "cluster",
         reason,
     }

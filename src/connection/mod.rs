@@ -2,7 +2,7 @@
 //! connection to the master of the moment is opened ([`Connector`]), the
 //! shared reconnecting pool ([`Pool`]), Sentinel's failover announcements,
 //! and the one classification of server answers ([`classify`]) every path
-//! uses (SPEC §8).
+//! uses.
 //!
 //! Nothing here does I/O until the broker starts: [`Connector::new`] only
 //! parses and checks the configuration.
@@ -204,7 +204,8 @@ impl Connector {
                 let client = match tls {
                     Some(_) if !is_tls => {
                         return Err(ConfigError::Invalid {
-                            stream: String::new(),
+                            kind: None,
+                            key: String::new(),
                             option: "tls",
                             reason: format!(
                                 "TLS options need a rediss:// URL, not {}",
@@ -221,7 +222,8 @@ impl Connector {
             Kind::Client(client) => {
                 if tls.is_some() {
                     return Err(ConfigError::Invalid {
-                        stream: String::new(),
+                        kind: None,
+                        key: String::new(),
                         option: "tls",
                         reason: "a broker built on an application's redis::Client uses that client's TLS settings".into(),
                     });

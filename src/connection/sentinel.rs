@@ -65,7 +65,8 @@ const CHANNELS: [&str; 3] = [
 
 fn invalid(reason: String) -> ConfigError {
     ConfigError::Invalid {
-        stream: String::new(),
+        kind: None,
+        key: String::new(),
         option: "sentinel",
         reason,
     }

@@ -201,8 +201,8 @@ impl Dashboard {
             if s.kind != crate::SourceKind::Stream {
                 continue;
             }
-            let dlq = self.dlq_of(admin, &s.stream);
-            push(&mut out, s.stream, dlq);
+            let dlq = self.dlq_of(admin, &s.key);
+            push(&mut out, s.key, dlq);
         }
         for name in &self.declared {
             push(&mut out, name.clone(), self.dlq_of(admin, name));
@@ -542,10 +542,12 @@ struct Action {
 impl Action {
     fn filter(&self) -> Option<DeadLetterFilter> {
         match (&self.id, &self.start, &self.end) {
-            (Some(id), None, None) => Some(DeadLetterFilter::new().id(id.clone())),
-            (None, Some(s), Some(e)) => {
-                Some(DeadLetterFilter::new().start(s.clone()).end(e.clone()))
-            }
+            (Some(id), None, None) => Some(DeadLetterFilter::new().with_id(id.clone())),
+            (None, Some(s), Some(e)) => Some(
+                DeadLetterFilter::new()
+                    .with_start(s.clone())
+                    .with_end(e.clone()),
+            ),
             _ => None,
         }
     }

@@ -171,7 +171,7 @@ pub(super) fn overview(base: &str, status: &Status, rows: &[StreamRow]) -> Marku
                     tbody {
                         @for s in &status.subscriptions {
                             tr {
-                                td { (kind(s.kind)) } td { (s.stream) } td { (s.group) } td { (s.consumer) } td { (state(&s.state)) }
+                                td { (kind(s.kind)) } td { (s.key) } td { (s.group) } td { (s.consumer) } td { (state(&s.state)) }
                                 td.n { (s.handled) } td.n { (s.failed) } td.n { (s.dead_lettered) }
                             }
                         }

@@ -34,7 +34,7 @@ impl Rates {
         let now = Instant::now();
         let mut totals: HashMap<String, u64> = HashMap::new();
         for s in broker.status().subscriptions {
-            *totals.entry(s.stream).or_default() += s.handled;
+            *totals.entry(s.key).or_default() += s.handled;
         }
         let mut inner = self.inner.lock().expect("rates lock");
         for (stream, total) in totals {

@@ -1,5 +1,5 @@
 //! One classification of what the server (or the network) answers, used by
-//! every path: start, read, ack, claim, dead-letter move, publish (SPEC §8).
+//! every path: start, read, ack, claim, dead-letter move, publish.
 //!
 //! | answer | [`Class`] | what rillkit does |
 //! |---|---|---|

@@ -2,6 +2,7 @@
 
 mod class;
 
+use crate::kind::SourceKind;
 use crate::lifecycle::SupervisorOutcome;
 pub(crate) use class::{Class, classify};
 use std::fmt;
@@ -56,10 +57,13 @@ pub enum Error {
     #[error("{0}")]
     Hook(HookFailures),
     /// A value could not be encoded for publishing.
-    #[error("encoding a value for stream {stream:?} failed: {source}")]
+    #[error("encoding a value for {} {key:?} failed: {source}", noun(*kind))]
     Encode {
-        /// Stream key.
-        stream: String,
+        /// What it was published to: [`SourceKind::Stream`],
+        /// [`SourceKind::List`] (for any list) or [`SourceKind::Channel`].
+        kind: SourceKind,
+        /// The stream or list key, or the channel.
+        key: String,
         /// The codec's error.
         #[source]
         source: BoxError,
@@ -120,25 +124,32 @@ pub enum Error {
         #[source]
         last: Box<Error>,
     },
-    /// Another live process holds this consumer name's lease (SPEC §10):
+    /// Another live process holds this consumer name's lease:
     /// two processes must not run one consumer's pending entries at once.
     /// At startup, `start()` waited `waited` for the lease to lapse (up to
     /// [`BrokerBuilder::startup_timeout`](crate::BrokerBuilder::startup_timeout))
     /// before answering this; a running consumer whose renewal finds the
     /// lease taken ends with it (`waited` 0) and is restarted, and then waits
     /// for the lease again. Give each process its own consumer name
-    /// ([`ConsumerOptions::consumer`](crate::ConsumerOptions::consumer)), or
+    /// ([`ConsumerOptions::with_consumer`](crate::ConsumerOptions::with_consumer)), or
     /// stop the other one. The lease is the key
     /// `rillkit:lease:<stream>:<group>:<consumer>`; `holder` is its value
-    /// (`<hostname>-<pid>-<random>`).
+    /// (`<hostname>-<pid>-<random>`). A list consumer (`kind`
+    /// [`SourceKind::List`], no group) ends with it when its heartbeat key
+    /// (see [`ListOptions::with_heartbeat_ttl`](crate::ListOptions::with_heartbeat_ttl))
+    /// holds another process's token.
     #[error(
-        "consumer {consumer:?} of group {group:?} on stream {stream:?} is in use by another live process ({holder}){}",
+        "consumer {consumer:?} {} is in use by another live process ({holder}){}",
+        source_of(*kind, key, group),
         if waited.is_zero() { String::from(", which took its lease") } else { format!("; waited {} ms for its lease to lapse", waited.as_millis()) }
     )]
     ConsumerNameInUse {
-        /// Stream key.
-        stream: String,
-        /// Consumer group name.
+        /// What the consumer reads: [`SourceKind::Stream`] or
+        /// [`SourceKind::List`].
+        kind: SourceKind,
+        /// The stream or list key.
+        key: String,
+        /// Consumer group name (empty for a list).
         group: String,
         /// The consumer name.
         consumer: String,
@@ -283,6 +294,7 @@ impl Error {
 /// The failures of one or more lifecycle hooks. Cloning shares them: every
 /// `stop()` caller gets the same failures.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HookFailures {
     /// Each failure, in the order the hooks ran.
     pub failures: std::sync::Arc<[HookError]>,
@@ -303,6 +315,7 @@ impl fmt::Display for HookFailures {
 /// One failed lifecycle hook.
 #[derive(Debug, thiserror::Error)]
 #[error("{stage} hook #{index} failed: {source}")]
+#[non_exhaustive]
 pub struct HookError {
     /// Which hook list the hook belongs to.
     pub stage: crate::lifecycle::Stage,
@@ -324,10 +337,14 @@ pub enum ConfigError {
     #[error("invalid redis URL: {0}")]
     Url(String),
     /// An option has a value it cannot take.
-    #[error("invalid option {option} for stream {stream:?}: {reason}")]
+    #[error("invalid option {option}{}: {reason}", for_source(*kind, key))]
     Invalid {
-        /// The stream the option belongs to ("" for broker-wide options).
-        stream: String,
+        /// What the option's subscription or value reads or describes
+        /// (`None` for broker-wide options).
+        kind: Option<SourceKind>,
+        /// The stream or list key, or the channel, the option belongs to
+        /// (empty for broker-wide options).
+        key: String,
         /// The option's name.
         option: &'static str,
         /// Why the value is rejected.
@@ -337,11 +354,14 @@ pub enum ConfigError {
     /// (of a stream), or of the same list.
     #[error(
         "two subscriptions use consumer {consumer:?} {}",
-        source_of(stream, group)
+        source_of(*kind, key, group)
     )]
     DuplicateConsumer {
+        /// What both subscriptions read: [`SourceKind::Stream`] or
+        /// [`SourceKind::List`].
+        kind: SourceKind,
         /// Stream or list key.
-        stream: String,
+        key: String,
         /// Consumer group (empty for a list).
         group: String,
         /// Consumer name.
@@ -349,12 +369,31 @@ pub enum ConfigError {
     },
 }
 
-/// "of group G on stream S", or "on list L" (no group).
-fn source_of(key: &str, group: &str) -> String {
+/// "stream", "list" or "channel".
+fn noun(kind: SourceKind) -> &'static str {
+    match kind {
+        SourceKind::Stream => "stream",
+        SourceKind::List | SourceKind::ListAtMostOnce => "list",
+        SourceKind::Channel => "channel",
+    }
+}
+
+/// " for stream \"S\"" (or list, or channel), or nothing for a broker-wide
+/// option.
+fn for_source(kind: Option<SourceKind>, key: &str) -> String {
+    match kind {
+        Some(k) => format!(" for {} {key:?}", noun(k)),
+        None => String::new(),
+    }
+}
+
+/// "of group G on stream S", or "on list L" (a list or a channel has no
+/// group).
+fn source_of(kind: SourceKind, key: &str, group: &str) -> String {
     if group.is_empty() {
-        format!("on list {key:?}")
+        format!("on {} {key:?}", noun(kind))
     } else {
-        format!("of group {group:?} on stream {key:?}")
+        format!("of group {group:?} on {} {key:?}", noun(kind))
     }
 }
 
@@ -367,5 +406,73 @@ impl ConfigError {
     /// ([`EXIT_CODE`](Self::EXIT_CODE)).
     pub fn exit_code(&self) -> i32 {
         Self::EXIT_CODE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{ConfigError, Error, SourceKind};
+
+    #[test]
+    fn messages_name_the_kind_of_source() {
+        let invalid = |kind, key: &str| {
+            ConfigError::Invalid {
+                kind,
+                key: key.to_owned(),
+                option: "concurrency",
+                reason: "must be at least 1".to_owned(),
+            }
+            .to_string()
+        };
+        assert_eq!(
+            invalid(Some(SourceKind::Stream), "orders"),
+            r#"invalid option concurrency for stream "orders": must be at least 1"#
+        );
+        assert_eq!(
+            invalid(Some(SourceKind::ListAtMostOnce), "jobs"),
+            r#"invalid option concurrency for list "jobs": must be at least 1"#
+        );
+        assert_eq!(
+            invalid(Some(SourceKind::Channel), "events"),
+            r#"invalid option concurrency for channel "events": must be at least 1"#
+        );
+        assert_eq!(
+            invalid(None, ""),
+            "invalid option concurrency: must be at least 1"
+        );
+
+        let in_use = Error::ConsumerNameInUse {
+            kind: SourceKind::List,
+            key: "jobs".to_owned(),
+            group: String::new(),
+            consumer: "c1".to_owned(),
+            holder: "h-1-ab".to_owned(),
+            waited: Duration::ZERO,
+        };
+        assert_eq!(
+            in_use.to_string(),
+            r#"consumer "c1" on list "jobs" is in use by another live process (h-1-ab), which took its lease"#
+        );
+        let duplicate = ConfigError::DuplicateConsumer {
+            kind: SourceKind::Stream,
+            key: "orders".to_owned(),
+            group: "billing".to_owned(),
+            consumer: "c1".to_owned(),
+        };
+        assert_eq!(
+            duplicate.to_string(),
+            r#"two subscriptions use consumer "c1" of group "billing" on stream "orders""#
+        );
+        let encode = Error::Encode {
+            kind: SourceKind::Channel,
+            key: "events".to_owned(),
+            source: "bad".into(),
+        };
+        assert_eq!(
+            encode.to_string(),
+            r#"encoding a value for channel "events" failed: bad"#
+        );
     }
 }

@@ -17,7 +17,7 @@ use std::future::Future;
 /// ```
 ///
 /// * **Configured**: built, no I/O done. Publishing answers
-///   [`Error::NotStarted`].
+///   [`Error::NotStarted`](crate::Error::NotStarted).
 /// * **Starting**: `on_startup` hooks, PING, group creation, consumers
 ///   starting, `after_startup` hooks.
 /// * **Running**: consumers read and handle entries; publishing works.
@@ -25,9 +25,10 @@ use std::future::Future;
 ///   drain deadline; entries fetched but not started are handed back to the
 ///   group; then `on_shutdown` hooks run (publishing still works).
 /// * **Stopped**: connections are closed; `after_shutdown` hooks run. Every
-///   call that needs Redis answers [`Error::ShutDown`]. A stopped broker is
+///   call that needs Redis answers [`Error::ShutDown`](crate::Error::ShutDown). A stopped broker is
 ///   finished: build a new one to run again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Phase {
     /// Built, not started.
     Configured,
@@ -50,6 +51,7 @@ pub enum Phase {
 /// | `OnShutdown` | consumers have drained | still usable |
 /// | `AfterShutdown` | connections are closed | closed ([`Error::ShutDown`](crate::Error::ShutDown)) |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Stage {
     /// Before any Redis I/O.
     OnStartup,

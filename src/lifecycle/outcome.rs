@@ -17,6 +17,7 @@
 /// dead-letter stream) and never counts here.
 #[must_use = "turn the outcome into the process exit status with exit_code()"]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SupervisorOutcome {
     /// Consumers that ended with an unrecoverable error.
     pub errors: usize,

@@ -1,5 +1,5 @@
 //! Retention that never drops work: `RetentionActor`, one per stream with
-//! [`Stream::retain_acked`](crate::Stream::retain_acked) in a broker that
+//! [`Stream::with_retain_acked`](crate::Stream::with_retain_acked) in a broker that
 //! subscribes to it, trims every `retention_period` the entries every
 //! consumer group is done with.
 //!

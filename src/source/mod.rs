@@ -14,8 +14,8 @@ pub(crate) mod stream;
 
 use std::sync::Arc;
 
+use crate::kind::SourceKind;
 use crate::status::Board;
-pub use crate::status::SourceKind;
 use stream::Subscription;
 
 /// One configured subscription of any kind.

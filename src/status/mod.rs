@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::Phase;
+use crate::kind::SourceKind;
 
 /// The live subscriptions' boards, in the order they were added: what
 /// `Broker::status` reads and the status poller fills. Cloning shares them.
@@ -51,25 +52,9 @@ pub(crate) fn int(v: &redis::Value) -> Option<u64> {
     }
 }
 
-/// What a subscription reads: a stream (consumer groups), a list, or a
-/// Pub/Sub channel. See the README's "Sources" table for what each kind
-/// guarantees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SourceKind {
-    /// A stream read in a consumer group (`XREADGROUP`): at least once.
-    Stream,
-    /// A list popped onto a processing list (`BLMOVE`, `LREM` after
-    /// success): at least once.
-    List,
-    /// A list popped with `BRPOP`: at most once.
-    ListAtMostOnce,
-    /// A Pub/Sub channel or pattern (`SUBSCRIBE`, `PSUBSCRIBE`): at most
-    /// once.
-    Channel,
-}
-
 /// A snapshot of the broker: its phase and each subscription's status.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Status {
     /// Where the broker is in its lifecycle.
     pub phase: Phase,
@@ -91,6 +76,7 @@ impl Status {
 
 /// Where a subscription's consumer is.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SubscriptionState {
     /// Not reading yet (the broker is starting, or the consumer is starting
     /// again after a restart).
@@ -114,9 +100,9 @@ pub enum SubscriptionState {
         restarts: usize,
     },
     /// Its consumer name's lease is held by another live process (see
-    /// [`ConsumerOptions::lease_ttl`](crate::ConsumerOptions::lease_ttl);
+    /// [`ConsumerOptions::with_lease_ttl`](crate::ConsumerOptions::with_lease_ttl);
     /// for a list, its heartbeat key, see
-    /// [`ListOptions::heartbeat_ttl`](crate::ListOptions::heartbeat_ttl)):
+    /// [`ListOptions::with_heartbeat_ttl`](crate::ListOptions::with_heartbeat_ttl)):
     /// it waits for the lease to lapse before reading.
     WaitingForLease {
         /// The holder's token: `<hostname>-<pid>-<random>`.
@@ -132,11 +118,12 @@ pub enum SubscriptionState {
 
 /// One subscription's status.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SubscriptionStatus {
     /// What it reads.
     pub kind: SourceKind,
     /// The key it reads: a stream, a list, or a channel (or pattern).
-    pub stream: String,
+    pub key: String,
     /// The consumer group (empty for lists and channels).
     pub group: String,
     /// This subscription's consumer name.
@@ -166,6 +153,7 @@ pub struct SubscriptionStatus {
 /// `dead_letters` the dead-letter list's length. Channels are not polled
 /// (`server` stays `None`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ServerFigures {
     /// When they were read.
     pub polled_at: SystemTime,
@@ -272,7 +260,7 @@ impl Board {
     pub(crate) fn snapshot(&self) -> SubscriptionStatus {
         SubscriptionStatus {
             kind: self.kind,
-            stream: self.stream.to_string(),
+            key: self.stream.to_string(),
             group: self.group.to_string(),
             consumer: self.consumer.to_string(),
             state: self.state.lock().expect("status lock").clone(),

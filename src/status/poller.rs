@@ -9,8 +9,9 @@ use std::time::{Duration, SystemTime};
 use actix::prelude::*;
 use redis::Value;
 
-use super::{Board, Boards, ServerFigures, SourceKind};
+use super::{Board, Boards, ServerFigures};
 use crate::error::Error;
+use crate::kind::SourceKind;
 use crate::redis::{Query, RedisActor};
 use crate::stream::EntryId;
 

@@ -6,7 +6,7 @@
 //! * **Supervision and tally**: every `ConsumerActor` reports its end with
 //!   `ConsumerExited`. While running, a consumer that ended with an error or a
 //!   panic is restarted with exponential backoff, at most `max_restarts`
-//!   times in `restart_window` (OTP style); past that its subscription is
+//!   times in its `window` (OTP style); past that its subscription is
 //!   failed (`errors` += 1, and `panics` += 1 if it panicked). When every
 //!   subscription has failed the broker stops by itself. While draining, the
 //!   reports are tallied into the [`SupervisorOutcome`].
@@ -32,18 +32,83 @@ use crate::source::stream::{Subscription, stream_loop};
 use crate::status::Boards;
 
 /// How often a failed consumer may be restarted before its subscription is
-/// marked failed.
+/// marked failed: at most [`max_restarts`](Self::max_restarts) restarts
+/// within [`window`](Self::window), the first after
+/// [`min_backoff`](Self::min_backoff), each further one after twice the
+/// previous delay, up to [`max_backoff`](Self::max_backoff).
+///
+/// ```
+/// use std::time::Duration;
+/// use rillkit::RestartPolicy;
+///
+/// let policy = RestartPolicy::default()
+///     .with_max_restarts(3)
+///     .with_window(Duration::from_secs(30));
+/// assert_eq!(policy.max_restarts(), 3);
+/// assert_eq!(policy.max_backoff(), Duration::from_secs(10));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RestartPolicy {
-    /// At most this many restarts…
-    pub max_restarts: usize,
-    /// …within this window.
-    pub window: Duration,
-    /// First restart delay; doubles per restart in the window, up to
-    /// `max_backoff`.
-    pub min_backoff: Duration,
-    /// Longest restart delay.
-    pub max_backoff: Duration,
+    max_restarts: usize,
+    window: Duration,
+    min_backoff: Duration,
+    max_backoff: Duration,
+}
+
+impl RestartPolicy {
+    /// Sets how many restarts are allowed within the
+    /// [`window`](Self::with_window) (default 5); 0 fails a subscription at
+    /// its consumer's first error.
+    #[must_use]
+    pub fn with_max_restarts(mut self, restarts: usize) -> Self {
+        self.max_restarts = restarts;
+        self
+    }
+
+    /// Sets the window the restarts are counted in (default 60 s).
+    #[must_use]
+    pub fn with_window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Sets the first restart delay (default 100 ms); it doubles per restart
+    /// in the window, up to [`max_backoff`](Self::with_max_backoff).
+    #[must_use]
+    pub fn with_min_backoff(mut self, delay: Duration) -> Self {
+        self.min_backoff = delay;
+        self
+    }
+
+    /// Sets the longest restart delay (default 10 s).
+    #[must_use]
+    pub fn with_max_backoff(mut self, delay: Duration) -> Self {
+        self.max_backoff = delay;
+        self
+    }
+
+    /// The restart limit, set with
+    /// [`with_max_restarts`](Self::with_max_restarts).
+    pub fn max_restarts(&self) -> usize {
+        self.max_restarts
+    }
+
+    /// The window, set with [`with_window`](Self::with_window).
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// The first restart delay, set with
+    /// [`with_min_backoff`](Self::with_min_backoff).
+    pub fn min_backoff(&self) -> Duration {
+        self.min_backoff
+    }
+
+    /// The longest restart delay, set with
+    /// [`with_max_backoff`](Self::with_max_backoff).
+    pub fn max_backoff(&self) -> Duration {
+        self.max_backoff
+    }
 }
 
 impl Default for RestartPolicy {

@@ -87,7 +87,7 @@ impl MessageBuilder {
     }
 
     /// Names the data field (default `data`), as
-    /// [`Stream::data_field`](crate::Stream::data_field) does.
+    /// [`Stream::with_data_field`](crate::Stream::with_data_field) does.
     pub fn data_field(mut self, name: &str) -> Self {
         if let Some(f) = self.fields.first_mut() {
             f.0 = name.as_bytes().to_vec();

@@ -20,8 +20,8 @@ use crate::error::ConfigError;
 use crate::status::Board;
 use crate::stream::{Codec, Json};
 
-use super::SourceKind;
 use crate::handler::ItemHandler;
+use crate::kind::SourceKind;
 
 /// A Pub/Sub channel, or a pattern of channels, and the codec of its
 /// messages.
@@ -74,7 +74,8 @@ impl<C: Codec> Channel<C> {
     }
 
     /// Uses another codec for the messages.
-    pub fn codec<D: Codec>(self, codec: D) -> Channel<D> {
+    #[must_use]
+    pub fn with_codec<D: Codec>(self, codec: D) -> Channel<D> {
         Channel {
             name: self.name,
             pattern: self.pattern,
@@ -82,8 +83,8 @@ impl<C: Codec> Channel<C> {
         }
     }
 
-    /// The codec.
-    pub fn get_codec(&self) -> &C {
+    /// The codec, set with [`with_codec`](Self::with_codec).
+    pub fn codec(&self) -> &C {
         &self.codec
     }
 }
@@ -92,9 +93,9 @@ impl<C: Codec> Channel<C> {
 ///
 /// | option | default |
 /// |--------|---------|
-/// | [`concurrency`](Self::concurrency) | 1 handler at a time |
-/// | [`buffer`](Self::buffer) | 1 024 messages |
-/// | [`consumer`](Self::consumer) | `<channel>-<hostname>-<pid>` (for status and logs) |
+/// | [`with_concurrency`](Self::with_concurrency) | 1 handler at a time |
+/// | [`with_buffer`](Self::with_buffer) | 1 024 messages |
+/// | [`with_consumer`](Self::with_consumer) | `<channel>-<hostname>-<pid>` (for status and logs) |
 #[derive(Debug, Clone)]
 pub struct ChannelOptions {
     pub(crate) concurrency: usize,
@@ -114,7 +115,8 @@ impl Default for ChannelOptions {
 
 impl ChannelOptions {
     /// How many handlers run at once (default 1).
-    pub fn concurrency(mut self, handlers: usize) -> Self {
+    #[must_use]
+    pub fn with_concurrency(mut self, handlers: usize) -> Self {
         self.concurrency = handlers;
         self
     }
@@ -122,25 +124,35 @@ impl ChannelOptions {
     /// How many received messages may wait for a handler (default 1 024).
     /// When a message arrives with the buffer full, the oldest waiting one
     /// is dropped and counted.
-    pub fn buffer(mut self, messages: usize) -> Self {
+    #[must_use]
+    pub fn with_buffer(mut self, messages: usize) -> Self {
         self.buffer = messages;
         self
     }
 
-    /// The subscriber's name in [`Broker::status`] and logs.
-    pub fn consumer(mut self, name: impl Into<String>) -> Self {
+    /// The subscriber's name in [`Broker::status`](crate::Broker::status) and logs.
+    #[must_use]
+    pub fn with_consumer(mut self, name: impl Into<String>) -> Self {
         self.consumer = Some(name.into());
         self
     }
 
-    /// [`concurrency`](Self::concurrency).
-    pub fn get_concurrency(&self) -> usize {
+    /// How many handlers run at once, set with
+    /// [`with_concurrency`](Self::with_concurrency).
+    pub fn concurrency(&self) -> usize {
         self.concurrency
     }
 
-    /// [`buffer`](Self::buffer).
-    pub fn get_buffer(&self) -> usize {
+    /// The buffer's size, in messages, set with
+    /// [`with_buffer`](Self::with_buffer).
+    pub fn buffer(&self) -> usize {
         self.buffer
+    }
+
+    /// The subscriber's name, if set with
+    /// [`with_consumer`](Self::with_consumer).
+    pub fn consumer(&self) -> Option<&str> {
+        self.consumer.as_deref()
     }
 }
 
@@ -162,7 +174,8 @@ impl ChannelSub {
     ) -> Result<Self, ConfigError> {
         let bad = |option: &'static str, reason: &str| {
             Err(ConfigError::Invalid {
-                stream: channel.name().to_owned(),
+                kind: Some(SourceKind::Channel),
+                key: channel.name().to_owned(),
                 option,
                 reason: reason.to_owned(),
             })

@@ -11,7 +11,7 @@
 //! a surviving consumer of the list moves its processing list back onto the
 //! list, in one script, once.
 //!
-//! *At most once* ([`ListOptions::at_most_once`]): `BRPOP`. An item is gone
+//! *At most once* ([`ListOptions::with_at_most_once`]): `BRPOP`. An item is gone
 //! from Redis once popped: a crash loses the items being handled.
 
 mod run;
@@ -31,6 +31,7 @@ use crate::stream::{Codec, Json};
 
 use crate::handler::ItemHandler;
 pub(crate) use crate::keys::ListKeys;
+use crate::kind::SourceKind;
 
 /// A Redis list as a source of work: its key, its dead-letter list and the
 /// codec of its items. Producers and consumers share one description.
@@ -43,21 +44,27 @@ pub(crate) use crate::keys::ListKeys;
 /// use rillkit::List;
 ///
 /// let jobs = List::new("jobs");
-/// assert_eq!(jobs.get_dlq_name(), "jobs-dlq");
+/// assert_eq!(jobs.dlq_name(), "jobs-dlq");
+/// let jobs = jobs.with_dlq_name("jobs-failed");
+/// assert_eq!(jobs.dlq_name(), "jobs-failed");
 /// ```
 #[derive(Debug, Clone)]
 pub struct List<C: Codec = Json> {
     name: Arc<str>,
-    dlq: Option<Arc<str>>,
+    dlq: Arc<str>,
+    /// Whether `dlq` is the default (set per topology at build).
+    dlq_default: bool,
     codec: C,
 }
 
 impl List<Json> {
     /// A list named `name`, items in JSON, dead letters in `<name>-dlq`.
     pub fn new(name: impl Into<String>) -> Self {
+        let name: String = name.into();
         List {
-            name: name.into().into(),
-            dlq: None,
+            dlq: crate::keys::dead_letter_name(&name, false).into(),
+            dlq_default: true,
+            name: name.into(),
             codec: Json,
         }
     }
@@ -72,37 +79,42 @@ impl<C: Codec> List<C> {
     /// Sets the dead-letter list (default `<name>-dlq`; under a cluster,
     /// `{<name>}-dlq` unless the name holds a hash tag, so that it shares
     /// the list's slot).
-    pub fn dlq_name(mut self, name: impl Into<String>) -> Self {
-        self.dlq = Some(name.into().into());
+    #[must_use]
+    pub fn with_dlq_name(mut self, name: impl Into<String>) -> Self {
+        self.dlq = name.into().into();
+        self.dlq_default = false;
         self
     }
 
-    /// The dead-letter list's key (the default for a standalone server).
-    pub fn get_dlq_name(&self) -> String {
-        self.dlq.as_deref().map_or_else(
-            || crate::keys::dead_letter_name(&self.name, false),
-            str::to_owned,
-        )
+    /// The dead-letter list's key for a standalone or Sentinel server: the
+    /// name set with [`with_dlq_name`](Self::with_dlq_name), or
+    /// `<name>-dlq`. Under a cluster the default is `{<name>}-dlq` (unless
+    /// the name holds a hash tag).
+    pub fn dlq_name(&self) -> &str {
+        &self.dlq
     }
 
     /// Uses another codec for the items.
-    pub fn codec<D: Codec>(self, codec: D) -> List<D> {
+    #[must_use]
+    pub fn with_codec<D: Codec>(self, codec: D) -> List<D> {
         List {
             name: self.name,
             dlq: self.dlq,
+            dlq_default: self.dlq_default,
             codec,
         }
     }
 
-    /// The codec.
-    pub fn get_codec(&self) -> &C {
+    /// The codec, set with [`with_codec`](Self::with_codec).
+    pub fn codec(&self) -> &C {
         &self.codec
     }
 
     pub(crate) fn dlq_or_default(&self, cluster: bool) -> Arc<str> {
-        match &self.dlq {
-            Some(d) => d.clone(),
-            None => crate::keys::dead_letter_name(&self.name, cluster).into(),
+        if self.dlq_default && cluster {
+            crate::keys::dead_letter_name(&self.name, true).into()
+        } else {
+            self.dlq.clone()
         }
     }
 }
@@ -111,13 +123,13 @@ impl<C: Codec> List<C> {
 ///
 /// | option | default |
 /// |--------|---------|
-/// | [`consumer`](Self::consumer) | `<list>-<hostname>-<pid>` |
-/// | [`concurrency`](Self::concurrency) | 1 handler at a time |
-/// | [`max_retries`](Self::max_retries) | 3 runs after the first; then the dead-letter list |
-/// | [`retry_backoff`](Self::retry_backoff) | 1 s doubling, at most 60 s, with jitter |
-/// | [`block`](Self::block) | 5 s |
-/// | [`heartbeat_ttl`](Self::heartbeat_ttl) | 10 s |
-/// | [`at_most_once`](Self::at_most_once) | off: reliable |
+/// | [`with_consumer`](Self::with_consumer) | `<list>-<hostname>-<pid>` |
+/// | [`with_concurrency`](Self::with_concurrency) | 1 handler at a time |
+/// | [`with_max_retries`](Self::with_max_retries) | 3 runs after the first; then the dead-letter list |
+/// | [`with_retry_backoff`](Self::with_retry_backoff) | 1 s doubling, at most 60 s, with jitter |
+/// | [`with_block`](Self::with_block) | 5 s |
+/// | [`with_heartbeat_ttl`](Self::with_heartbeat_ttl) | 10 s |
+/// | [`with_at_most_once`](Self::with_at_most_once) | off: reliable |
 #[derive(Debug, Clone)]
 pub struct ListOptions {
     pub(crate) consumer: Option<String>,
@@ -150,13 +162,15 @@ impl ListOptions {
     /// The consumer's name: it names the processing list
     /// (`{<list>}:rillkit:processing:<consumer>`) and the heartbeat key.
     /// Two live processes must not share one.
-    pub fn consumer(mut self, name: impl Into<String>) -> Self {
+    #[must_use]
+    pub fn with_consumer(mut self, name: impl Into<String>) -> Self {
         self.consumer = Some(name.into());
         self
     }
 
     /// How many handlers run at once (default 1). Each pops its own item.
-    pub fn concurrency(mut self, handlers: usize) -> Self {
+    #[must_use]
+    pub fn with_concurrency(mut self, handlers: usize) -> Self {
         self.concurrency = handlers;
         self
     }
@@ -164,7 +178,8 @@ impl ListOptions {
     /// How many times a failed item runs again before it goes to the
     /// dead-letter list: a handler runs at most `max_retries + 1` times per
     /// item (default 3).
-    pub fn max_retries(mut self, retries: u64) -> Self {
+    #[must_use]
+    pub fn with_max_retries(mut self, retries: u64) -> Self {
         self.max_retries = retries;
         self
     }
@@ -172,7 +187,8 @@ impl ListOptions {
     /// How long a failed item waits before it runs again (default 1 s
     /// doubling, capped at 60 s, with jitter). The item waits on this
     /// consumer's processing list.
-    pub fn retry_backoff(mut self, backoff: RetryBackoff) -> Self {
+    #[must_use]
+    pub fn with_retry_backoff(mut self, backoff: RetryBackoff) -> Self {
         self.retry_backoff = backoff;
         self
     }
@@ -180,7 +196,8 @@ impl ListOptions {
     /// How long one blocking pop (`BLMOVE`, `BRPOP`) waits for an item
     /// before it is sent again (default 5 s, at least 10 ms). A stop or a
     /// removal cuts it short with `CLIENT UNBLOCK`.
-    pub fn block(mut self, block: Duration) -> Self {
+    #[must_use]
+    pub fn with_block(mut self, block: Duration) -> Self {
         self.block = block;
         self
     }
@@ -190,54 +207,72 @@ impl ListOptions {
     /// consumers of the list take this consumer for dead and move its
     /// processing list back onto the list: a crash costs a redelivery of
     /// what it held after at most about this long.
-    pub fn heartbeat_ttl(mut self, ttl: Duration) -> Self {
+    #[must_use]
+    pub fn with_heartbeat_ttl(mut self, ttl: Duration) -> Self {
         self.heartbeat_ttl = ttl;
         self
     }
 
-    /// Pops with `BRPOP` instead: no processing list, no retries, no
+    /// With `true`, pops with `BRPOP` instead (default `false`: reliable):
+    /// no processing list, no retries, no
     /// heartbeat. An item is gone from Redis once popped; one that fails, or
     /// does not decode, is written to the dead-letter list for the record,
     /// and one being handled when the process dies is lost.
-    pub fn at_most_once(mut self) -> Self {
-        self.at_most_once = true;
+    #[must_use]
+    pub fn with_at_most_once(mut self, on: bool) -> Self {
+        self.at_most_once = on;
         self
     }
 
-    /// [`consumer`](Self::consumer), when set.
-    pub fn get_consumer(&self) -> Option<&str> {
+    /// The consumer name, if set with [`with_consumer`](Self::with_consumer).
+    pub fn consumer(&self) -> Option<&str> {
         self.consumer.as_deref()
     }
 
-    /// [`concurrency`](Self::concurrency).
-    pub fn get_concurrency(&self) -> usize {
+    /// How many handlers run at once, set with
+    /// [`with_concurrency`](Self::with_concurrency).
+    pub fn concurrency(&self) -> usize {
         self.concurrency
     }
 
-    /// [`max_retries`](Self::max_retries).
-    pub fn get_max_retries(&self) -> u64 {
+    /// The retry limit, in runs after the first, set with
+    /// [`with_max_retries`](Self::with_max_retries).
+    pub fn max_retries(&self) -> u64 {
         self.max_retries
     }
 
-    /// [`block`](Self::block).
-    pub fn get_block(&self) -> Duration {
+    /// The blocking pop's wait, set with [`with_block`](Self::with_block).
+    pub fn block(&self) -> Duration {
         self.block
     }
 
-    /// [`heartbeat_ttl`](Self::heartbeat_ttl).
-    pub fn get_heartbeat_ttl(&self) -> Duration {
+    /// The heartbeat key's TTL, set with
+    /// [`with_heartbeat_ttl`](Self::with_heartbeat_ttl).
+    pub fn heartbeat_ttl(&self) -> Duration {
         self.heartbeat_ttl
     }
 
-    /// Whether [`at_most_once`](Self::at_most_once) is set.
-    pub fn is_at_most_once(&self) -> bool {
+    /// The retry backoff, set with
+    /// [`with_retry_backoff`](Self::with_retry_backoff).
+    pub fn retry_backoff(&self) -> RetryBackoff {
+        self.retry_backoff
+    }
+
+    /// Whether items are popped at most once, set with
+    /// [`with_at_most_once`](Self::with_at_most_once).
+    pub fn at_most_once(&self) -> bool {
         self.at_most_once
     }
 
     pub(crate) fn validate(&self, list: &str) -> Result<(), ConfigError> {
         let bad = |option: &'static str, reason: &str| {
             Err(ConfigError::Invalid {
-                stream: list.to_owned(),
+                kind: Some(if self.at_most_once {
+                    SourceKind::ListAtMostOnce
+                } else {
+                    SourceKind::List
+                }),
+                key: list.to_owned(),
                 option,
                 reason: reason.to_owned(),
             })
@@ -296,7 +331,12 @@ impl ListSub {
             for (option, key) in [("dlq_name", &*dlq), ("name", keys.processing.as_str())] {
                 if key_slot(key.as_bytes()) != slot {
                     return Err(ConfigError::Invalid {
-                        stream: list.name().to_owned(),
+                        kind: Some(if opts.at_most_once {
+                            SourceKind::ListAtMostOnce
+                        } else {
+                            SourceKind::List
+                        }),
+                        key: list.name().to_owned(),
                         option,
                         reason: format!(
                             "{key:?} hashes to another cluster slot than the list; give the list a hash tag, like {{{}}}",

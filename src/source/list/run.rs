@@ -30,6 +30,7 @@ use crate::delivery::until_done;
 use crate::error::Class;
 use crate::error::Error;
 use crate::handler::ItemMeta;
+use crate::kind::SourceKind;
 use crate::redis::{Eval, RedisActor};
 use crate::status::SubscriptionState;
 use crate::telemetry::ConsumerMetrics;
@@ -637,7 +638,8 @@ impl Loop {
                 tracing::error!(list = %self.sub.keys.list, consumer = %self.sub.consumer, holder = %holder,
                     "another process holds this consumer name (its heartbeat lapsed here); the consumer stops popping and ends");
                 self.fatal = Some(Error::ConsumerNameInUse {
-                    stream: self.sub.keys.list.to_string(),
+                    kind: SourceKind::List,
+                    key: self.sub.keys.list.to_string(),
                     group: String::new(),
                     consumer: self.sub.consumer.to_string(),
                     holder,

@@ -1,5 +1,5 @@
 //! Consumer hygiene: what keeps a group's consumer list true to the
-//! processes behind it (SPEC §10).
+//! processes behind it.
 //!
 //! * **The lease.** A consumer name is held by one live process at a time: a
 //!   key `rillkit:lease:<stream>:<group>:<consumer>` (each name with `%`
@@ -26,6 +26,7 @@ use redis::Value;
 use tokio::sync::watch;
 
 use crate::error::Error;
+use crate::kind::SourceKind;
 use crate::redis::{Eval, RedisActor};
 
 /// KEYS: stream. ARGV: group, consumer. Deletes the consumer from the group
@@ -77,7 +78,7 @@ return pruned
 pub(crate) static PRUNE_IDLE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(PRUNE_IDLE_LUA));
 
-/// The shortest TTL [`ConsumerOptions::prune_idle`](crate::ConsumerOptions::prune_idle)
+/// The shortest TTL [`ConsumerOptions::with_prune_idle`](crate::ConsumerOptions::with_prune_idle)
 /// takes: a live consumer reads at least every `block`, so its idle time
 /// stays below that; the TTL must be well above it.
 pub(crate) fn min_prune_ttl(block: Duration) -> Duration {
@@ -214,7 +215,8 @@ impl Lease {
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Err(Error::ConsumerNameInUse {
-                    stream: self.stream.to_string(),
+                    kind: SourceKind::Stream,
+                    key: self.stream.to_string(),
                     group: self.group.to_string(),
                     consumer: self.consumer.to_string(),
                     holder,
@@ -281,7 +283,8 @@ impl Lease {
     /// The error a renewal that found the lease held elsewhere ends with.
     pub(crate) fn lost(&self, holder: String) -> Error {
         Error::ConsumerNameInUse {
-            stream: self.stream.to_string(),
+            kind: SourceKind::Stream,
+            key: self.stream.to_string(),
             group: self.group.to_string(),
             consumer: self.consumer.to_string(),
             holder,

@@ -91,7 +91,7 @@ impl Subscription {
             None => default_consumer_name(&names.group).into(),
         };
         let board = Arc::new(crate::status::Board::new(
-            crate::source::SourceKind::Stream,
+            crate::kind::SourceKind::Stream,
             names.name.clone(),
             names.group.clone(),
             consumer.clone(),

@@ -1,33 +1,35 @@
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::kind::SourceKind;
 
-/// How one subscription reads and retries. Setters are named after what they
-/// set, mostly a Redis argument.
+/// How one subscription reads and retries. Each option, mostly a Redis
+/// argument, is set with `with_<option>` and read back with `<option>()`.
 ///
 /// | option | default | Redis / meaning |
 /// |--------|---------|-----------------|
-/// | [`consumer`](Self::consumer) | `<group>-<hostname>-<pid>` | consumer name in `XREADGROUP GROUP <group> <consumer>` |
-/// | [`block`](Self::block) | 5 s | `XREADGROUP … BLOCK <ms>` |
-/// | [`count`](Self::count) | 10 entries | `XREADGROUP … COUNT <n>`, the most one read fetches |
-/// | [`concurrency`](Self::concurrency) | 1 handler | handlers running at once |
-/// | [`max_retries`](Self::max_retries) | 3 | runs after the first; then the dead-letter stream |
-/// | [`claim_idle`](Self::claim_idle) | 30 s | min idle time before XCLAIM takes an entry over: crash recovery |
-/// | [`retry_backoff`](Self::retry_backoff) | 1 s doubling, up to `claim_idle`, jittered | the wait before a failed entry runs again |
-/// | [`start_id`](Self::start_id) | `0` | `XGROUP CREATE <stream> <group> <id>` for a new group |
-/// | [`lease_ttl`](Self::lease_ttl) | 10 s | the consumer name's lease (`SET … PX`), renewed every third of it |
-/// | [`prune_idle`](Self::prune_idle) | off | delete the group's consumers idle longer than this and holding nothing (`XGROUP DELCONSUMER`) |
+/// | [`with_consumer`](Self::with_consumer) | `<group>-<hostname>-<pid>` | consumer name in `XREADGROUP GROUP <group> <consumer>` |
+/// | [`with_block`](Self::with_block) | 5 s | `XREADGROUP … BLOCK <ms>` |
+/// | [`with_count`](Self::with_count) | 10 entries | `XREADGROUP … COUNT <n>`, the most one read fetches |
+/// | [`with_concurrency`](Self::with_concurrency) | 1 handler | handlers running at once |
+/// | [`with_max_retries`](Self::with_max_retries) | 3 | runs after the first; then the dead-letter stream |
+/// | [`with_claim_idle`](Self::with_claim_idle) | 30 s | min idle time before XCLAIM takes an entry over: crash recovery |
+/// | [`with_retry_backoff`](Self::with_retry_backoff) | 1 s doubling, up to `claim_idle`, jittered | the wait before a failed entry runs again |
+/// | [`with_start_id`](Self::with_start_id) | `0` | `XGROUP CREATE <stream> <group> <id>` for a new group |
+/// | [`with_lease_ttl`](Self::with_lease_ttl) | 10 s | the consumer name's lease (`SET … PX`), renewed every third of it |
+/// | [`with_prune_idle`](Self::with_prune_idle) | off | delete the group's consumers idle longer than this and holding nothing (`XGROUP DELCONSUMER`) |
 ///
 /// ```
 /// use std::time::Duration;
 /// use rillkit::ConsumerOptions;
 ///
 /// let opts = ConsumerOptions::default()
-///     .consumer("billing-1")
-///     .block(Duration::from_millis(200))
-///     .count(50)
-///     .max_retries(5);
-/// assert_eq!(opts.get_count(), 50);
+///     .with_consumer("billing-1")
+///     .with_block(Duration::from_millis(200))
+///     .with_count(50)
+///     .with_max_retries(5);
+/// assert_eq!(opts.count(), 50);
+/// assert_eq!(opts.consumer(), Some("billing-1"));
 /// ```
 #[derive(Debug, Clone)]
 pub struct ConsumerOptions {
@@ -65,7 +67,8 @@ impl ConsumerOptions {
     /// process and machine). Set it yourself when containers share a hostname
     /// and PID, or when a restarted worker should resume its own pending
     /// entries under the same name.
-    pub fn consumer(mut self, name: impl Into<String>) -> Self {
+    #[must_use]
+    pub fn with_consumer(mut self, name: impl Into<String>) -> Self {
         self.consumer = Some(name.into());
         self
     }
@@ -73,7 +76,8 @@ impl ConsumerOptions {
     /// Sets how long one XREADGROUP waits for new entries (`BLOCK`, in ms on
     /// the wire; at least 1 ms, at most 24 h). Stopping never waits for it: the blocked read
     /// is interrupted with CLIENT UNBLOCK.
-    pub fn block(mut self, block: Duration) -> Self {
+    #[must_use]
+    pub fn with_block(mut self, block: Duration) -> Self {
         self.block = block;
         self
     }
@@ -87,7 +91,8 @@ impl ConsumerOptions {
     /// `count`, and a worker with slow ones holds no more entries than it
     /// starts within about 2 ms: none another idle worker would start
     /// sooner.
-    pub fn count(mut self, entries: usize) -> Self {
+    #[must_use]
+    pub fn with_count(mut self, entries: usize) -> Self {
         self.count = entries;
         self
     }
@@ -97,7 +102,8 @@ impl ConsumerOptions {
     /// count above 1: a retry, or an entry of a crashed worker) always runs
     /// alone, so an entry that kills its process costs only its own delivery
     /// count, never its neighbours'.
-    pub fn concurrency(mut self, handlers: usize) -> Self {
+    #[must_use]
+    pub fn with_concurrency(mut self, handlers: usize) -> Self {
         self.concurrency = handlers;
         self
     }
@@ -105,7 +111,8 @@ impl ConsumerOptions {
     /// Sets how many times a failed entry is handled again before it goes to
     /// the dead-letter stream: a handler runs at most `max_retries + 1` times
     /// for one entry, counted by the server's delivery count.
-    pub fn max_retries(mut self, retries: u64) -> Self {
+    #[must_use]
+    pub fn with_max_retries(mut self, retries: u64) -> Self {
         self.max_retries = retries;
         self
     }
@@ -114,7 +121,8 @@ impl ConsumerOptions {
     /// before it is taken over (XCLAIM min-idle-time) and handled again: the
     /// retry delay, and how soon a crashed consumer's entries are recovered.
     /// At least 1 ms, at most 365 days.
-    pub fn claim_idle(mut self, idle: Duration) -> Self {
+    #[must_use]
+    pub fn with_claim_idle(mut self, idle: Duration) -> Self {
         self.claim_idle = idle;
         self
     }
@@ -122,16 +130,18 @@ impl ConsumerOptions {
     /// Sets where a group created by this subscription starts: `0` (default,
     /// every entry already in the stream) or `$` (only entries added from now
     /// on), or any entry id. An existing group keeps its position.
-    pub fn start_id(mut self, id: impl Into<String>) -> Self {
+    #[must_use]
+    pub fn with_start_id(mut self, id: impl Into<String>) -> Self {
         self.start_id = id.into();
         self
     }
 
     /// Sets how long a failed entry waits before it runs again (see
     /// [`RetryBackoff`]; default: 1 s doubling up to `claim_idle`, with
-    /// jitter). Its cap may not exceed [`claim_idle`](Self::claim_idle),
+    /// jitter). Its cap may not exceed [`with_claim_idle`](Self::with_claim_idle),
     /// which stays the crash-recovery time.
-    pub fn retry_backoff(mut self, backoff: RetryBackoff) -> Self {
+    #[must_use]
+    pub fn with_retry_backoff(mut self, backoff: RetryBackoff) -> Self {
         self.retry_backoff = backoff;
         self
     }
@@ -156,15 +166,17 @@ impl ConsumerOptions {
     ///
     /// The ACL user needs `+eval +evalsha +get +set +pttl +del` on keys
     /// `rillkit:lease:*`.
-    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+    #[must_use]
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = Some(ttl);
         self
     }
 
     /// Runs without the consumer name's lease (see
-    /// [`lease_ttl`](Self::lease_ttl)): for an ACL user that may not write
+    /// [`with_lease_ttl`](Self::with_lease_ttl)): for an ACL user that may not write
     /// `rillkit:lease:*`. Two processes under one name then run its entries
     /// side by side.
+    #[must_use]
     pub fn without_lease(mut self) -> Self {
         self.lease_ttl = None;
         self
@@ -176,64 +188,65 @@ impl ConsumerOptions {
     /// left behind by processes that crashed or were killed (a clean stop
     /// leaves the group by itself). Check and delete run in one Lua script
     /// (`XGROUP DELCONSUMER`), so a consumer holding entries is never
-    /// deleted. `ttl` must be at least 3 × [`block`](Self::block) and 1 s:
+    /// deleted. `ttl` must be at least 3 × [`with_block`](Self::with_block) and 1 s:
     /// a live consumer reads at least every `block`. Off by default.
-    pub fn prune_idle(mut self, ttl: Duration) -> Self {
+    #[must_use]
+    pub fn with_prune_idle(mut self, ttl: Duration) -> Self {
         self.prune_idle = Some(ttl);
         self
     }
 
     /// The lease TTL (`None`: [`without_lease`](Self::without_lease)), set
-    /// with [`lease_ttl`](Self::lease_ttl).
-    pub fn get_lease_ttl(&self) -> Option<Duration> {
+    /// with [`with_lease_ttl`](Self::with_lease_ttl).
+    pub fn lease_ttl(&self) -> Option<Duration> {
         self.lease_ttl
     }
 
     /// The idle time past which empty consumers are pruned, if set with
-    /// [`prune_idle`](Self::prune_idle).
-    pub fn get_prune_idle(&self) -> Option<Duration> {
+    /// [`with_prune_idle`](Self::with_prune_idle).
+    pub fn prune_idle(&self) -> Option<Duration> {
         self.prune_idle
     }
 
-    /// The retry backoff, set with [`retry_backoff`](Self::retry_backoff).
-    pub fn get_retry_backoff(&self) -> RetryBackoff {
+    /// The retry backoff, set with [`with_retry_backoff`](Self::with_retry_backoff).
+    pub fn retry_backoff(&self) -> RetryBackoff {
         self.retry_backoff
     }
 
-    /// The consumer name, if set with [`consumer`](Self::consumer).
-    pub fn get_consumer(&self) -> Option<&str> {
+    /// The consumer name, if set with [`with_consumer`](Self::with_consumer).
+    pub fn consumer(&self) -> Option<&str> {
         self.consumer.as_deref()
     }
 
-    /// The XREADGROUP block time, set with [`block`](Self::block).
-    pub fn get_block(&self) -> Duration {
+    /// The XREADGROUP block time, set with [`with_block`](Self::with_block).
+    pub fn block(&self) -> Duration {
         self.block
     }
 
-    /// The XREADGROUP count, in entries, set with [`count`](Self::count).
-    pub fn get_count(&self) -> usize {
+    /// The XREADGROUP count, in entries, set with [`with_count`](Self::with_count).
+    pub fn count(&self) -> usize {
         self.count
     }
 
     /// How many handlers run at once, set with
-    /// [`concurrency`](Self::concurrency).
-    pub fn get_concurrency(&self) -> usize {
+    /// [`with_concurrency`](Self::with_concurrency).
+    pub fn concurrency(&self) -> usize {
         self.concurrency
     }
 
     /// The retry limit, in runs after the first, set with
-    /// [`max_retries`](Self::max_retries).
-    pub fn get_max_retries(&self) -> u64 {
+    /// [`with_max_retries`](Self::with_max_retries).
+    pub fn max_retries(&self) -> u64 {
         self.max_retries
     }
 
-    /// The claim idle time, set with [`claim_idle`](Self::claim_idle).
-    pub fn get_claim_idle(&self) -> Duration {
+    /// The claim idle time, set with [`with_claim_idle`](Self::with_claim_idle).
+    pub fn claim_idle(&self) -> Duration {
         self.claim_idle
     }
 
-    /// The start id for a new group, set with [`start_id`](Self::start_id).
-    pub fn get_start_id(&self) -> &str {
+    /// The start id for a new group, set with [`with_start_id`](Self::with_start_id).
+    pub fn start_id(&self) -> &str {
         &self.start_id
     }
 
@@ -247,7 +260,8 @@ impl ConsumerOptions {
     pub(crate) fn validate(&self, stream: &str) -> Result<(), ConfigError> {
         let bad = |option: &'static str, reason: &str| {
             Err(ConfigError::Invalid {
-                stream: stream.to_owned(),
+                kind: Some(SourceKind::Stream),
+                key: stream.to_owned(),
                 option,
                 reason: reason.to_owned(),
             })
@@ -282,7 +296,8 @@ impl ConsumerOptions {
         if let Some(max) = self.retry_backoff.max {
             if max > self.claim_idle {
                 return Err(ConfigError::Invalid {
-                    stream: stream.to_owned(),
+                    kind: Some(SourceKind::Stream),
+                    key: stream.to_owned(),
                     option: "retry_backoff",
                     reason: format!(
                         "its cap ({} ms) must not exceed claim_idle ({} ms), the crash-recovery time",
@@ -304,7 +319,8 @@ impl ConsumerOptions {
             let min = super::hygiene::min_prune_ttl(self.block);
             if ttl < min {
                 return Err(ConfigError::Invalid {
-                    stream: stream.to_owned(),
+                    kind: Some(SourceKind::Stream),
+                    key: stream.to_owned(),
                     option: "prune_idle",
                     reason: format!(
                         "must be at least {} ms (3 × block and 1 s): a live consumer is idle up to block between reads",
@@ -360,9 +376,10 @@ pub(crate) fn default_consumer_name(group: &str) -> String {
 /// use rillkit::RetryBackoff;
 ///
 /// let b = RetryBackoff::exponential(Duration::from_millis(200))
-///     .factor(3)
-///     .max(Duration::from_secs(5))
-///     .jitter(false);
+///     .with_factor(3)
+///     .with_max(Duration::from_secs(5))
+///     .with_jitter(false);
+/// assert_eq!(b.factor(), 3);
 /// assert_eq!(b.delay(1, Duration::from_secs(30)), Duration::from_millis(200));
 /// assert_eq!(b.delay(3, Duration::from_secs(30)), Duration::from_millis(1800));
 /// assert_eq!(b.delay(9, Duration::from_secs(30)), Duration::from_secs(5));
@@ -410,23 +427,47 @@ impl RetryBackoff {
     }
 
     /// The factor each further failed run multiplies the wait by (default 2).
-    pub fn factor(mut self, factor: u32) -> Self {
+    #[must_use]
+    pub fn with_factor(mut self, factor: u32) -> Self {
         self.factor = factor;
         self
     }
 
     /// The longest wait (default: the subscription's `claim_idle`, which it
     /// may not exceed; for a list subscription, 60 s).
-    pub fn max(mut self, max: Duration) -> Self {
+    #[must_use]
+    pub fn with_max(mut self, max: Duration) -> Self {
         self.max = Some(max);
         self
     }
 
     /// Whether each wait is a random point in the upper half of the computed
     /// one (default: on for [`exponential`](Self::exponential)).
-    pub fn jitter(mut self, on: bool) -> Self {
+    #[must_use]
+    pub fn with_jitter(mut self, on: bool) -> Self {
         self.jitter = on;
         self
+    }
+
+    /// The wait after the first failed run, given to the constructor.
+    pub fn initial(&self) -> Duration {
+        self.initial
+    }
+
+    /// The factor, set with [`with_factor`](Self::with_factor).
+    pub fn factor(&self) -> u32 {
+        self.factor
+    }
+
+    /// The longest wait, if set with [`with_max`](Self::with_max) (`None`:
+    /// the subscription's `claim_idle`).
+    pub fn max(&self) -> Option<Duration> {
+        self.max
+    }
+
+    /// Whether jitter is on, set with [`with_jitter`](Self::with_jitter).
+    pub fn jitter(&self) -> bool {
+        self.jitter
     }
 
     /// The wait, without jitter, after the run with delivery count

@@ -1,7 +1,7 @@
 //! Retry backoff ([`RetryBackoff`](crate::RetryBackoff)): an entry whose
 //! handler failed (an error or a caught panic) before its last run waits in
 //! the consumer that saw it fail, held — so the heartbeat keeps it fresh and
-//! no reclaimer takes it over — for `retry_backoff(n)`. Then
+//! no reclaimer takes it over — for `with_retry_backoff(n)`. Then
 //! `XCLAIM <self> 0 <ids> RETRYCOUNT <n + 1> JUSTID` counts the coming run
 //! on the server, and the entry is queued as a redelivery that need not run
 //! alone.
