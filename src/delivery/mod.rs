@@ -7,15 +7,23 @@
 //!   run with its panic caught, in the source's span, timed, tallied;
 //! * [`reader`] is the read connection's life: open, `CLIENT ID`,
 //!   `CLIENT UNBLOCK`, `QUIT`;
+//! * [`retry`] holds failed items while they wait out their
+//!   [`RetryBackoff`], and [`liveness`] is the one rule by which a consumer
+//!   keeps its claim to its work (a lease, a heartbeat);
 //! * [`until_done`] retries a settling write (an ack, a dead-letter move, a
 //!   put-back) until Redis has run it.
 
 mod actor;
 pub(crate) mod handler;
+pub(crate) mod liveness;
+mod options;
 pub(crate) mod reader;
 mod report;
+pub(crate) mod retry;
 mod settle;
 
 pub(crate) use actor::{ConsumerActor, ConsumerExited, Drain};
+pub use options::RetryBackoff;
+pub(crate) use options::{MAX_DURATION, default_consumer_name};
 pub(crate) use report::ConsumerReport;
 pub(crate) use settle::until_done;

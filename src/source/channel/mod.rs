@@ -191,7 +191,7 @@ impl ChannelSub {
         }
         let consumer: Arc<str> = match &opts.consumer {
             Some(c) => c.as_str().into(),
-            None => crate::source::stream::default_consumer_name(channel.name()).into(),
+            None => crate::delivery::default_consumer_name(channel.name()).into(),
         };
         Ok(ChannelSub {
             board: Arc::new(Board::new(

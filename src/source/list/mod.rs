@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::delivery::{MAX_DURATION, RetryBackoff};
 use crate::error::ConfigError;
-use crate::source::stream::{MAX_DURATION, RetryBackoff};
 use crate::status::Board;
 use crate::stream::{Codec, Json};
 
@@ -322,7 +322,7 @@ impl ListSub {
         let dlq = list.dlq_or_default(cluster);
         let consumer: Arc<str> = match &opts.consumer {
             Some(c) => c.as_str().into(),
-            None => crate::source::stream::default_consumer_name(list.name()).into(),
+            None => crate::delivery::default_consumer_name(list.name()).into(),
         };
         let keys = ListKeys::new(list.name.clone(), dlq.clone(), &consumer);
         if cluster {

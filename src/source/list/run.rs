@@ -25,7 +25,9 @@ use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
 use crate::delivery::handler::{self, Ran, Run};
+use crate::delivery::liveness::Liveness;
 use crate::delivery::reader::{Reader, UNBLOCK_EVERY};
+use crate::delivery::retry::RetryQueue;
 use crate::delivery::until_done;
 use crate::error::Class;
 use crate::error::Error;
@@ -34,7 +36,7 @@ use crate::kind::SourceKind;
 use crate::redis::{Eval, RedisActor};
 use crate::status::SubscriptionState;
 use crate::telemetry::ConsumerMetrics;
-use crate::util::Retry;
+use crate::util::{Alarm, Retry, log_wait};
 
 /// A finished handler run: the item, its attempt number, how it ended.
 type Finished = (Vec<u8>, u64, Run);
@@ -58,7 +60,7 @@ struct Loop {
     running: FuturesUnordered<LocalBoxFuture<'static, Finished>>,
     /// Failed items waiting out their backoff (they stay on the processing
     /// list meanwhile).
-    waiting: Vec<(tokio::time::Instant, Vec<u8>, u64)>,
+    waiting: RetryQueue<(Vec<u8>, u64)>,
     side: FuturesUnordered<LocalBoxFuture<'static, ()>>,
     retry: Retry,
     retry_at: Option<tokio::time::Instant>,
@@ -76,12 +78,11 @@ struct Loop {
     beat: Option<LocalBoxFuture<'static, Beat>>,
     /// The last pop failed on the connection (an outage).
     read_down: bool,
-    /// Until when the name is surely this process's: the last heartbeat
-    /// Redis confirmed, from when it was sent, plus the TTL. Past it,
+    /// The heartbeat (the consumer name's lease), by the liveness rule
+    /// every source keeps: past its TTL since the last confirmed beat,
     /// other consumers may take this one for dead and move its processing
     /// list back, so nothing new starts here.
-    alive_until: tokio::time::Instant,
-    beat_sent: tokio::time::Instant,
+    liveness: Liveness,
 }
 
 /// Runs one list subscription until it is told to drain (or fails with an
@@ -100,6 +101,7 @@ pub(crate) async fn consume(
         sub.opts.block,
     );
     let metrics = ConsumerMetrics::for_items(&sub.keys.list);
+    let heartbeat_ttl = sub.opts.heartbeat_ttl;
     let mut l = Loop {
         token: crate::keys::process_token(),
         sub,
@@ -109,7 +111,7 @@ pub(crate) async fn consume(
         connector,
         read: None,
         running: FuturesUnordered::new(),
-        waiting: Vec::new(),
+        waiting: RetryQueue::default(),
         side: FuturesUnordered::new(),
         retry: Retry::default(),
         retry_at: None,
@@ -119,8 +121,7 @@ pub(crate) async fn consume(
         reconcile: None,
         beat: None,
         read_down: false,
-        alive_until: tokio::time::Instant::now() + Duration::from_secs(3600),
-        beat_sent: tokio::time::Instant::now(),
+        liveness: Liveness::new(heartbeat_ttl, None),
     };
     let reliable = !l.sub.opts.at_most_once;
     let mut ready = ready;
@@ -149,10 +150,8 @@ pub(crate) async fn consume(
         "list consumer started"
     );
     l.sub.board.set_state(SubscriptionState::Running);
-    let ttl = l.sub.opts.heartbeat_ttl;
-    let mut beat = tokio::time::interval(ttl / 3);
-    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    beat.tick().await;
+    let (mut retry_alarm, mut read_alarm, mut beat_alarm) =
+        (Alarm::new(), Alarm::new(), Alarm::new());
     let deadline = loop {
         if let Some(d) = *stop.borrow() {
             break d;
@@ -162,6 +161,7 @@ pub(crate) async fn consume(
         }
         l.maybe_start();
         let next_retry = l.next_due();
+        let beat_at = l.liveness.due().filter(|_| reliable);
         tokio::select! {
             biased;
             _ = stop.changed() => {}
@@ -175,9 +175,9 @@ pub(crate) async fn consume(
                 l.reconcile = None;
                 l.on_reconciled(r);
             }
-            () = sleep_until(next_retry), if next_retry.is_some() => {}
-            () = sleep_until(l.retry_at), if l.retry_at.is_some() => l.retry_at = None,
-            _ = beat.tick(), if reliable => l.heartbeat(),
+            () = retry_alarm.until(next_retry), if next_retry.is_some() => {}
+            () = read_alarm.until(l.retry_at), if l.retry_at.is_some() => l.retry_at = None,
+            () = beat_alarm.until(beat_at), if beat_at.is_some() => l.heartbeat(),
             b = async { l.beat.as_mut().expect("beat").await }, if l.beat.is_some() => {
                 l.beat = None;
                 l.on_beat(b);
@@ -185,13 +185,6 @@ pub(crate) async fn consume(
         }
     };
     l.drain(deadline).await
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => futures::future::pending().await,
-    }
 }
 
 impl Loop {
@@ -211,7 +204,7 @@ impl Loop {
             let sent = tokio::time::Instant::now();
             let answer = until_done(&self.redis, self.beat_eval(), None).await?;
             if answer == Value::Int(1) {
-                self.alive_until = sent + self.sub.opts.heartbeat_ttl;
+                self.liveness = Liveness::new(self.sub.opts.heartbeat_ttl, Some(sent));
                 break;
             }
             // The name's heartbeat is another live process's: wait for it
@@ -260,13 +253,13 @@ impl Loop {
 
     /// When the earliest waiting retry is due.
     fn next_due(&self) -> Option<tokio::time::Instant> {
-        self.waiting.iter().map(|(at, ..)| *at).min()
+        self.waiting.next_due()
     }
 
     /// Starts what a free slot allows: a due retry first, else a pop.
     fn maybe_start(&mut self) {
         let now = tokio::time::Instant::now();
-        if self.reliable() && now >= self.alive_until {
+        if self.reliable() && !self.liveness.holds() {
             // Not surely alive in Redis's eyes: start nothing until a
             // heartbeat is confirmed again.
             return;
@@ -274,10 +267,9 @@ impl Loop {
         // Not while a pop is on its way: it may bring one item per free
         // slot (its wait ends by the time the first retry is due).
         while self.read.is_none() && self.running.len() < self.sub.opts.concurrency {
-            let Some(i) = self.waiting.iter().position(|(at, ..)| *at <= now) else {
+            let Some((item, attempts)) = self.waiting.take_one_due(now) else {
                 break;
             };
-            let (_, item, attempts) = self.waiting.swap_remove(i);
             self.run(item, attempts, None);
         }
         if self.read.is_some() || self.reconcile.is_some() || self.retry_at.is_some() {
@@ -444,14 +436,13 @@ impl Loop {
                     tracing::warn!(list = %list, consumer = %self.sub.consumer, attempt, error = %error, "item goes to the dead-letter list");
                     self.dead_letter(item, &error, attempt);
                 } else {
-                    let wait = self.sub.opts.retry_backoff.wait(
+                    let wait = self.waiting.schedule(
+                        &self.sub.opts.retry_backoff,
                         attempt,
                         MAX_RETRY_WAIT,
-                        u64::from(std::process::id()) ^ (attempt << 20) ^ item.len() as u64,
+                        (item, attempt),
                     );
                     tracing::debug!(list = %list, attempt, error = %error, retry_in_ms = wait.as_millis() as u64, "item failed; it runs again after its backoff");
-                    self.waiting
-                        .push((tokio::time::Instant::now() + wait, item, attempt));
                 }
             }
         }
@@ -603,16 +594,13 @@ impl Loop {
             return;
         }
         let (beat, recover) = (self.beat_eval(), self.recover_eval());
-        self.beat_sent = tokio::time::Instant::now();
+        self.liveness.sending();
         let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
         self.beat = Some(Box::pin(async move {
             let answer = match redis.send(beat).await {
                 Ok(Ok(v)) => v,
-                Ok(Err(e)) => {
-                    tracing::warn!(list = %list, error = %e, "heartbeat failed; trying again next beat");
-                    return Beat::Failed;
-                }
-                Err(_) => return Beat::Failed,
+                Ok(Err(e)) => return Beat::Failed(Some(e)),
+                Err(_) => return Beat::Failed(None),
             };
             if answer != Value::Int(1) {
                 let holder: String = redis::from_redis_value(answer).unwrap_or_default();
@@ -626,15 +614,24 @@ impl Loop {
     fn on_beat(&mut self, beat: Beat) {
         match beat {
             Beat::Ok => {
-                self.alive_until = self.beat_sent + self.sub.opts.heartbeat_ttl;
+                if self.liveness.confirmed().after_failures > 0 {
+                    tracing::info!(list = %self.sub.keys.list, consumer = %self.sub.consumer, "the heartbeat is confirmed again");
+                }
                 // Redis answers again: a pop waiting out a backoff the
                 // outage built up starts now.
                 if self.read_down {
                     self.retry_at = None;
                 }
             }
-            Beat::Failed => {}
+            Beat::Failed(e) => {
+                let failed = self.liveness.failed();
+                if let (Some(e), true) = (e, failed.log) {
+                    log_wait!(e.class(), list = %self.sub.keys.list, consumer = %self.sub.consumer, error = %e, lapsed = failed.lapsed,
+                        "heartbeat failed; trying again next beat (once it has lapsed, nothing starts until one is confirmed)");
+                }
+            }
             Beat::Taken(holder) => {
+                self.liveness.failed();
                 tracing::error!(list = %self.sub.keys.list, consumer = %self.sub.consumer, holder = %holder,
                     "another process holds this consumer name (its heartbeat lapsed here); the consumer stops popping and ends");
                 self.fatal = Some(Error::ConsumerNameInUse {
@@ -653,7 +650,8 @@ impl Loop {
 /// What a heartbeat found.
 enum Beat {
     Ok,
-    Failed,
+    /// Redis refused or did not answer (`None`: the broker shut down).
+    Failed(Option<Error>),
     /// The heartbeat key holds another process's token.
     Taken(String),
 }
@@ -681,12 +679,11 @@ impl Loop {
     /// unregisters it, and closes its connection with `QUIT`.
     async fn drain(mut self, deadline: Instant) -> ConsumerReport {
         let until = tokio::time::Instant::from_std(deadline);
-        self.waiting.clear();
+        self.waiting.take_all();
         let mut unblock = tokio::time::interval(UNBLOCK_EVERY);
         // A drain can outlast the heartbeat's TTL: keep beating, so nobody
         // takes what runs here for a dead consumer's.
-        let mut beat = tokio::time::interval(self.sub.opts.heartbeat_ttl / 3);
-        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut beat_alarm = Alarm::new();
         let reliable = self.reliable();
         let mut timed_out = false;
         loop {
@@ -696,7 +693,7 @@ impl Loop {
             tokio::select! {
                 biased;
                 Some(done) = self.running.next(), if !self.running.is_empty() => self.finished(done),
-                _ = beat.tick(), if reliable => self.heartbeat(),
+                () = beat_alarm.until(self.liveness.due()), if reliable && self.liveness.due().is_some() => self.heartbeat(),
                 b = async { self.beat.as_mut().expect("beat").await }, if self.beat.is_some() => {
                     self.beat = None;
                     self.on_beat(b);

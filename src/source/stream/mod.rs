@@ -34,8 +34,8 @@ pub(crate) mod hygiene;
 mod options;
 mod run;
 
-pub use options::{ConsumerOptions, RetryBackoff};
-pub(crate) use options::{MAX_DURATION, default_consumer_name};
+use crate::delivery::default_consumer_name;
+pub use options::ConsumerOptions;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -26,7 +26,9 @@ mod settle;
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
 use crate::delivery::handler::{self, Ran, Run};
+use crate::delivery::liveness::Liveness;
 use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader};
+use crate::delivery::retry::RetryQueue;
 use crate::error::Class;
 use crate::error::Error;
 use crate::handler::{Message, Prepared};
@@ -87,14 +89,12 @@ pub(crate) async fn consume(
         reclaim: None,
         reclaim_due: now,
         held: HashSet::new(),
-        waiting: retry::Waiting::default(),
+        waiting: RetryQueue::default(),
         retry_claims: FuturesUnordered::new(),
         fresh: true,
         heartbeat_at: now,
-        lease_at: now,
-        lease_until: None,
+        lease: sub.lease.as_ref().map(|l| Liveness::new(l.ttl, None)),
         lease_renewal: None,
-        lease_retry: Retry::default(),
         prune_at: sub.opts.prune_idle.map(|_| now),
         refreshing: Rc::new(Cell::new(false)),
         in_read: Rc::new(Cell::new(false)),
@@ -139,8 +139,7 @@ pub(crate) async fn consume(
     if let Some(lease) = &lp.sub.lease {
         match hygiene::hold(lease, &lp.redis, &mut stop, &lp.sub.board).await {
             Ok(()) => {
-                lp.lease_until = Some(tokio::time::Instant::now() + lease.ttl);
-                lp.lease_at = tokio::time::Instant::now() + lease.ttl / 3;
+                lp.lease = Some(Liveness::new(lease.ttl, Some(tokio::time::Instant::now())));
             }
             Err(Error::StartAborted | Error::ShutDown) => {
                 lp.sub.board.set_state(SubscriptionState::Stopped);
@@ -200,23 +199,19 @@ struct Loop {
     /// When to refresh the idle time of held entries next.
     heartbeat_at: tokio::time::Instant,
     heartbeat_every: Duration,
-    /// When to renew the consumer name's lease next.
-    lease_at: tokio::time::Instant,
-    /// Until when the lease is surely ours: when the last successful
-    /// renewal was sent, plus the TTL (`None`: no lease). Past it, no read
-    /// and no handler starts until a renewal succeeds.
-    lease_until: Option<tokio::time::Instant>,
-    /// A lease renewal in flight, with when it was sent.
-    lease_renewal: Option<LocalBoxFuture<'static, (tokio::time::Instant, Result<Taken, Error>)>>,
-    /// Failed renewals in a row (for logging).
-    lease_retry: Retry,
+    /// The consumer name's lease, by the liveness rule every source keeps
+    /// (`None`: no lease). Past its TTL since the last confirmed renewal,
+    /// no read and no handler starts until a renewal succeeds.
+    lease: Option<Liveness>,
+    /// A lease renewal in flight.
+    lease_renewal: Option<LocalBoxFuture<'static, Result<Taken, Error>>>,
     /// When to prune the group's idle empty consumers next (`None`: off).
     prune_at: Option<tokio::time::Instant>,
     /// A refresh is in flight.
     refreshing: Rc<Cell<bool>>,
     /// Entries whose handler failed here, held while they wait out their
     /// retry backoff (see `retry.rs`).
-    waiting: retry::Waiting,
+    waiting: RetryQueue<Message>,
     /// Waiting entries on their way back (XCLAIM … RETRYCOUNT).
     retry_claims: FuturesUnordered<LocalBoxFuture<'static, retry::ClaimedBack>>,
     /// Until its first re-read of its own PEL is done.
@@ -354,7 +349,7 @@ impl Loop {
             let deadline = self.deadline.map(tokio::time::Instant::from_std);
             let unblock_at = self.unblock_at;
             let retry_at = self.waiting.next_due().filter(|_| self.deadline.is_none());
-            let has_lease = self.sub.lease.is_some();
+            let renew_at = self.lease.as_ref().and_then(Liveness::due);
             let prune_at = self.prune_at.filter(|_| self.deadline.is_none());
             tokio::select! {
                 done = maybe(&mut self.read) => {
@@ -380,12 +375,12 @@ impl Loop {
                 () = heartbeat_alarm.until(Some(self.heartbeat_at)), if holding => {
                     self.heartbeat();
                 }
-                () = lease_alarm.until(Some(self.lease_at)), if has_lease && self.lease_renewal.is_none() => {
+                () = lease_alarm.until(renew_at), if renew_at.is_some() => {
                     self.renew_lease();
                 }
-                (sent, res) = maybe(&mut self.lease_renewal) => {
+                res = maybe(&mut self.lease_renewal) => {
                     self.lease_renewal = None;
-                    self.on_lease_renewed(sent, res);
+                    self.on_lease_renewed(res);
                 }
                 () = prune_alarm.until(prune_at), if prune_at.is_some() => {
                     self.prune_idle();

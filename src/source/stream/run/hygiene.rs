@@ -10,6 +10,7 @@ use redis::Value;
 use tokio::sync::watch;
 
 use super::Loop;
+use crate::delivery::liveness::Liveness;
 use crate::error::Error;
 use crate::redis::{Eval, RedisActor};
 use crate::source::stream::hygiene::{
@@ -51,20 +52,19 @@ pub(super) async fn hold(
 }
 
 impl Loop {
-    /// Renews the lease (one at a time), and schedules the next renewal a
-    /// third of its TTL from now. It goes on while draining: a drain may be
-    /// longer than the TTL, and the name is still in use until it ends.
+    /// Renews the lease (one at a time; the next is due a third of its TTL
+    /// later). It goes on while draining: a drain may be longer than the
+    /// TTL, and the name is still in use until it ends.
     pub(super) fn renew_lease(&mut self) {
-        let Some(lease) = self.sub.lease.clone() else {
+        let (Some(lease), Some(live)) = (self.sub.lease.clone(), self.lease.as_mut()) else {
             return;
         };
-        self.lease_at = tokio::time::Instant::now() + lease.ttl / 3;
         if self.lease_renewal.is_some() {
             return;
         }
+        live.sending();
         let redis = self.redis.clone();
-        let sent = tokio::time::Instant::now();
-        self.lease_renewal = Some(async move { (sent, lease.take(&redis).await) }.boxed_local());
+        self.lease_renewal = Some(async move { lease.take(&redis).await }.boxed_local());
     }
 
     /// Whether the lease is surely ours now (always, without a lease). A
@@ -72,30 +72,24 @@ impl Loop {
     /// Redis that long finds it is not, and starts nothing until a renewal
     /// says so: another process may have taken the name meanwhile.
     pub(super) fn lease_ok(&self) -> bool {
-        self.lease_until
-            .is_none_or(|until| tokio::time::Instant::now() < until)
+        self.lease.as_ref().is_none_or(Liveness::holds)
     }
 
     /// What a renewal answered. The lease held by another process (this one
     /// could not renew for longer than the TTL, and someone took the name)
     /// ends the loop with [`Error::ConsumerNameInUse`]: it reads nothing
     /// more and drains.
-    pub(super) fn on_lease_renewed(
-        &mut self,
-        sent: tokio::time::Instant,
-        res: Result<Taken, Error>,
-    ) {
-        let Some(lease) = &self.sub.lease else {
+    pub(super) fn on_lease_renewed(&mut self, res: Result<Taken, Error>) {
+        let (Some(lease), Some(live)) = (&self.sub.lease, self.lease.as_mut()) else {
             return;
         };
         match res {
             Ok(Taken::Held) => {
-                let lapsed = !self.lease_ok();
-                self.lease_until = Some(sent + lease.ttl);
-                if self.lease_retry.succeeded() > 0 {
+                let renewed = live.confirmed();
+                if renewed.after_failures > 0 {
                     tracing::info!(stream = %self.sub.names.name, consumer = %self.sub.consumer, "the consumer name's lease is renewed again");
                 }
-                if lapsed {
+                if renewed.lapsed {
                     // Redis answers again after an outage long enough to
                     // lapse the lease: read now, not after the backoff the
                     // outage built up.
@@ -103,6 +97,7 @@ impl Loop {
                 }
             }
             Ok(Taken::Elsewhere { holder, .. }) => {
+                live.failed();
                 if self.report.error.is_some() {
                     // Already ending for this (or another) reason.
                     return;
@@ -112,17 +107,18 @@ impl Loop {
                 self.report.error = Some(e);
                 self.begin_drain(Instant::now() + self.sub.drain_timeout);
             }
-            Err(Error::ShutDown) => {}
+            Err(Error::ShutDown) => {
+                live.failed();
+            }
             Err(e) => {
-                let (_, log) = self.lease_retry.failed();
-                let lapsed = !self.lease_ok();
-                if lapsed {
+                let failed = live.failed();
+                if failed.lapsed {
                     self.sub.board.read_failed(&format!(
                         "the consumer name's lease could not be renewed: {e}"
                     ));
                 }
-                if log {
-                    log_wait!(e.class(), stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, ttl_ms = lease.ttl.as_millis() as u64, lapsed, "could not renew the consumer name's lease; trying again (once it has lapsed, nothing starts until it is renewed)");
+                if failed.log {
+                    log_wait!(e.class(), stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, ttl_ms = lease.ttl.as_millis() as u64, lapsed = failed.lapsed, "could not renew the consumer name's lease; trying again (once it has lapsed, nothing starts until it is renewed)");
                 }
             }
         }

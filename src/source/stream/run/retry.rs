@@ -13,7 +13,6 @@
 //! wait is over.
 
 use std::collections::BTreeMap;
-use std::hash::BuildHasher;
 use std::time::Duration;
 
 use redis::Value;
@@ -25,10 +24,6 @@ use crate::handler::Message;
 use crate::redis::Query;
 use crate::stream::EntryId;
 
-/// Entries waiting out their backoff, by when they are due.
-#[derive(Default)]
-pub(super) struct Waiting(BTreeMap<Instant, Vec<Message>>);
-
 /// Waiting entries taken back (or not) with `XCLAIM … RETRYCOUNT`: the
 /// entries and what Redis answered (the ids still pending).
 pub(super) type ClaimedBack = (Vec<Message>, Result<Value, Error>);
@@ -36,48 +31,14 @@ pub(super) type ClaimedBack = (Vec<Message>, Result<Value, Error>);
 /// After a failed take-back, how long before trying again.
 const TAKE_BACK_RETRY: Duration = Duration::from_millis(500);
 
-impl Waiting {
-    /// When the first waiting entry is due.
-    pub(super) fn next_due(&self) -> Option<Instant> {
-        self.0.keys().next().copied()
-    }
-
-    fn push(&mut self, due: Instant, msg: Message) {
-        self.0.entry(due).or_default().push(msg);
-    }
-
-    /// Every entry due by `now`.
-    fn take_due(&mut self, now: Instant) -> Vec<Message> {
-        let later = self.0.split_off(&(now + Duration::from_nanos(1)));
-        std::mem::replace(&mut self.0, later)
-            .into_values()
-            .flatten()
-            .collect()
-    }
-
-    /// Everything, with when it was due.
-    fn take_all(&mut self) -> BTreeMap<Instant, Vec<Message>> {
-        std::mem::take(&mut self.0)
-    }
-}
-
-/// A random number for the jitter (std's hasher keys are random per
-/// process and per call).
-fn seed(id: &EntryId) -> u64 {
-    std::collections::hash_map::RandomState::new().hash_one(id)
-}
-
 impl Loop {
     /// The handler of `msg` failed before its last run: keep it held and
     /// bring it back after its backoff. Answers the wait.
     pub(super) fn schedule_retry(&mut self, msg: Message) -> Duration {
         let o = &self.sub.opts;
-        let wait = o
-            .retry_backoff
-            .wait(msg.delivery_count, o.claim_idle, seed(&msg.id));
         self.held.insert(msg.id.clone());
-        self.waiting.push(Instant::now() + wait, msg);
-        wait
+        self.waiting
+            .schedule(&o.retry_backoff, msg.delivery_count, o.claim_idle, msg)
     }
 
     /// Takes the entries whose wait is over back with `XCLAIM … RETRYCOUNT
@@ -126,7 +87,7 @@ impl Loop {
                 );
                 let due = Instant::now() + TAKE_BACK_RETRY;
                 for m in msgs {
-                    self.waiting.push(due, m);
+                    self.waiting.requeue(due, m);
                 }
                 return;
             }
@@ -190,42 +151,5 @@ impl Loop {
                 }
             }));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
-
-    fn msg(id: &str) -> Message {
-        Message {
-            id: EntryId(id.into()),
-            stream: "s".into(),
-            group: "g".into(),
-            consumer: "c".into(),
-            delivery_count: 1,
-            fields: Arc::from([]),
-            data_field: "data".into(),
-        }
-    }
-
-    #[tokio::test]
-    async fn entries_come_due_in_order_and_only_when_due() {
-        let mut w = Waiting::default();
-        let now = Instant::now();
-        w.push(now + Duration::from_millis(20), msg("2-0"));
-        w.push(now, msg("1-0"));
-        w.push(now + Duration::from_secs(60), msg("3-0"));
-        assert_eq!(w.next_due(), Some(now));
-        let due: Vec<String> = w
-            .take_due(now + Duration::from_millis(20))
-            .into_iter()
-            .map(|m| m.id.0)
-            .collect();
-        assert_eq!(due, ["1-0", "2-0"]);
-        assert_eq!(w.next_due(), Some(now + Duration::from_secs(60)));
-        assert_eq!(w.take_all().len(), 1);
-        assert_eq!(w.next_due(), None);
     }
 }

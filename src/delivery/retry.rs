@@ -1,0 +1,117 @@
+//! The retry queue: items whose handler failed, each waiting out its
+//! [`RetryBackoff`](crate::RetryBackoff) in the consumer that saw it fail,
+//! ordered by when it is due. Every source keeps its failed items here; what
+//! an item is (a stream entry, a list item) and how it comes back is the
+//! source's business.
+
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::RetryBackoff;
+
+/// Items waiting out their backoff, by when they are due.
+pub(crate) struct RetryQueue<T>(BTreeMap<Instant, Vec<T>>);
+
+impl<T> Default for RetryQueue<T> {
+    fn default() -> Self {
+        RetryQueue(BTreeMap::new())
+    }
+}
+
+impl<T> RetryQueue<T> {
+    /// Queues `item`, whose run number `run` failed, for the wait `backoff`
+    /// gives that run (at most `cap`, with its jitter drawn at random per
+    /// item). Answers the wait.
+    pub(crate) fn schedule(
+        &mut self,
+        backoff: &RetryBackoff,
+        run: u64,
+        cap: Duration,
+        item: T,
+    ) -> Duration {
+        let wait = backoff.wait(run, cap, jitter_seed());
+        self.0.entry(Instant::now() + wait).or_default().push(item);
+        wait
+    }
+
+    /// Queues `item` again, due at `due` (a take-back that failed).
+    pub(crate) fn requeue(&mut self, due: Instant, item: T) {
+        self.0.entry(due).or_default().push(item);
+    }
+
+    /// When the first item is due.
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        self.0.keys().next().copied()
+    }
+
+    /// Every item due by `now`, the earliest first.
+    pub(crate) fn take_due(&mut self, now: Instant) -> Vec<T> {
+        let later = self.0.split_off(&(now + Duration::from_nanos(1)));
+        std::mem::replace(&mut self.0, later)
+            .into_values()
+            .flatten()
+            .collect()
+    }
+
+    /// The earliest item due by `now`, if any.
+    pub(crate) fn take_one_due(&mut self, now: Instant) -> Option<T> {
+        let mut first = self.0.first_entry()?;
+        if *first.key() > now {
+            return None;
+        }
+        let item = first.get_mut().remove(0);
+        if first.get().is_empty() {
+            first.remove();
+        }
+        Some(item)
+    }
+
+    /// Everything, with when it was due.
+    pub(crate) fn take_all(&mut self) -> BTreeMap<Instant, Vec<T>> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+/// A random number for the jitter: std's hasher keys are random per process
+/// and per call, and a counter makes every call's input differ.
+fn jitter_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    std::collections::hash_map::RandomState::new().hash_one(CALLS.fetch_add(1, Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn items_come_due_in_order_and_only_when_due() {
+        let fixed = RetryBackoff::fixed(Duration::from_millis(100));
+        let mut q = RetryQueue::default();
+        q.schedule(&fixed, 1, Duration::from_secs(30), "a");
+        tokio::time::advance(Duration::from_millis(10)).await;
+        q.schedule(&fixed, 1, Duration::from_secs(30), "b");
+        let now = Instant::now();
+        assert!(q.take_due(now).is_empty(), "nothing is due yet");
+        assert!(q.take_one_due(now).is_none());
+        tokio::time::advance(Duration::from_millis(95)).await;
+        assert_eq!(q.take_one_due(Instant::now()), Some("a"));
+        assert_eq!(q.take_one_due(Instant::now()), None, "b is due 5 ms later");
+        tokio::time::advance(Duration::from_millis(10)).await;
+        assert_eq!(q.take_due(Instant::now()), vec!["b"]);
+        assert_eq!(q.next_due(), None);
+    }
+
+    #[test]
+    fn items_of_the_same_length_and_run_draw_different_jitter() {
+        // Equal inputs must not give equal waits: the seed is random per item.
+        let backoff = RetryBackoff::exponential(Duration::from_secs(10));
+        let waits: std::collections::BTreeSet<Duration> = (0..50)
+            .map(|_| backoff.wait(1, Duration::from_secs(60), jitter_seed()))
+            .collect();
+        assert!(waits.len() > 40, "{} distinct waits of 50", waits.len());
+    }
+}
