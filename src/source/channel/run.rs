@@ -17,6 +17,7 @@ use tokio::sync::{Notify, oneshot, watch};
 use super::ChannelSub;
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
+use crate::delivery::drain;
 use crate::delivery::handler::{self, Ran, Run};
 use crate::error::Error;
 use crate::handler::ItemMeta;
@@ -142,17 +143,12 @@ pub(crate) async fn consume(
     if left > 0 {
         tracing::info!(channel = %sub.name, messages = left, "dropping buffered messages not yet handled (Pub/Sub is at most once)");
     }
-    let until = tokio::time::Instant::from_std(deadline);
-    let mut timed_out = false;
-    while !running.is_empty() {
-        tokio::select! {
-            Some(done) = running.next() => finished(&sub, &metrics, done),
-            () = tokio::time::sleep_until(until) => {
-                timed_out = true;
-                tracing::warn!(channel = %sub.name, handlers = running.len(), "drain deadline passed with channel handlers still running");
-                break;
-            }
-        }
+    let timed_out = drain::finish_running(&mut running, deadline, |done| {
+        finished(&sub, &metrics, done);
+    })
+    .await;
+    if timed_out {
+        tracing::warn!(channel = %sub.name, handlers = running.len(), "drain deadline passed with channel handlers still running");
     }
     sub.board.set_state(SubscriptionState::Stopped);
     ConsumerReport {

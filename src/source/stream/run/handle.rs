@@ -1,0 +1,148 @@
+//! Running an entry's handler through the delivery core, and what its end
+//! means: an XACK after success, a retry after its backoff, or the
+//! dead-letter stream (rejected, undecodable, or out of runs).
+
+use super::*;
+
+impl Loop {
+    /// Runs one entry's handler, or sends it to the DLQ if it cannot run.
+    pub(super) fn start(&mut self, q: Queued) {
+        let Queued {
+            id,
+            fields,
+            delivery_count,
+            retried_here: _,
+        } = q;
+        let s = &self.sub;
+        let msg = Message {
+            id,
+            stream: s.names.name.clone(),
+            group: s.names.group.clone(),
+            consumer: s.consumer.clone(),
+            delivery_count,
+            fields: fields.into(),
+            data_field: s.names.field.clone(),
+        };
+        let max_runs = s.opts.max_retries.saturating_add(1);
+        if delivery_count > max_runs {
+            // Delivered more often than it may run: earlier runs never
+            // finished (the process died each time).
+            let err = format!(
+                "delivered {delivery_count} times, more than max_retries + 1 = {max_runs} runs; earlier runs never finished"
+            );
+            tracing::warn!(
+                stream = %msg.stream, id = %msg.id, delivery_count, error = %err,
+                "entry had all its runs without finishing; moving it to the dead-letter stream"
+            );
+            self.dead_letter(msg, err);
+            return;
+        }
+        // The handler runs inside a span carrying the delivery, so the
+        // application's own log lines in it name the entry.
+        let span = tracing::info_span!(
+            "rillkit.handle",
+            stream = %msg.stream,
+            group = %msg.group,
+            consumer = %msg.consumer,
+            entry_id = %msg.id,
+            delivery_count = msg.delivery_count,
+            traceparent = tracing::field::Empty,
+        );
+        if let Some(tp) = msg.field(crate::traceparent::TRACEPARENT_FIELD) {
+            // Recorded as sent (lossy UTF-8): a malformed value still helps
+            // a search, and parsing is the reader's business.
+            span.record(
+                "traceparent",
+                tracing::field::display(String::from_utf8_lossy(tp)),
+            );
+            #[cfg(feature = "otel")]
+            if let Some(tp) = std::str::from_utf8(tp)
+                .ok()
+                .and_then(|t| t.parse::<crate::TraceParent>().ok())
+            {
+                crate::otel::link(&span, &tp);
+            }
+        }
+        let handler = s.handler.clone();
+        let made = handler::start(span, || match handler(&msg) {
+            Prepared::Run(fut) => Ok(fut),
+            Prepared::Undeliverable(why) => Err(why.to_string()),
+        });
+        match made {
+            Ok(running) => {
+                if msg.delivery_count > 1 {
+                    self.metrics.redelivered.increment(1);
+                }
+                self.running
+                    .push(Box::pin(running.map(move |run| Finished { msg, run })));
+            }
+            Err(Run {
+                ran: Ran::Undecodable(why),
+                ..
+            }) => {
+                tracing::warn!(stream = %msg.stream, id = %msg.id, reason = %why, "entry cannot be handled; moving it to the dead-letter stream");
+                self.dead_letter(msg, why);
+            }
+            Err(run) => self.on_finished(Finished { msg, run }),
+        }
+    }
+
+    pub(super) fn on_finished(&mut self, Finished { msg, run }: Finished) {
+        if let Some(ended) = run.ended {
+            self.last_progress = tokio::time::Instant::from_std(ended);
+        }
+        self.handler_time.add(run.took);
+        handler::tally(&self.metrics, &self.sub.board, &run);
+        if self.isolated {
+            // The redelivery that ran alone is done (nothing runs beside it).
+            self.isolated = false;
+        }
+        let error = match run.ran {
+            Ran::Ok => {
+                self.metrics.record_end_to_end(&msg.id);
+                // Stays held until the XACK is done (see `on_acked`).
+                self.acks.push(msg.id);
+                return;
+            }
+            Ran::Failed {
+                error,
+                reject: true,
+                ..
+            } => {
+                tracing::warn!(stream = %msg.stream, id = %msg.id, error = %error, "handler rejected entry; moving it to the dead-letter stream");
+                self.dead_letter(msg, error);
+                return;
+            }
+            Ran::Failed {
+                error,
+                panicked: true,
+                ..
+            } => {
+                tracing::error!(stream = %msg.stream, id = %msg.id, error = %error, "handler panicked");
+                error
+            }
+            Ran::Failed { error, .. } => error,
+            Ran::Undecodable(why) => {
+                tracing::warn!(stream = %msg.stream, id = %msg.id, reason = %why, "entry cannot be handled; moving it to the dead-letter stream");
+                self.dead_letter(msg, why);
+                return;
+            }
+        };
+        let max_runs = self.sub.opts.max_retries.saturating_add(1);
+        if msg.delivery_count >= max_runs {
+            tracing::warn!(
+                stream = %msg.stream, id = %msg.id, delivery_count = msg.delivery_count, error = %error,
+                "handler failed on its last run; moving the entry to the dead-letter stream"
+            );
+            self.dead_letter(msg, error);
+        } else {
+            let (stream, id, delivery_count) =
+                (msg.stream.clone(), msg.id.clone(), msg.delivery_count);
+            let wait = self.schedule_retry(msg);
+            tracing::warn!(
+                %stream, %id, delivery_count, error = %error, retry_in_ms = wait.as_millis() as u64,
+                "handler failed; the entry runs again after its backoff"
+            );
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! Taking over idle entries of the group through the `ReclaimerActor`
+//! (one at a time, only when this consumer is idle), and keeping every
+//! entry this consumer holds fresh in the PEL so nobody takes it over.
+
+use super::*;
+
+impl Loop {
+    /// Asks the reclaimer for one page of entries idle for `claim_idle`,
+    /// claimed for this consumer.
+    ///
+    /// A claimed entry is a redelivery and runs alone, so it is claimed only
+    /// when this consumer is idle (nothing running, queued or being read).
+    /// While busy, the check only peeks; when an idle entry waits, the consumer
+    /// stops fetching, lets its handlers finish, then claims it.
+    pub(super) fn start_reclaim(&mut self) {
+        let idle = self.running.is_empty() && self.queue.is_empty() && self.read.is_none();
+        let peek = !idle;
+        self.reclaim_peek = peek;
+        let req = self.reclaimer.send(Claim {
+            consumer: self.sub.consumer.clone(),
+            min_idle: self.sub.opts.claim_idle,
+            count: 1,
+            peek,
+        });
+        self.reclaim = Some(Box::pin(async move { req.await.ok() }));
+    }
+
+    pub(super) fn on_claimed(&mut self, claimed: Option<ClaimDone>) {
+        let now = tokio::time::Instant::now();
+        self.reclaim_due = now + self.reclaim_interval;
+        let Some(claimed) = claimed else {
+            // The reclaimer lives as long as its consumers hold its address:
+            // gone means it panicked. Without it retries would silently stop,
+            // so this consumer fails too and its restart brings a new one.
+            tracing::error!(stream = %self.sub.names.name, "the reclaimer actor died; consumer ends");
+            self.report.panic = Some("the reclaimer actor died".into());
+            self.begin_drain(Instant::now() + self.sub.drain_timeout);
+            return;
+        };
+        if self.reclaim_peek {
+            if let Ok((_, true)) = claimed {
+                // An idle entry waits: make room, then claim it.
+                self.make_room = true;
+                self.reclaim_due = now;
+                if self.read.is_some() && self.in_read.get() {
+                    // Cut a blocked read short rather than wait `block`.
+                    self.unblock();
+                }
+            }
+            return;
+        }
+        self.make_room = false;
+        match claimed {
+            Ok((entries, full)) => {
+                if full {
+                    // More idle entries may be waiting: ask again as soon as
+                    // there is room.
+                    self.reclaim_due = now;
+                }
+                if !entries.is_empty() {
+                    tracing::info!(
+                        stream = %self.sub.names.name, consumer = %self.sub.consumer, entries = entries.len(),
+                        "claimed idle pending entries"
+                    );
+                }
+                self.enqueue(entries);
+                if self.deadline.is_some() {
+                    self.hand_back();
+                }
+            }
+            Err(Error::ShutDown) => {}
+            Err(e) => {
+                log_wait!(e.class(), stream = %self.sub.names.name, error = %e, "reclaim failed; trying again later");
+            }
+        }
+    }
+
+    /// Keeps the entries this consumer holds (running and queued) fresh in the
+    /// PEL, so no reclaimer takes them over however long a handler runs:
+    /// `XCLAIM … <self> 0 <ids> JUSTID` resets their idle time without
+    /// touching the delivery count.
+    ///
+    /// One refresh at a time: while the shared connections reconnect, a
+    /// refresh waits for them, and the next is skipped rather than queued.
+    pub(super) fn heartbeat(&mut self) {
+        self.heartbeat_at = tokio::time::Instant::now() + self.heartbeat_every;
+        if self.refreshing.replace(true) {
+            return;
+        }
+        let s = &self.sub;
+        let mut cmd = redis::cmd("XCLAIM");
+        cmd.arg(&*s.names.name)
+            .arg(&*s.names.group)
+            .arg(&*s.consumer)
+            .arg(0);
+        for id in &self.held {
+            cmd.arg(id);
+        }
+        cmd.arg("JUSTID");
+        let req = self.redis.send(Query("xclaim", cmd));
+        let refreshing = self.refreshing.clone();
+        self.side.push(Box::pin(async move {
+            if let Ok(Err(e)) = req.await {
+                tracing::warn!(error = %e, "refreshing held entries failed");
+            }
+            refreshing.set(false);
+        }));
+    }
+}
