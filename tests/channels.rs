@@ -1,6 +1,7 @@
 //! Pub/Sub subscriptions: messages published while
 //! subscribed are handled, a closed connection is subscribed again, a slow
-//! handler with a full buffer drops the oldest messages and counts them,
+//! handler with a full buffer drops the oldest messages and counts them
+//! (full by count, or by bytes of payloads),
 //! patterns, and removal at run time.
 
 mod support;
@@ -124,6 +125,60 @@ async fn a_slow_handler_with_a_full_buffer_drops_the_oldest_and_counts_them() {
         &(991..=1000).collect::<Vec<_>>()[..],
         "the newest are kept"
     );
+    assert!(broker.stop().await.unwrap().is_clean());
+}
+
+#[actix::test]
+async fn a_buffer_full_by_bytes_drops_the_oldest_however_few_messages_it_holds() {
+    let redis = RedisServer::start();
+    let events = Channel::new("frames");
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let (g, h) = (gate.clone(), handled.clone());
+    // 1 MiB of payloads and the default 1 024 messages: ten messages of
+    // 100 000 bytes fit, an eleventh does not.
+    let broker = Broker::builder(redis.url())
+        .shutdown_timeout(Duration::from_secs(5))
+        .subscribe_channel(
+            &events,
+            ChannelOptions::default().with_buffer_bytes(1 << 20),
+            move |(n, _pad): (u64, String)| {
+                let (g, h) = (g.clone(), h.clone());
+                async move {
+                    g.acquire().await.unwrap().forget();
+                    h.lock().unwrap().push(n);
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let pad = "x".repeat(100_000);
+    for n in 1..=40u64 {
+        broker.publish_channel(&events, &(n, &pad)).await.unwrap();
+    }
+    // The handler holds one; ten wait; the other 29 were dropped.
+    eventually("the buffer overflowed by bytes", WAIT, || {
+        broker.status().subscriptions[0].dropped >= 29
+    })
+    .await;
+    gate.add_permits(40);
+    eventually("every message handled or dropped", WAIT, || {
+        handled.lock().unwrap().len() as u64 + broker.status().subscriptions[0].dropped == 40
+    })
+    .await;
+    let got = handled.lock().unwrap().clone();
+    assert!(
+        got.len() <= 11,
+        "at most the running one and ten of 100 000 bytes: {got:?}"
+    );
+    assert_eq!(
+        &got[got.len() - 10..],
+        &(31..=40).collect::<Vec<_>>()[..],
+        "the newest are kept"
+    );
+    assert_eq!(ChannelOptions::default().buffer_bytes(), 32 << 20);
     assert!(broker.stop().await.unwrap().is_clean());
 }
 

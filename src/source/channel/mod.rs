@@ -95,19 +95,27 @@ impl<C: Codec> Channel<C> {
 /// |--------|---------|
 /// | [`with_concurrency`](Self::with_concurrency) | 1 handler at a time |
 /// | [`with_buffer`](Self::with_buffer) | 1 024 messages |
+/// | [`with_buffer_bytes`](Self::with_buffer_bytes) | 32 MiB of payloads |
 /// | [`with_consumer`](Self::with_consumer) | `<channel>-<hostname>-<pid>` (for status and logs) |
 #[derive(Debug, Clone)]
 pub struct ChannelOptions {
     pub(crate) concurrency: usize,
     pub(crate) buffer: usize,
+    pub(crate) buffer_bytes: usize,
     pub(crate) consumer: Option<String>,
 }
+
+/// The default bound of a channel's buffer in bytes: with the default of
+/// 1 024 messages it holds messages of up to 32 KiB each in full, and keeps
+/// a worker's memory for one subscription near 32 MiB whatever their size.
+const DEFAULT_BUFFER_BYTES: usize = 32 * 1024 * 1024;
 
 impl Default for ChannelOptions {
     fn default() -> Self {
         ChannelOptions {
             concurrency: 1,
             buffer: 1024,
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
             consumer: None,
         }
     }
@@ -130,6 +138,18 @@ impl ChannelOptions {
         self
     }
 
+    /// How many bytes of payloads may wait for a handler (default 32 MiB),
+    /// beside [`with_buffer`](Self::with_buffer)'s count: when a message
+    /// arrives that would take the buffer past either bound, the oldest
+    /// waiting ones are dropped and counted until it fits. A message larger
+    /// than the whole bound is still taken when nothing else waits (it is
+    /// what the handler gets next).
+    #[must_use]
+    pub fn with_buffer_bytes(mut self, bytes: usize) -> Self {
+        self.buffer_bytes = bytes;
+        self
+    }
+
     /// The subscriber's name in [`Broker::status`](crate::Broker::status) and logs.
     #[must_use]
     pub fn with_consumer(mut self, name: impl Into<String>) -> Self {
@@ -147,6 +167,12 @@ impl ChannelOptions {
     /// [`with_buffer`](Self::with_buffer).
     pub fn buffer(&self) -> usize {
         self.buffer
+    }
+
+    /// The buffer's bound in bytes of payloads, set with
+    /// [`with_buffer_bytes`](Self::with_buffer_bytes).
+    pub fn buffer_bytes(&self) -> usize {
+        self.buffer_bytes
     }
 
     /// The subscriber's name, if set with
@@ -188,6 +214,9 @@ impl ChannelSub {
         }
         if opts.buffer == 0 {
             return bad("buffer", "must be at least 1 message");
+        }
+        if opts.buffer_bytes == 0 {
+            return bad("buffer_bytes", "must be at least 1 byte");
         }
         let consumer: Arc<str> = match &opts.consumer {
             Some(c) => c.as_str().into(),

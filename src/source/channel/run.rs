@@ -41,15 +41,25 @@ struct Received {
 /// Received messages waiting for a handler.
 struct Buffer {
     messages: VecDeque<Received>,
+    /// The payload bytes of `messages`.
+    bytes: usize,
     capacity: usize,
+    capacity_bytes: usize,
     dropped_unlogged: u64,
     last_log: Option<Instant>,
 }
 
 impl Buffer {
+    /// Adds a message, first dropping the oldest waiting ones while it
+    /// would not fit (by count or by bytes).
     fn push(&mut self, sub: &ChannelSub, message: Received) {
-        if self.messages.len() >= self.capacity {
-            self.messages.pop_front();
+        while !self.messages.is_empty()
+            && (self.messages.len() >= self.capacity
+                || self.bytes + message.payload.len() > self.capacity_bytes)
+        {
+            if let Some(old) = self.messages.pop_front() {
+                self.bytes -= old.payload.len();
+            }
             self.dropped_unlogged += 1;
             sub.board.dropped();
             metrics::counter!(DROPPED, "stream" => sub.name.to_string(), "group" => "")
@@ -58,7 +68,15 @@ impl Buffer {
                 self.log_drops(sub);
             }
         }
+        self.bytes += message.payload.len();
         self.messages.push_back(message);
+    }
+
+    /// The oldest waiting message, if any.
+    fn pop(&mut self) -> Option<Received> {
+        let message = self.messages.pop_front()?;
+        self.bytes -= message.payload.len();
+        Some(message)
     }
 
     /// Logs the drops not logged yet (called on a drop at most every
@@ -72,6 +90,7 @@ impl Buffer {
             channel = %sub.name,
             dropped = self.dropped_unlogged,
             buffer = self.capacity,
+            buffer_bytes = self.capacity_bytes,
             "the handlers do not keep up with the channel; dropped the oldest buffered messages"
         );
         self.dropped_unlogged = 0;
@@ -88,7 +107,9 @@ pub(crate) async fn consume(
 ) -> ConsumerReport {
     let buffer = Rc::new(RefCell::new(Buffer {
         messages: VecDeque::new(),
+        bytes: 0,
         capacity: sub.opts.buffer,
+        capacity_bytes: sub.opts.buffer_bytes,
         dropped_unlogged: 0,
         last_log: None,
     }));
@@ -121,7 +142,7 @@ pub(crate) async fn consume(
             break d;
         }
         while running.len() < sub.opts.concurrency {
-            let Some(message) = buffer.borrow_mut().messages.pop_front() else {
+            let Some(message) = buffer.borrow_mut().pop() else {
                 break;
             };
             running.push(start(&sub, message));

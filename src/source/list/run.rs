@@ -31,7 +31,7 @@ use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
 use crate::delivery::handler::{self, Ran, Run};
 use crate::delivery::liveness::Liveness;
-use crate::delivery::reader::{Reader, UNBLOCK_EVERY};
+use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader};
 use crate::delivery::retry::RetryQueue;
 use crate::delivery::until_done;
 use crate::error::Class;
@@ -349,10 +349,7 @@ impl Loop {
             self.fatal = Some(e);
             return;
         }
-        if matches!(
-            class,
-            Class::Connection | Class::RoleChange | Class::Routing | Class::GroupGone
-        ) {
+        if drops_reader(&e) {
             self.reader.forget();
             self.reconcile_due = self.reliable();
             self.read_down = true;
