@@ -7,18 +7,83 @@
 //!   renewal Redis confirmed, counted from when that renewal was *sent*;
 //!   past that, nothing new starts (another process may take the work over),
 //!   until a renewal is confirmed again;
-//! * a renewal that fails is tried again at the next third of the TTL;
+//! * a renewal that fails is tried again promptly, with the capped backoff
+//!   (100 ms doubling, never later than the next third of the TTL);
 //! * a renewal that finds the claim held by another process ends the
-//!   consumer (the source says how).
+//!   consumer (the source says how);
+//! * **a stall is not a death**: after any trouble this process saw with
+//!   the server (a failed renewal or read, a reply far later than it should
+//!   be), it declares no other consumer dead and takes over no other
+//!   consumer's work until one whole window (the TTL, or `claim_idle` for
+//!   a stream's entries) has passed since the server first answered it
+//!   again. A
+//!   server that stalled (a long script keeping it `BUSY`, a pause) let
+//!   every claim age on its clock while nobody could renew; the window gives
+//!   the other consumers their turn to renew before anyone judges them.
+//!
+//! The limit: a consumer cut off from a server that stays responsive to
+//! the others for longer than the window is taken for dead, and its work
+//! runs elsewhere, maybe a second time (at least once).
 //!
 //! [`Liveness`] keeps the times; the source sends its own renewal (a script
-//! over its own keys) and reports what came back.
+//! over its own keys) and reports what came back. [`Stall`] is the trouble
+//! record alone, for a source that judges others without a claim of its own
+//! to renew (a stream consumer's reclaims).
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::util::Retry;
+
+/// Whether this consumer saw trouble with the server, and since when the
+/// server answers it again: one window after that it may judge other
+/// consumers. Cloning shares it, so the futures a loop sends out can record
+/// what they saw.
+#[derive(Clone)]
+pub(crate) struct Stall {
+    window: Duration,
+    /// Trouble was seen, and the server has answered again since this
+    /// instant (`None` inside: not yet). `None`: no trouble ever.
+    since: Rc<Cell<Option<Option<Instant>>>>,
+}
+
+impl Stall {
+    /// A record whose quiet window is `window`.
+    pub(crate) fn new(window: Duration) -> Self {
+        Stall {
+            window,
+            since: Rc::default(),
+        }
+    }
+
+    /// Trouble now: a failed command, or a reply much later than it should
+    /// have come. The window starts again at the next answer.
+    pub(crate) fn trouble(&self) {
+        self.since.set(Some(None));
+    }
+
+    /// The server answered a command in time.
+    pub(crate) fn answered(&self) {
+        if self.since.get() == Some(None) {
+            self.since.set(Some(Some(Instant::now())));
+        }
+    }
+
+    /// Whether a whole window has passed since the server answered again
+    /// after the last trouble (or there was none): only then may this
+    /// consumer take another for dead. Knowing only that no trouble was seen
+    /// is not enough: a consumer that sent nothing during a stall saw none.
+    pub(crate) fn quiet(&self) -> bool {
+        match self.since.get() {
+            None => true,
+            Some(None) => false,
+            Some(Some(at)) => Instant::now() >= at + self.window,
+        }
+    }
+}
 
 /// One consumer's claim to its work, by the rule in the module docs.
 pub(crate) struct Liveness {
@@ -30,8 +95,10 @@ pub(crate) struct Liveness {
     /// Until when the claim is surely ours (`None`: not yet confirmed by a
     /// renewal of this loop; the start confirmed it).
     until: Option<Instant>,
-    /// Failed renewals in a row, for the logs.
+    /// Failed renewals in a row: the next try's backoff, and the logs.
     failures: Retry,
+    /// Trouble with the server, for judging others.
+    stall: Stall,
 }
 
 /// What a confirmed renewal means for the loop.
@@ -62,7 +129,19 @@ impl Liveness {
             sent: None,
             until: confirmed_at.map(|at| at + ttl),
             failures: Retry::default(),
+            stall: Stall::new(ttl),
         }
+    }
+
+    /// The trouble record (shared), for other failures the source sees.
+    pub(crate) fn stall(&self) -> &Stall {
+        &self.stall
+    }
+
+    /// Whether this consumer may take another for dead now: the server
+    /// has answered for a whole TTL since the last trouble.
+    pub(crate) fn may_judge_others(&self) -> bool {
+        self.stall.quiet()
     }
 
     /// When the next renewal is due; `None` while one is on its way.
@@ -82,16 +161,22 @@ impl Liveness {
         let lapsed = !self.holds();
         let sent = self.sent.take().unwrap_or_else(Instant::now);
         self.until = Some(sent + self.ttl);
+        let after_failures = self.failures.succeeded();
+        self.stall.answered();
         Renewed {
             lapsed,
-            after_failures: self.failures.succeeded(),
+            after_failures,
         }
     }
 
     /// The renewal on its way failed (Redis did not answer, or refused).
     pub(crate) fn failed(&mut self) -> NotRenewed {
         self.sent = None;
-        let (_, log) = self.failures.failed();
+        self.stall.trouble();
+        let (delay, log) = self.failures.failed();
+        // Tried again promptly: the claim must be renewed as soon as the
+        // server answers, before others judge it.
+        self.next = Instant::now() + delay.min(self.ttl / 3);
         NotRenewed {
             lapsed: !self.holds(),
             log,
@@ -136,6 +221,38 @@ mod tests {
         assert!(r.lapsed, "it had lapsed before this renewal");
         assert_eq!(r.after_failures, 2);
         assert!(l.holds());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_renewal_is_tried_again_promptly_and_a_stall_blocks_judging_for_a_ttl() {
+        let ttl = Duration::from_secs(3);
+        let mut l = Liveness::new(ttl, Some(Instant::now()));
+        assert!(l.may_judge_others(), "no trouble yet");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        l.sending();
+        l.failed();
+        let due = l.due().expect("due again");
+        assert!(
+            due <= Instant::now() + Duration::from_millis(200),
+            "retried within the first backoff step, not a third of the TTL later"
+        );
+        assert!(!l.may_judge_others(), "trouble just now");
+        // The server answers again 5 s later: a whole TTL of quiet from then.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(!l.may_judge_others(), "silence is no answer");
+        l.sending();
+        assert!(l.confirmed().lapsed);
+        assert!(
+            !l.may_judge_others(),
+            "the window starts when it answers again"
+        );
+        tokio::time::advance(ttl - Duration::from_millis(1)).await;
+        assert!(!l.may_judge_others());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(l.may_judge_others());
+        // A trouble seen elsewhere (a failed read) counts the same.
+        l.stall().trouble();
+        assert!(!l.may_judge_others());
     }
 
     #[tokio::test(start_paused = true)]

@@ -32,6 +32,16 @@ use crate::redis::{RedisActor, Unblock};
 /// lasts (the first may reach the server before the read does).
 pub(crate) const UNBLOCK_EVERY: Duration = Duration::from_millis(50);
 
+/// How much later than its `block` a blocking read may answer before it
+/// counts as a stall of the server (see `delivery::liveness`).
+const LATE_BY: Duration = Duration::from_secs(1);
+
+/// Whether a blocking read sent at `sent` with `block` answered so late that
+/// the server must have stalled meanwhile (a long script, a pause).
+pub(crate) fn late(sent: tokio::time::Instant, block: Duration) -> bool {
+    sent.elapsed() > block + LATE_BY
+}
+
 /// How long the closing `QUIT` may take before the connection is dropped.
 const QUIT_WITHIN: Duration = Duration::from_secs(1);
 

@@ -87,6 +87,38 @@ async fn query(
         .map_err(|_| Error::ShutDown)?
 }
 
+/// Gives claimed entries back to the consumers that held them, with the
+/// delivery counts they had: `XCLAIM <holder> 0 <ids> RETRYCOUNT <count>
+/// JUSTID` per holder and count. A failure is logged; the entries are then
+/// this consumer's, run once more at worst (at least once).
+async fn give_back(
+    redis: &Addr<RedisActor>,
+    names: &StreamNames,
+    rows: &[(String, String, u64, u64)],
+) {
+    let mut by_holder: HashMap<(&str, u64), Vec<&str>> = HashMap::new();
+    for (id, holder, _, count) in rows {
+        by_holder
+            .entry((holder.as_str(), *count))
+            .or_default()
+            .push(id.as_str());
+    }
+    for ((holder, count), ids) in by_holder {
+        let mut cmd = redis::cmd("XCLAIM");
+        cmd.arg(&*names.name)
+            .arg(&*names.group)
+            .arg(holder)
+            .arg(0)
+            .arg(&ids)
+            .arg("RETRYCOUNT")
+            .arg(count)
+            .arg("JUSTID");
+        if let Err(e) = query(redis, "xclaim", cmd).await {
+            tracing::warn!(stream = %names.name, holder, entries = ids.len(), error = %e, "could not give late-claimed entries back to their holder");
+        }
+    }
+}
+
 impl Handler<Claim> for ReclaimerActor {
     type Result = AtomicResponse<Self, Result<(Vec<Delivered>, bool), Error>>;
 
@@ -109,9 +141,21 @@ impl Handler<Claim> for ReclaimerActor {
                 .arg(&start)
                 .arg("+")
                 .arg(msg.count);
+            let asked = std::time::Instant::now();
+            let answer = query(&redis, "xpending", pending).await?;
+            let took = asked.elapsed();
+            if !msg.peek && took > msg.min_idle / 3 {
+                // The server stalled (a long script, a pause) while the
+                // holders of these entries could not refresh them: their
+                // idle times say nothing about whether they are alive.
+                return Err(Error::Unavailable {
+                    down_for: took,
+                    last_error: "XPENDING answered late (the server stalled); nothing claimed"
+                        .into(),
+                });
+            }
             let rows: Vec<(String, String, u64, u64)> =
-                redis::from_redis_value(query(&redis, "xpending", pending).await?)
-                    .map_err(|e| Error::Redis(e.into()))?;
+                redis::from_redis_value(answer).map_err(|e| Error::Redis(e.into()))?;
             let full = rows.len() >= msg.count;
             let last = rows.last().map(|r| EntryId(r.0.clone()));
             if rows.is_empty() {
@@ -132,8 +176,21 @@ impl Handler<Claim> for ReclaimerActor {
             for r in &rows {
                 claim.arg(&r.0);
             }
-            let entries = reply::entries(query(&redis, "xclaim", claim).await?)
-                .map_err(|m| Error::unparsable("XCLAIM reply", m))?;
+            let asked = std::time::Instant::now();
+            let answer = query(&redis, "xclaim", claim).await?;
+            let took = asked.elapsed();
+            if took > msg.min_idle / 3 {
+                // Sent before a stall and run after it: the holders could not
+                // refresh meanwhile. Give each entry back to its holder as it
+                // was (its delivery count too), and claim nothing.
+                give_back(&redis, &names, &rows).await;
+                return Err(Error::Unavailable {
+                    down_for: took,
+                    last_error: "XCLAIM answered late (the server stalled); given back".into(),
+                });
+            }
+            let entries =
+                reply::entries(answer).map_err(|m| Error::unparsable("XCLAIM reply", m))?;
             let delivered = entries
                 .into_iter()
                 .filter_map(|raw: RawEntry| {

@@ -31,7 +31,7 @@ use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
 use crate::delivery::handler::{self, Ran, Run};
 use crate::delivery::liveness::Liveness;
-use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader};
+use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader, late};
 use crate::delivery::retry::RetryQueue;
 use crate::delivery::until_done;
 use crate::error::Class;
@@ -46,11 +46,13 @@ use crate::util::{Alarm, Retry, log_wait};
 /// A finished handler run: the item, its attempt number, how it ended.
 type Finished = (Vec<u8>, u64, Run);
 
-/// A finished pop: the connection (when it is still usable) and the item,
-/// with its run already counted when the pop counted it.
+/// A finished pop: the connection (when it is still usable), the item
+/// with its run already counted when the pop counted it, and whether the
+/// reply was late.
 type ReadDone = (
     Option<MultiplexedConnection>,
     Result<Vec<(Vec<u8>, Option<u64>)>, Error>,
+    bool,
 );
 
 struct Loop {
@@ -303,8 +305,9 @@ impl Loop {
         self.read = Some(Box::pin(async move {
             let mut conn = match conn.get().await {
                 Ok(c) => c,
-                Err(e) => return (None, Err(e)),
+                Err(e) => return (None, Err(e), false),
             };
+            let sent = tokio::time::Instant::now();
             let item = if sub.opts.at_most_once {
                 redis::cmd("BRPOP")
                     .arg(&*sub.keys.list)
@@ -321,12 +324,17 @@ impl Loop {
             } else {
                 pop_counted(&mut conn, &sub, block, room).await
             };
-            (Some(conn), item)
+            (Some(conn), item, late(sent, block))
         }));
     }
 
-    fn on_read(&mut self, (conn, r): ReadDone) {
+    fn on_read(&mut self, (conn, r, late): ReadDone) {
         self.reader.give_back(conn);
+        if late {
+            self.liveness.stall().trouble();
+        } else if r.is_ok() {
+            self.liveness.stall().answered();
+        }
         match r {
             Ok(item) => {
                 self.read_down = false;
@@ -357,6 +365,7 @@ impl Loop {
                 self.connector.redirected(&e);
             }
         }
+        self.liveness.stall().trouble();
         self.sub.board.read_failed(&e.to_string());
         let (delay, log) = self.retry.failed();
         if log {

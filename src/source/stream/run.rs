@@ -28,8 +28,8 @@ mod settle;
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
 use crate::delivery::handler::{self, Ran, Run};
-use crate::delivery::liveness::Liveness;
-use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader};
+use crate::delivery::liveness::{Liveness, Stall};
+use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader, late};
 use crate::delivery::retry::RetryQueue;
 use crate::error::Class;
 use crate::error::Error;
@@ -99,6 +99,8 @@ pub(crate) async fn consume(
         lease_renewal: None,
         prune_at: sub.opts.prune_idle.map(|_| now),
         refreshing: Rc::new(Cell::new(false)),
+        refresh_failed: Rc::new(Cell::new(false)),
+        stall: Stall::new(sub.opts.claim_idle),
         in_read: Rc::new(Cell::new(false)),
         reader: Reader::new(
             connector.clone(),
@@ -211,6 +213,12 @@ struct Loop {
     prune_at: Option<tokio::time::Instant>,
     /// A refresh is in flight.
     refreshing: Rc<Cell<bool>>,
+    /// The last refresh failed: the next goes out soon, not a third of
+    /// `claim_idle` later.
+    refresh_failed: Rc<Cell<bool>>,
+    /// Trouble with the server: no reclaim until it has answered for a
+    /// whole `claim_idle` (a stall is not a death).
+    stall: Stall,
     /// Entries whose handler failed here, held while they wait out their
     /// retry backoff (see `retry.rs`).
     waiting: RetryQueue<Message>,
@@ -302,6 +310,11 @@ impl Loop {
             }
             let may_reclaim = self.may_reclaim();
             let holding = !self.held.is_empty();
+            if self.refresh_failed.take() {
+                self.heartbeat_at = self
+                    .heartbeat_at
+                    .min(tokio::time::Instant::now() + REFRESH_RETRY);
+            }
             if holding && !self.was_holding {
                 // Fresh entries need no refresh before `claim_idle / 3` from now.
                 self.heartbeat_at = tokio::time::Instant::now() + self.heartbeat_every;
@@ -547,6 +560,7 @@ impl Loop {
             && matches!(self.cursor, Cursor::New)
             && !self.isolated
             && (idle || !self.make_room)
+            && self.stall.quiet()
     }
 
     /// Queues fetched or claimed entries. Entries deleted or trimmed while
@@ -581,6 +595,9 @@ impl Loop {
         }
     }
 }
+
+/// How soon a failed refresh of held entries is tried again.
+const REFRESH_RETRY: Duration = Duration::from_millis(200);
 
 /// The shortest time the prefetch covers (see [`Loop::prefetch`]): two
 /// ticks of tokio's 1 ms timer. With 64 handlers of 1 ms it takes the bench

@@ -33,7 +33,7 @@ impl Loop {
                 Some(()) = self.side.next(), if !self.side.is_empty() => {}
                 r = async { self.read.as_mut().expect("read").await }, if self.read.is_some() => {
                     self.read = None;
-                    let (conn, r) = r;
+                    let (conn, r, _) = r;
                     self.reader.give_back(conn);
                     for (item, counted) in r.unwrap_or_default() {
                         self.put_back(item, counted.is_some());

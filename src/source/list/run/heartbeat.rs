@@ -41,6 +41,8 @@ impl Loop {
         }
         let (beat, recover) = (self.beat_eval(), self.recover_eval());
         self.liveness.sending();
+        // A consumer that saw the server stall lets the others renew first.
+        let judge = self.liveness.may_judge_others();
         let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
         self.beat = Some(Box::pin(async move {
             let answer = match redis.send(beat).await {
@@ -52,7 +54,9 @@ impl Loop {
                 let holder: String = redis::from_redis_value(answer).unwrap_or_default();
                 return Beat::Taken(holder);
             }
-            recover_dead(&redis, recover, &list).await;
+            if judge {
+                recover_dead(&redis, recover, &list).await;
+            }
             Beat::Ok
         }));
     }

@@ -13,6 +13,8 @@ pub(super) struct ReadDone {
     /// (`None`: it is past the last one).
     pub(super) pel: Option<Option<EntryId>>,
     pub(super) result: Result<Vec<Delivered>, Error>,
+    /// The reply came much later than `block` allows: the server stalled.
+    pub(super) late: bool,
 }
 
 /// The read to send: new entries, or a page of this consumer's own PEL.
@@ -171,6 +173,7 @@ impl Loop {
         };
 
         let conn = self.reader.lend();
+        let block = s.opts.block;
         let delay = self.retry_delay.take();
         let in_read = self.in_read.clone();
         self.read = Some(Box::pin(async move {
@@ -184,12 +187,14 @@ impl Loop {
                         conn: None,
                         pel: None,
                         result: Err(e),
+                        late: false,
                     };
                 }
             };
             // On the wire from here until the reply is complete: a stop now
             // must wait for it and hand back.
             in_read.set(true);
+            let sent = tokio::time::Instant::now();
             let (result, pel) = match read {
                 Read::New(cmd) => (read_new(&mut conn, cmd).await, None),
                 Read::Pel(p) => match reread_pel(&mut conn, p).await {
@@ -206,12 +211,18 @@ impl Loop {
                 conn: keep,
                 pel,
                 result,
+                late: late(sent, block),
             }
         }));
     }
 
     pub(super) fn on_read(&mut self, done: ReadDone) {
         self.unblock_at = None;
+        if done.late {
+            self.stall.trouble();
+        } else if done.result.is_ok() {
+            self.stall.answered();
+        }
         match done.conn {
             Some(conn) => {
                 self.reader.give_back(Some(conn));
@@ -239,6 +250,7 @@ impl Loop {
     }
 
     pub(super) fn on_read_error(&mut self, e: Error) {
+        self.stall.trouble();
         let (delay, log) = self.read_retry.failed();
         let mut class = e.class();
         if class == Class::GroupGone && self.connector.is_cluster() && e.code() == Some("UNBLOCKED")

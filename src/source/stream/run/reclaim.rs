@@ -52,6 +52,7 @@ impl Loop {
         self.make_room = false;
         match claimed {
             Ok((entries, full)) => {
+                self.stall.answered();
                 if full {
                     // More idle entries may be waiting: ask again as soon as
                     // there is room.
@@ -70,6 +71,7 @@ impl Loop {
             }
             Err(Error::ShutDown) => {}
             Err(e) => {
+                self.stall.trouble();
                 log_wait!(e.class(), stream = %self.sub.names.name, error = %e, "reclaim failed; trying again later");
             }
         }
@@ -99,9 +101,16 @@ impl Loop {
         cmd.arg("JUSTID");
         let req = self.redis.send(Query("xclaim", cmd));
         let refreshing = self.refreshing.clone();
+        let (failed, stall) = (self.refresh_failed.clone(), self.stall.clone());
         self.side.push(Box::pin(async move {
-            if let Ok(Err(e)) = req.await {
-                tracing::warn!(error = %e, "refreshing held entries failed");
+            match req.await {
+                Ok(Ok(_)) => stall.answered(),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "refreshing held entries failed; trying again shortly");
+                    stall.trouble();
+                    failed.set(true);
+                }
+                Err(_) => {}
             }
             refreshing.set(false);
         }));
