@@ -435,6 +435,66 @@ async fn prune_idle_deletes_idle_empty_consumers_and_spares_those_holding_entrie
     );
 }
 
+/// Before Redis 7.2 a read that finds nothing does not reset a consumer's
+/// `idle`, so live consumers waiting on a quiet stream look as idle as dead
+/// ones. The prune spares every consumer whose name's lease a live process
+/// holds: here two live consumers outlive the prune that deletes a ghost
+/// created after them, from the loop and from `Admin` alike.
+#[actix_rt::test]
+async fn prune_idle_spares_live_consumers_waiting_on_a_quiet_stream() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    support::create_group(&mut c, "s", "g", "$");
+    let create = |c: &mut redis::Connection, name: &str| {
+        let _: i64 = redis::cmd("XGROUP")
+            .arg("CREATECONSUMER")
+            .arg("s")
+            .arg("g")
+            .arg(name)
+            .query(c)
+            .unwrap();
+    };
+    create(&mut c, "live-a");
+    create(&mut c, "live-b");
+    let start = |name: &'static str| {
+        Broker::builder(redis.url())
+            .subscribe(
+                &Stream::new("s", "g"),
+                ConsumerOptions::default()
+                    .with_consumer(name)
+                    .with_block(Duration::from_millis(200))
+                    .with_prune_idle(Duration::from_secs(1)),
+                |_: u64| async { Ok(()) },
+            )
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (start("live-a"), start("live-b"));
+    a.start().await.unwrap();
+    b.start().await.unwrap();
+    // Created after the live ones: once it is pruned, they were idle longer.
+    create(&mut c, "ghost");
+    eventually("the ghost is pruned", WAIT, || {
+        !consumers(&mut c, "s", "g")
+            .iter()
+            .any(|(name, _)| name == "ghost")
+    })
+    .await;
+    let names = |c: &mut redis::Connection| -> Vec<String> {
+        consumers(c, "s", "g").into_iter().map(|(n, _)| n).collect()
+    };
+    assert_eq!(names(&mut c), ["live-a", "live-b"], "the live ones stay");
+    let admin = Admin::connect(&redis.url()).await.unwrap();
+    let pruned = admin
+        .prune_idle_consumers("s", "g", Duration::from_millis(5))
+        .await
+        .unwrap();
+    assert!(pruned.is_empty(), "{pruned:?}");
+    assert_eq!(names(&mut c), ["live-a", "live-b"]);
+    assert!(a.stop().await.unwrap().is_clean());
+    assert!(b.stop().await.unwrap().is_clean());
+}
+
 #[test]
 fn prune_idle_below_three_blocks_is_refused_at_build() {
     let err = Broker::builder("redis://127.0.0.1:1")

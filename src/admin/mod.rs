@@ -271,7 +271,9 @@ impl Admin {
 
     /// Deletes the consumers of `group` that hold no pending entry and whose
     /// idle time (`XINFO CONSUMERS` `idle`: since their last read or claim)
-    /// is above `idle`, and answers their names. Checked and deleted in one
+    /// is above `idle`, and whose consumer name's lease no live process
+    /// holds (before Redis 7.2 `idle` keeps growing while a live consumer
+    /// waits on a quiet stream), and answers their names. Checked and deleted in one
     /// Lua script (`XGROUP DELCONSUMER`), so a consumer that holds entries
     /// is never deleted, and one that reads meanwhile is not idle. A live
     /// consumer deleted anyway (an `idle` shorter than its `block`) is
@@ -288,8 +290,10 @@ impl Admin {
         group: &str,
         idle: std::time::Duration,
     ) -> Result<Vec<String>, Error> {
+        let query = |_, cmd: redis::Cmd| async move { self.query(&cmd).await };
+        let spare = crate::source::stream::hygiene::spared(stream, group, "", query).await?;
         let mut call = crate::source::stream::hygiene::PRUNE_IDLE.key(stream);
-        call.arg(group).arg(idle.as_millis() as u64).arg("");
+        call.arg(group).arg(idle.as_millis() as u64).arg(spare);
         let mut conn = self.conn.clone();
         let answer: Value = call
             .invoke_async(&mut conn)

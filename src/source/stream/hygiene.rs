@@ -51,13 +51,15 @@ return -1
 pub(crate) static LEAVE_GROUP: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(LEAVE_GROUP_LUA));
 
-/// KEYS: stream. ARGV: group, idle ms, a consumer name to spare (or "").
-/// Deletes (`XGROUP DELCONSUMER`) every consumer of the group that holds no
-/// pending entry and whose `idle` (`XINFO CONSUMERS`: ms since its last
-/// attempted read or claim) is above the given ms, checked and deleted in
-/// the same script. Answers the names deleted.
+/// KEYS: stream. ARGV: group, idle ms, then the consumer names to spare.
+/// Deletes (`XGROUP DELCONSUMER`) every other consumer of the group that
+/// holds no pending entry and whose `idle` (`XINFO CONSUMERS`) is above the
+/// given ms, checked and deleted in the same script. Answers the names
+/// deleted.
 const PRUNE_IDLE_LUA: &str = r#"
 local limit = tonumber(ARGV[2])
+local spare = {}
+for i = 3, #ARGV do spare[ARGV[i]] = true end
 local pruned = {}
 local consumers = redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
 for _, c in ipairs(consumers) do
@@ -67,7 +69,7 @@ for _, c in ipairs(consumers) do
     elseif c[i] == 'pending' then pending = c[i + 1]
     elseif c[i] == 'idle' then idle = c[i + 1] end
   end
-  if name ~= ARGV[3] and pending == 0 and idle > limit then
+  if not spare[name] and pending == 0 and idle > limit then
     redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
     pruned[#pruned + 1] = name
   end
@@ -89,6 +91,45 @@ pub(crate) fn min_prune_ttl(block: Duration) -> Duration {
 /// most once a minute.
 pub(crate) fn prune_period(ttl: Duration) -> Duration {
     (ttl / 2).min(Duration::from_secs(60))
+}
+
+/// The consumers of `group` a prune must spare beside `me`: those whose
+/// name's lease a live process holds. `idle` alone does not tell a live
+/// consumer from a dead one: before Redis 7.2 a read that finds nothing
+/// does not reset it, so a live consumer waiting on a quiet stream looks
+/// idle. Asks `XINFO CONSUMERS`, then `EXISTS` of each empty consumer's
+/// lease key, through `query`. (A consumer run `without_lease` has no such
+/// record: on Redis 7.0 a prune may delete it while it waits; its next read
+/// that delivers something creates it again.)
+///
+/// # Errors
+/// What `query` answers, or an unparsable `XINFO CONSUMERS` reply.
+pub(crate) async fn spared<Q, F>(
+    stream: &str,
+    group: &str,
+    me: &str,
+    query: Q,
+) -> Result<Vec<String>, Error>
+where
+    Q: Fn(&'static str, redis::Cmd) -> F,
+    F: std::future::Future<Output = Result<Value, Error>>,
+{
+    let mut info = redis::cmd("XINFO");
+    info.arg("CONSUMERS").arg(stream).arg(group);
+    let consumers = crate::redis::info::consumers(query("xinfo|consumers", info).await?)
+        .map_err(|m| Error::unparsable("XINFO CONSUMERS reply", m))?;
+    let mut spare = vec![me.to_owned()];
+    for c in consumers {
+        if c.pending > 0 || c.name == me {
+            continue;
+        }
+        let mut exists = redis::cmd("EXISTS");
+        exists.arg(crate::keys::lease_key(stream, group, &c.name));
+        if query("exists", exists).await? == Value::Int(1) {
+            spare.push(c.name);
+        }
+    }
+    Ok(spare)
 }
 
 /// Parses the prune script's answer: the names deleted.

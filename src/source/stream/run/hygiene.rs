@@ -12,9 +12,9 @@ use tokio::sync::watch;
 use super::Loop;
 use crate::delivery::liveness::Liveness;
 use crate::error::Error;
-use crate::redis::{Eval, RedisActor};
+use crate::redis::{Eval, Query, RedisActor};
 use crate::source::stream::hygiene::{
-    LEAVE_GROUP, Lease, PRUNE_IDLE, Taken, prune_period, pruned_names,
+    LEAVE_GROUP, Lease, PRUNE_IDLE, Taken, prune_period, pruned_names, spared,
 };
 use crate::util::{Retry, log_wait};
 
@@ -136,19 +136,41 @@ impl Loop {
         };
         self.prune_at = Some(tokio::time::Instant::now() + prune_period(ttl));
         let s = &self.sub;
-        let req = self.redis.send(Eval {
-            script: &PRUNE_IDLE,
-            keys: vec![s.names.name.as_bytes().to_vec()],
-            args: vec![
-                s.names.group.as_bytes().to_vec(),
+        let redis = self.redis.clone();
+        let (name, group, me) = (
+            s.names.name.clone(),
+            s.names.group.clone(),
+            s.consumer.clone(),
+        );
+        let req = async move {
+            let query = |acl, cmd| {
+                let redis = redis.clone();
+                async move {
+                    redis
+                        .send(Query(acl, cmd))
+                        .await
+                        .unwrap_or(Err(Error::ShutDown))
+                }
+            };
+            let spare = spared(&name, &group, &me, query).await?;
+            let mut args = vec![
+                group.as_bytes().to_vec(),
                 (ttl.as_millis() as u64).to_string().into_bytes(),
-                s.consumer.as_bytes().to_vec(),
-            ],
-        });
+            ];
+            args.extend(spare.into_iter().map(String::into_bytes));
+            redis
+                .send(Eval {
+                    script: &PRUNE_IDLE,
+                    keys: vec![name.as_bytes().to_vec()],
+                    args,
+                })
+                .await
+                .unwrap_or(Err(Error::ShutDown))
+        };
         let (stream, group) = (s.names.name.clone(), s.names.group.clone());
         self.side.push(
             async move {
-                match req.await.unwrap_or(Err(Error::ShutDown)).and_then(pruned_names) {
+                match req.await.and_then(pruned_names) {
                     Ok(names) if names.is_empty() => {}
                     Ok(names) => tracing::info!(
                         stream = %stream, group = %group, idle_ms = ttl.as_millis() as u64, pruned = ?names,
