@@ -100,6 +100,7 @@ pub(crate) async fn consume(
         prune_at: sub.opts.prune_idle.map(|_| now),
         refreshing: Rc::new(Cell::new(false)),
         refresh_failed: Rc::new(Cell::new(false)),
+        refresh_failures: Rc::new(Cell::new(0)),
         stall: Stall::new(sub.opts.claim_idle),
         in_read: Rc::new(Cell::new(false)),
         reader: Reader::new(
@@ -216,6 +217,8 @@ struct Loop {
     /// The last refresh failed: the next goes out soon, not a third of
     /// `claim_idle` later.
     refresh_failed: Rc<Cell<bool>>,
+    /// Failed refreshes in a row (for the logs).
+    refresh_failures: Rc<Cell<u32>>,
     /// Trouble with the server: no reclaim until it has answered for a
     /// whole `claim_idle` (a stall is not a death).
     stall: Stall,

@@ -102,11 +102,23 @@ impl Loop {
         let req = self.redis.send(Query("xclaim", cmd));
         let refreshing = self.refreshing.clone();
         let (failed, stall) = (self.refresh_failed.clone(), self.stall.clone());
+        let failures = self.refresh_failures.clone();
+        let stream = self.sub.names.name.clone();
         self.side.push(Box::pin(async move {
             match req.await {
-                Ok(Ok(_)) => stall.answered(),
+                Ok(Ok(_)) => {
+                    stall.answered();
+                    if failures.replace(0) > 0 {
+                        tracing::info!(stream = %stream, "refreshing held entries works again");
+                    }
+                }
                 Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "refreshing held entries failed; trying again shortly");
+                    // The first failure, then each doubling of the count.
+                    let n = failures.get() + 1;
+                    failures.set(n);
+                    if n.is_power_of_two() {
+                        log_wait!(e.class(), stream = %stream, error = %e, failures = n, "refreshing held entries failed; trying again shortly");
+                    }
                     stall.trouble();
                     failed.set(true);
                 }
