@@ -31,35 +31,56 @@ impl Loop {
         if self.queue.is_empty() {
             return;
         }
-        let s = &self.sub;
         let mut by_count: std::collections::BTreeMap<u64, Vec<EntryId>> = Default::default();
         for d in self.queue.drain(..) {
             self.held.remove(&d.id);
             by_count.entry(d.delivery_count).or_default().push(d.id);
         }
         for (count, ids) in by_count {
-            let n = ids.len();
-            let mut cmd = redis::cmd("XCLAIM");
-            cmd.arg(&*s.names.name)
-                .arg(&*s.names.group)
-                .arg(&*s.consumer)
-                .arg(0)
-                .arg(&ids)
-                .arg("IDLE")
-                .arg(s.opts.claim_idle.as_millis() as u64)
-                .arg("RETRYCOUNT")
-                .arg(count.saturating_sub(1))
-                .arg("JUSTID");
-            let req = self.redis.send(Query("xclaim", cmd));
-            let stream = s.names.name.clone();
-            self.side.push(Box::pin(async move {
-                match req.await {
-                    Ok(Ok(_)) => tracing::info!(stream = %stream, entries = n, "handed unstarted entries back to the group"),
-                    Ok(Err(e)) => tracing::warn!(stream = %stream, entries = n, error = %e, "hand-back failed; entries are reclaimed after claim_idle"),
-                    Err(_) => {}
-                }
-            }));
+            let idle = self.sub.opts.claim_idle;
+            self.give_back(
+                ids,
+                idle,
+                Some(count.saturating_sub(1)),
+                "unstarted entries",
+            );
         }
+    }
+
+    /// Gives `ids` back to the group, claimable by any consumer once idle
+    /// for `claim_idle`: `XCLAIM <self> 0 <ids> IDLE <idle> [RETRYCOUNT
+    /// <count>] JUSTID` (without a count, the count stays). A failure is
+    /// logged: the entries are then reclaimed after `claim_idle`.
+    pub(super) fn give_back(
+        &mut self,
+        ids: Vec<EntryId>,
+        idle: Duration,
+        count: Option<u64>,
+        what: &'static str,
+    ) {
+        let s = &self.sub;
+        let n = ids.len();
+        let mut cmd = redis::cmd("XCLAIM");
+        cmd.arg(&*s.names.name)
+            .arg(&*s.names.group)
+            .arg(&*s.consumer)
+            .arg(0)
+            .arg(&ids)
+            .arg("IDLE")
+            .arg(idle.as_millis() as u64);
+        if let Some(count) = count {
+            cmd.arg("RETRYCOUNT").arg(count);
+        }
+        cmd.arg("JUSTID");
+        let req = self.redis.send(Query("xclaim", cmd));
+        let stream = s.names.name.clone();
+        self.side.push(Box::pin(async move {
+            match req.await {
+                Ok(Ok(_)) => tracing::info!(stream = %stream, entries = n, idle_ms = idle.as_millis() as u64, "handed {what} back to the group"),
+                Ok(Err(e)) => tracing::warn!(stream = %stream, entries = n, error = %e, "hand-back failed; entries are reclaimed after claim_idle"),
+                Err(_) => {}
+            }
+        }));
     }
 
     /// The drain deadline passed: drop running handlers (their entries stay

@@ -123,33 +123,14 @@ impl Loop {
     /// <claim_idle − remaining> JUSTID`, the count unchanged).
     pub(super) fn hand_back_waiting(&mut self) {
         let now = Instant::now();
-        let s = &self.sub;
         for (due, msgs) in self.waiting.take_all() {
             let remaining = due.saturating_duration_since(now);
-            let idle = s.opts.claim_idle.saturating_sub(remaining);
+            let idle = self.sub.opts.claim_idle.saturating_sub(remaining);
             let ids: Vec<EntryId> = msgs.into_iter().map(|m| m.id).collect();
             for id in &ids {
                 self.held.remove(id);
             }
-            let n = ids.len();
-            let mut cmd = redis::cmd("XCLAIM");
-            cmd.arg(&*s.names.name)
-                .arg(&*s.names.group)
-                .arg(&*s.consumer)
-                .arg(0)
-                .arg(&ids)
-                .arg("IDLE")
-                .arg(idle.as_millis() as u64)
-                .arg("JUSTID");
-            let req = self.redis.send(Query("xclaim", cmd));
-            let stream = s.names.name.clone();
-            self.side.push(Box::pin(async move {
-                match req.await {
-                    Ok(Ok(_)) => tracing::info!(stream = %stream, entries = n, remaining_ms = remaining.as_millis() as u64, "handed entries waiting for their retry back to the group"),
-                    Ok(Err(e)) => tracing::warn!(stream = %stream, entries = n, error = %e, "hand-back failed; entries are reclaimed after claim_idle"),
-                    Err(_) => {}
-                }
-            }));
+            self.give_back(ids, idle, None, "entries waiting for their retry");
         }
     }
 }
