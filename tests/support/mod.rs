@@ -48,12 +48,29 @@ enum Ready {
     Answers,
 }
 
+/// A port nothing listens on, for a server to bind next. Drawn below the
+/// kernel's ephemeral range (32768–60999 on Linux): a port from that range,
+/// freed after the check, could be taken by any outgoing connection before
+/// the server binds it ("Address already in use" at start, seen in CI).
+/// Never the same port twice in one test process.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind an ephemeral port")
-        .local_addr()
-        .expect("local addr")
-        .port()
+    use std::collections::BTreeSet;
+    use std::hash::BuildHasher;
+    use std::sync::Mutex;
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for n in 0u64.. {
+        let draw = std::collections::hash_map::RandomState::new().hash_one((n, std::process::id()));
+        let port = 20_000 + (draw % 12_000) as u16;
+        if given.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+    }
+    unreachable!("ports 20000-31999 are all taken")
 }
 
 /// The `redis-server` binary: `RILLKIT_REDIS_SERVER` or the one on the `PATH`.
