@@ -5,6 +5,7 @@
 //! ends as one [`Ran`]; [`tally`] counts it on the subscription's board and
 //! metrics.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
@@ -76,12 +77,13 @@ pub(crate) type Made = Result<LocalBoxFuture<'static, HandlerResult>, String>;
 
 /// Makes the handler's future (`make`, inside `span`, its panic caught) and
 /// answers the run to await — the future running inside `span`, its panic
-/// caught, timed — or, when there is nothing to run (the value does not
-/// decode, or making the future panicked), the run as it ended at once.
+/// caught, timed; unboxed, so the caller boxes it once with whatever it
+/// adds — or, when there is nothing to run (the value does not decode, or
+/// making the future panicked), the run as it ended at once.
 pub(crate) fn start(
     span: tracing::Span,
     make: impl FnOnce() -> Made,
-) -> Result<LocalBoxFuture<'static, Run>, Run> {
+) -> Result<impl Future<Output = Run> + 'static, Run> {
     let made = span.in_scope(|| std::panic::catch_unwind(AssertUnwindSafe(make)));
     let fut = match made {
         Ok(Ok(fut)) => fut,
@@ -91,22 +93,20 @@ pub(crate) fn start(
             return Err(Run::at_once(Ran::of(Err(panic))));
         }
     };
-    Ok(Box::pin(
-        async move {
-            let t0 = Instant::now();
-            let result = AssertUnwindSafe(fut)
-                .catch_unwind()
-                .await
-                .map_err(|p| crate::util::panic_message(&*p));
-            let ended = Instant::now();
-            Run {
-                ran: Ran::of(result),
-                took: ended - t0,
-                ended: Some(ended),
-            }
+    Ok(async move {
+        let t0 = Instant::now();
+        let result = AssertUnwindSafe(fut)
+            .catch_unwind()
+            .await
+            .map_err(|p| crate::util::panic_message(&*p));
+        let ended = Instant::now();
+        Run {
+            ran: Ran::of(result),
+            took: ended - t0,
+            ended: Some(ended),
         }
-        .instrument(span),
-    ))
+    }
+    .instrument(span))
 }
 
 /// Counts a run on the subscription's board and metrics: its duration when

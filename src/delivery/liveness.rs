@@ -45,9 +45,19 @@ use crate::util::Retry;
 #[derive(Clone)]
 pub(crate) struct Stall {
     window: Duration,
-    /// Trouble was seen, and the server has answered again since this
-    /// instant (`None` inside: not yet). `None`: no trouble ever.
-    since: Rc<Cell<Option<Option<Instant>>>>,
+    state: Rc<Cell<Seen>>,
+}
+
+/// What a [`Stall`] has seen last.
+#[derive(Clone, Copy, Default, PartialEq)]
+enum Seen {
+    /// No trouble, ever.
+    #[default]
+    Nothing,
+    /// Trouble, and no answer since.
+    Trouble,
+    /// Trouble, then the server answered again at this instant.
+    AnsweredAt(Instant),
 }
 
 impl Stall {
@@ -55,20 +65,20 @@ impl Stall {
     pub(crate) fn new(window: Duration) -> Self {
         Stall {
             window,
-            since: Rc::default(),
+            state: Rc::default(),
         }
     }
 
     /// Trouble now: a failed command, or a reply much later than it should
     /// have come. The window starts again at the next answer.
     pub(crate) fn trouble(&self) {
-        self.since.set(Some(None));
+        self.state.set(Seen::Trouble);
     }
 
     /// The server answered a command in time.
     pub(crate) fn answered(&self) {
-        if self.since.get() == Some(None) {
-            self.since.set(Some(Some(Instant::now())));
+        if self.state.get() == Seen::Trouble {
+            self.state.set(Seen::AnsweredAt(Instant::now()));
         }
     }
 
@@ -77,10 +87,10 @@ impl Stall {
     /// consumer take another for dead. Knowing only that no trouble was seen
     /// is not enough: a consumer that sent nothing during a stall saw none.
     pub(crate) fn quiet(&self) -> bool {
-        match self.since.get() {
-            None => true,
-            Some(None) => false,
-            Some(Some(at)) => Instant::now() >= at + self.window,
+        match self.state.get() {
+            Seen::Nothing => true,
+            Seen::Trouble => false,
+            Seen::AnsweredAt(at) => Instant::now() >= at + self.window,
         }
     }
 }
@@ -97,7 +107,8 @@ pub(crate) struct Liveness {
     until: Option<Instant>,
     /// Failed renewals in a row: the next try's backoff, and the logs.
     failures: Retry,
-    /// Trouble with the server, for judging others.
+    /// The loop's record of trouble with the server (shared with its other
+    /// commands), which its renewals feed.
     stall: Stall,
 }
 
@@ -120,8 +131,9 @@ pub(crate) struct NotRenewed {
 
 impl Liveness {
     /// A claim with `ttl`, confirmed by a renewal sent at `confirmed_at`
-    /// (`None`: the next renewal is due at once).
-    pub(crate) fn new(ttl: Duration, confirmed_at: Option<Instant>) -> Self {
+    /// (`None`: the next renewal is due at once), whose renewals report to
+    /// the loop's `stall`.
+    pub(crate) fn new(ttl: Duration, confirmed_at: Option<Instant>, stall: Stall) -> Self {
         let now = Instant::now();
         Liveness {
             ttl,
@@ -129,7 +141,7 @@ impl Liveness {
             sent: None,
             until: confirmed_at.map(|at| at + ttl),
             failures: Retry::default(),
-            stall: Stall::new(ttl),
+            stall,
         }
     }
 
@@ -196,7 +208,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_claim_lapses_a_ttl_after_the_last_confirmed_renewal_was_sent() {
         let ttl = Duration::from_secs(9);
-        let mut l = Liveness::new(ttl, Some(Instant::now()));
+        let mut l = Liveness::new(ttl, Some(Instant::now()), Stall::new(ttl));
         assert!(l.holds());
         assert_eq!(l.due(), Some(Instant::now() + Duration::from_secs(3)));
         tokio::time::advance(Duration::from_secs(3)).await;
@@ -226,7 +238,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failed_renewal_is_tried_again_promptly_and_a_stall_blocks_judging_for_a_ttl() {
         let ttl = Duration::from_secs(3);
-        let mut l = Liveness::new(ttl, Some(Instant::now()));
+        let mut l = Liveness::new(ttl, Some(Instant::now()), Stall::new(ttl));
         assert!(l.may_judge_others(), "no trouble yet");
         tokio::time::advance(Duration::from_secs(1)).await;
         l.sending();
@@ -257,7 +269,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_claim_not_yet_confirmed_holds_and_is_renewed_at_once() {
-        let l = Liveness::new(Duration::from_secs(9), None);
+        let l = Liveness::new(Duration::from_secs(9), None, Stall::new(Duration::ZERO));
         assert!(l.holds());
         assert_eq!(l.due(), Some(Instant::now()));
     }

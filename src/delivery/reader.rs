@@ -61,7 +61,7 @@ pub(crate) struct Reader {
     /// The key whose master (or slot owner) the connection goes to.
     key: Arc<str>,
     /// The connection's `CLIENT SETNAME`.
-    name: String,
+    name: Arc<str>,
     block: Duration,
     /// The open connection while no read holds it.
     conn: Option<MultiplexedConnection>,
@@ -78,7 +78,7 @@ pub(crate) struct Lent {
     conn: Option<MultiplexedConnection>,
     connector: Connector,
     key: Arc<str>,
-    name: String,
+    name: Arc<str>,
     block: Duration,
     target: Rc<RefCell<Option<Unblock>>>,
     refused: Rc<Cell<bool>>,
@@ -122,7 +122,7 @@ impl Reader {
         Reader {
             connector,
             key,
-            name: client_name(name),
+            name: client_name(name).into(),
             block,
             conn: None,
             target: Rc::default(),

@@ -191,7 +191,7 @@ fn start(sub: &ChannelSub, message: Received) -> LocalBoxFuture<'static, Run> {
     match handler::start(span, move || {
         handler(&message.payload, meta).map_err(|e| format!("message does not decode: {e}"))
     }) {
-        Ok(running) => running,
+        Ok(running) => Box::pin(running),
         Err(at_once) => Box::pin(async move { at_once }),
     }
 }

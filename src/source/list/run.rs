@@ -30,7 +30,7 @@ use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
 use crate::delivery::handler::{self, Ran, Run};
-use crate::delivery::liveness::Liveness;
+use crate::delivery::liveness::{Liveness, Stall};
 use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader, late};
 use crate::delivery::retry::RetryQueue;
 use crate::delivery::until_done;
@@ -128,7 +128,7 @@ pub(crate) async fn consume(
         reconcile: None,
         beat: None,
         read_down: false,
-        liveness: Liveness::new(heartbeat_ttl, None),
+        liveness: Liveness::new(heartbeat_ttl, None, Stall::new(heartbeat_ttl)),
     };
     let reliable = !l.sub.opts.at_most_once;
     let mut ready = ready;
@@ -211,7 +211,8 @@ impl Loop {
             let sent = tokio::time::Instant::now();
             let answer = until_done(&self.redis, self.beat_eval(), None).await?;
             if answer == Value::Int(1) {
-                self.liveness = Liveness::new(self.sub.opts.heartbeat_ttl, Some(sent));
+                let stall = self.liveness.stall().clone();
+                self.liveness = Liveness::new(self.sub.opts.heartbeat_ttl, Some(sent), stall);
                 break;
             }
             // The name's heartbeat is another live process's: wait for it

@@ -84,9 +84,9 @@ pub(crate) async fn consume(
 ) -> ConsumerReport {
     let metrics = ConsumerMetrics::new(&sub.names.name, &sub.names.group);
     let now = tokio::time::Instant::now();
+    let stall = Stall::new(sub.opts.claim_idle);
     let mut lp = Loop {
         reclaim_interval: reclaimer::interval(sub.opts.claim_idle),
-        heartbeat_every: (sub.opts.claim_idle / 3).max(Duration::from_millis(5)),
         reclaimer,
         reclaim: None,
         reclaim_due: now,
@@ -94,14 +94,15 @@ pub(crate) async fn consume(
         waiting: RetryQueue::default(),
         retry_claims: FuturesUnordered::new(),
         fresh: true,
-        heartbeat_at: now,
-        lease: sub.lease.as_ref().map(|l| Liveness::new(l.ttl, None)),
+        lease: sub
+            .lease
+            .as_ref()
+            .map(|l| Liveness::new(l.ttl, None, stall.clone())),
         lease_renewal: None,
         prune_at: sub.opts.prune_idle.map(|_| now),
-        refreshing: Rc::new(Cell::new(false)),
-        refresh_failed: Rc::new(Cell::new(false)),
-        refresh_failures: Rc::new(Cell::new(0)),
-        stall: Stall::new(sub.opts.claim_idle),
+        refresh: Liveness::new(refresh_ttl(sub.opts.claim_idle), None, stall.clone()),
+        refreshing: None,
+        stall: stall.clone(),
         in_read: Rc::new(Cell::new(false)),
         reader: Reader::new(
             connector.clone(),
@@ -144,7 +145,12 @@ pub(crate) async fn consume(
     if let Some(lease) = &lp.sub.lease {
         match hygiene::hold(lease, &lp.redis, &mut stop, &lp.sub.board).await {
             Ok(()) => {
-                lp.lease = Some(Liveness::new(lease.ttl, Some(tokio::time::Instant::now())));
+                let stall = lp.stall.clone();
+                lp.lease = Some(Liveness::new(
+                    lease.ttl,
+                    Some(tokio::time::Instant::now()),
+                    stall,
+                ));
             }
             Err(Error::StartAborted | Error::ShutDown) => {
                 lp.sub.board.set_state(SubscriptionState::Stopped);
@@ -202,8 +208,6 @@ struct Loop {
     /// to the dead-letter stream. Kept fresh in the PEL by the heartbeat.
     held: HashSet<EntryId>,
     /// When to refresh the idle time of held entries next.
-    heartbeat_at: tokio::time::Instant,
-    heartbeat_every: Duration,
     /// The consumer name's lease, by the liveness rule every source keeps
     /// (`None`: no lease). Past its TTL since the last confirmed renewal,
     /// no read and no handler starts until a renewal succeeds.
@@ -213,12 +217,11 @@ struct Loop {
     /// When to prune the group's idle empty consumers next (`None`: off).
     prune_at: Option<tokio::time::Instant>,
     /// A refresh is in flight.
-    refreshing: Rc<Cell<bool>>,
-    /// The last refresh failed: the next goes out soon, not a third of
-    /// `claim_idle` later.
-    refresh_failed: Rc<Cell<bool>>,
-    /// Failed refreshes in a row (for the logs).
-    refresh_failures: Rc<Cell<u32>>,
+    refreshing: Option<LocalBoxFuture<'static, Result<Value, Error>>>,
+    /// The held entries' idle time in the PEL, kept fresh by the liveness
+    /// rule (`XCLAIM … JUSTID` every `claim_idle / 3`, a failed refresh again
+    /// at once with backoff).
+    refresh: Liveness,
     /// Trouble with the server: no reclaim until it has answered for a
     /// whole `claim_idle` (a stall is not a death).
     stall: Stall,
@@ -313,14 +316,10 @@ impl Loop {
             }
             let may_reclaim = self.may_reclaim();
             let holding = !self.held.is_empty();
-            if self.refresh_failed.take() {
-                self.heartbeat_at = self
-                    .heartbeat_at
-                    .min(tokio::time::Instant::now() + REFRESH_RETRY);
-            }
             if holding && !self.was_holding {
                 // Fresh entries need no refresh before `claim_idle / 3` from now.
-                self.heartbeat_at = tokio::time::Instant::now() + self.heartbeat_every;
+                let (ttl, stall) = (refresh_ttl(self.sub.opts.claim_idle), self.stall.clone());
+                self.refresh = Liveness::new(ttl, Some(tokio::time::Instant::now()), stall);
             }
             self.was_holding = holding;
             // While fetched entries still wait, their acks join this batch:
@@ -368,6 +367,7 @@ impl Loop {
             let unblock_at = self.unblock_at;
             let retry_at = self.waiting.next_due().filter(|_| self.deadline.is_none());
             let renew_at = self.lease.as_ref().and_then(Liveness::due);
+            let refresh_at = self.refresh.due();
             let prune_at = self.prune_at.filter(|_| self.deadline.is_none());
             tokio::select! {
                 done = maybe(&mut self.read) => {
@@ -390,8 +390,12 @@ impl Loop {
                     self.on_claimed(claimed);
                 }
                 () = reclaim_alarm.until(Some(self.reclaim_due)), if may_reclaim => {}
-                () = heartbeat_alarm.until(Some(self.heartbeat_at)), if holding => {
+                () = heartbeat_alarm.until(refresh_at), if holding && refresh_at.is_some() => {
                     self.heartbeat();
+                }
+                res = maybe(&mut self.refreshing) => {
+                    self.refreshing = None;
+                    self.on_refreshed(res);
                 }
                 () = lease_alarm.until(renew_at), if renew_at.is_some() => {
                     self.renew_lease();
@@ -599,8 +603,11 @@ impl Loop {
     }
 }
 
-/// How soon a failed refresh of held entries is tried again.
-const REFRESH_RETRY: Duration = Duration::from_millis(200);
+/// The held entries' refresh, as a claim renewed by the liveness rule:
+/// every third of `claim_idle` (at least every 5 ms).
+fn refresh_ttl(claim_idle: Duration) -> Duration {
+    claim_idle.max(Duration::from_millis(15))
+}
 
 /// The shortest time the prefetch covers (see [`Loop::prefetch`]): two
 /// ticks of tokio's 1 ms timer. With 64 handlers of 1 ms it takes the bench

@@ -85,7 +85,6 @@ impl Loop {
         };
         match res {
             Ok(Taken::Held) => {
-                self.stall.answered();
                 let renewed = live.confirmed();
                 if renewed.after_failures > 0 {
                     tracing::info!(stream = %self.sub.names.name, consumer = %self.sub.consumer, "the consumer name's lease is renewed again");
@@ -112,7 +111,6 @@ impl Loop {
                 live.failed();
             }
             Err(e) => {
-                self.stall.trouble();
                 let failed = live.failed();
                 if failed.lapsed {
                     self.sub.board.read_failed(&format!(

@@ -82,13 +82,13 @@ impl Loop {
     /// `XCLAIM … <self> 0 <ids> JUSTID` resets their idle time without
     /// touching the delivery count.
     ///
-    /// One refresh at a time: while the shared connections reconnect, a
-    /// refresh waits for them, and the next is skipped rather than queued.
+    /// One refresh at a time (the liveness rule schedules the next): while
+    /// the shared connections reconnect, a refresh waits for them.
     pub(super) fn heartbeat(&mut self) {
-        self.heartbeat_at = tokio::time::Instant::now() + self.heartbeat_every;
-        if self.refreshing.replace(true) {
+        if self.refreshing.is_some() {
             return;
         }
+        self.refresh.sending();
         let s = &self.sub;
         let mut cmd = redis::cmd("XCLAIM");
         cmd.arg(&*s.names.name)
@@ -100,31 +100,29 @@ impl Loop {
         }
         cmd.arg("JUSTID");
         let req = self.redis.send(Query("xclaim", cmd));
-        let refreshing = self.refreshing.clone();
-        let (failed, stall) = (self.refresh_failed.clone(), self.stall.clone());
-        let failures = self.refresh_failures.clone();
-        let stream = self.sub.names.name.clone();
-        self.side.push(Box::pin(async move {
-            match req.await {
-                Ok(Ok(_)) => {
-                    stall.answered();
-                    if failures.replace(0) > 0 {
-                        tracing::info!(stream = %stream, "refreshing held entries works again");
-                    }
-                }
-                Ok(Err(e)) => {
-                    // The first failure, then each doubling of the count.
-                    let n = failures.get() + 1;
-                    failures.set(n);
-                    if n.is_power_of_two() {
-                        log_wait!(e.class(), stream = %stream, error = %e, failures = n, "refreshing held entries failed; trying again shortly");
-                    }
-                    stall.trouble();
-                    failed.set(true);
-                }
-                Err(_) => {}
-            }
-            refreshing.set(false);
+        self.refreshing = Some(Box::pin(async move {
+            req.await.unwrap_or(Err(Error::ShutDown))
         }));
+    }
+
+    /// What a refresh answered.
+    pub(super) fn on_refreshed(&mut self, res: Result<Value, Error>) {
+        let stream = &self.sub.names.name;
+        match res {
+            Ok(_) => {
+                if self.refresh.confirmed().after_failures > 0 {
+                    tracing::info!(stream = %stream, "refreshing held entries works again");
+                }
+            }
+            Err(Error::ShutDown) => {
+                self.refresh.failed();
+            }
+            Err(e) => {
+                let failed = self.refresh.failed();
+                if failed.log {
+                    log_wait!(e.class(), stream = %stream, error = %e, "refreshing held entries failed; trying again shortly");
+                }
+            }
+        }
     }
 }
