@@ -438,8 +438,9 @@ async fn prune_idle_deletes_idle_empty_consumers_and_spares_those_holding_entrie
 /// Before Redis 7.2 a read that finds nothing does not reset a consumer's
 /// `idle`, so live consumers waiting on a quiet stream look as idle as dead
 /// ones. The prune spares every consumer whose name's lease a live process
-/// holds: here two live consumers outlive the prune that deletes a ghost
-/// created after them, from the loop and from `Admin` alike.
+/// holds: here two live consumers, in the group from their start, outlive
+/// the prune that deletes a ghost created after them, from the loop and
+/// from `Admin` alike.
 #[actix_rt::test]
 async fn prune_idle_spares_live_consumers_waiting_on_a_quiet_stream() {
     let redis = RedisServer::start();
@@ -454,8 +455,6 @@ async fn prune_idle_spares_live_consumers_waiting_on_a_quiet_stream() {
             .query(c)
             .unwrap();
     };
-    create(&mut c, "live-a");
-    create(&mut c, "live-b");
     let start = |name: &'static str| {
         Broker::builder(redis.url())
             .subscribe(
@@ -472,6 +471,12 @@ async fn prune_idle_spares_live_consumers_waiting_on_a_quiet_stream() {
     let (a, b) = (start("live-a"), start("live-b"));
     a.start().await.unwrap();
     b.start().await.unwrap();
+    // A started consumer is in the group at once, though no read delivered
+    // anything (before Redis 7.2 an empty read does not create it).
+    eventually("the live consumers are in the group", WAIT, || {
+        consumers(&mut c, "s", "g").len() == 2
+    })
+    .await;
     // Created after the live ones: once it is pruned, they were idle longer.
     create(&mut c, "ghost");
     eventually("the ghost is pruned", WAIT, || {

@@ -163,6 +163,7 @@ pub(crate) async fn consume(
             }
         }
     }
+    lp.announce();
     let s = &lp.sub;
     tracing::info!(
         stream = %s.names.name,

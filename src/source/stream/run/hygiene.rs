@@ -52,6 +52,28 @@ pub(super) async fn hold(
 }
 
 impl Loop {
+    /// Makes the consumer known to the group at once (`XGROUP
+    /// CREATECONSUMER`), so a live consumer shows in `XINFO CONSUMERS` from
+    /// its start: before Redis 7.2 a read that delivers nothing does not
+    /// create it. Best effort: a refusal (an ACL without
+    /// `+xgroup|createconsumer`) is logged at DEBUG; the first delivery
+    /// creates it then.
+    pub(super) fn announce(&mut self) {
+        let s = &self.sub;
+        let mut cmd = redis::cmd("XGROUP");
+        cmd.arg("CREATECONSUMER")
+            .arg(&*s.names.name)
+            .arg(&*s.names.group)
+            .arg(&*s.consumer);
+        let req = self.redis.send(Query("xgroup|createconsumer", cmd));
+        let stream = s.names.name.clone();
+        self.side.push(Box::pin(async move {
+            if let Ok(Err(e)) = req.await {
+                tracing::debug!(stream = %stream, error = %e, "XGROUP CREATECONSUMER failed; the first delivery creates the consumer");
+            }
+        }));
+    }
+
     /// Renews the lease (one at a time; the next is due a third of its TTL
     /// later). It goes on while draining: a drain may be longer than the
     /// TTL, and the name is still in use until it ends.
