@@ -160,6 +160,26 @@ impl Cluster {
         }
     }
 
+    /// Whether some known node answers `PING` now (asked in turn, each
+    /// within the connect timeout).
+    pub(crate) async fn some_node_answers(&self) -> bool {
+        let nodes = self.nodes.lock().expect("nodes lock").clone();
+        for (host, port) in nodes {
+            let Ok(client) = node_client(&host, port, &self.settings, self.tls.as_ref()) else {
+                continue;
+            };
+            let t = self.timeouts.connect;
+            let Ok(mut conn) = open(&client, t, t).await else {
+                continue;
+            };
+            let pong: redis::RedisResult<Value> = redis::cmd("PING").query_async(&mut conn).await;
+            if pong.is_ok() {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Asks the known nodes in turn, with `CLUSTER SLOTS`, which master owns
     /// `slot`.
     ///

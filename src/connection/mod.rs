@@ -283,6 +283,19 @@ impl Connector {
         matches!(self.inner.target, Target::Cluster(_))
     }
 
+    /// Whether the rest of the topology answers now: in a cluster some node
+    /// answers `PING`, under Sentinel some sentinel names the master. A master
+    /// that refuses or drops connections while they answer is failing over or
+    /// restarting, and a start waits for it; a standalone server has no rest
+    /// (`false`).
+    pub(crate) async fn others_answer(&self) -> bool {
+        match &self.inner.target {
+            Target::Standalone(_) => false,
+            Target::Sentinel(s) => s.master_client().await.is_ok(),
+            Target::Cluster(c) => c.some_node_answers().await,
+        }
+    }
+
     /// A client for the master of the moment (asks Sentinel). `None` for a
     /// cluster, which has no one master.
     async fn client(&self) -> Result<Option<Client>, Error> {
@@ -499,13 +512,25 @@ fn refused_command(e: &Error) -> Option<&'static str> {
         .find(|c| text.contains(&format!("'{c}'")))
 }
 
-/// Runs `op` until it succeeds, waiting with backoff while the server answers
-/// that it is starting (`LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, a
-/// replica), until `deadline`. Anything else fails at once: an unreachable
-/// server (so a process manager restarts the process), refused credentials, a
-/// sentinel that does not know the master (a wrong name), a
-/// missing ACL permission for `command`, or a reply nothing fixes.
+/// Runs `op` until it succeeds, waiting with backoff, until `deadline`,
+/// through what passes by itself:
+///
+/// * a server that is starting or cannot serve now (`LOADING`, `BUSY`,
+///   `MASTERDOWN`, `READONLY`, a replica, `OOM`…);
+/// * a server with no free connection slot: it answers `ERR max number of
+///   clients reached` and closes, and the client may see only the close
+///   (broken pipe, reset, end of stream) — any connection the server accepts
+///   and then drops counts as that;
+/// * a topology that changes: `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, and a
+///   master that refuses connections while the rest of its topology answers
+///   ([`Connector::others_answer`]: a cluster node or a sentinel).
+///
+/// Anything else fails at once: an unreachable standalone server (so a
+/// process manager restarts the process), refused credentials, a sentinel
+/// that does not know the master (a wrong name), a missing ACL permission
+/// for `command`, or a reply nothing fixes.
 pub(crate) async fn wait_until_ready<T, F, Fut>(
+    connector: &Connector,
     what: &str,
     command: &'static str,
     deadline: Instant,
@@ -525,7 +550,9 @@ where
         match e.class() {
             // No sentinel knows the master: a wrong name, not a failover.
             _ if matches!(e, Error::NoMaster { .. }) => return Err(e),
-            Class::Busy | Class::RoleChange => {}
+            Class::Busy | Class::RoleChange | Class::Routing => {}
+            Class::Connection if e.closed_after_accept() => {}
+            Class::Connection if connector.others_answer().await => {}
             Class::Credentials => return Err(Error::Credentials(Box::new(e))),
             Class::Tls => return Err(e),
             Class::Permission

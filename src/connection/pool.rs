@@ -272,8 +272,12 @@ impl Pool {
 }
 
 /// Reconnects until it succeeds or the pool is closed.
+///
+/// A failover announced while it waits out its backoff ends the wait at once:
+/// the announced master is where the next try goes.
 async fn reconnect(pool: Pool, generation: u64) {
     let mut retry = Retry::default();
+    let mut failovers = pool.inner.connector.epoch();
     loop {
         if matches!(*pool.inner.state.borrow(), State::Closed) {
             return;
@@ -312,7 +316,12 @@ async fn reconnect(pool: Pool, generation: u64) {
                         "reconnecting the shared connections failed"
                     );
                 }
-                tokio::time::sleep(delay).await;
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    Ok(()) = failovers.changed() => {
+                        tracing::info!(server = %pool.inner.connector.describe(), "a failover was announced; reconnecting to the new master now");
+                    }
+                }
             }
         }
     }

@@ -103,6 +103,15 @@ pub(crate) fn classify(e: &RedisError) -> Class {
     }
 }
 
+/// Whether the server accepted the connection and then dropped it (broken
+/// pipe, reset, end of stream), rather than refusing it or not answering in
+/// time: what a server with no free connection slot does after it answers
+/// `ERR max number of clients reached`, an answer the client may not get to
+/// read.
+pub(crate) fn closed_after_accept(e: &RedisError) -> bool {
+    e.is_connection_dropped() && !e.is_connection_refusal() && !e.is_timeout()
+}
+
 /// Words rustls uses when a handshake fails over a certificate.
 fn is_tls_failure(text: &str) -> bool {
     text.contains("certificate") || text.contains("Certificate") || text.contains("fatal alert")
@@ -198,6 +207,18 @@ mod tests {
     fn io_errors_are_connection_errors() {
         let e = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert_eq!(classify(&e), Class::Connection);
+        assert!(!closed_after_accept(&e), "refused, never accepted");
+        for kind in [
+            std::io::ErrorKind::BrokenPipe,
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::UnexpectedEof,
+        ] {
+            let closed = RedisError::from(std::io::Error::from(kind));
+            assert_eq!(classify(&closed), Class::Connection);
+            assert!(closed_after_accept(&closed), "{kind:?}");
+        }
+        let slow = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(!closed_after_accept(&slow), "a timeout is not a close");
         let bad_ca = RedisError::from(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             "invalid peer certificate: UnknownIssuer",

@@ -256,6 +256,16 @@ impl Error {
         }
     }
 
+    /// Whether the server accepted a connection and then dropped it (see
+    /// `class::closed_after_accept`).
+    pub(crate) fn closed_after_accept(&self) -> bool {
+        match self {
+            Error::Connect(e) | Error::Redis(e) => class::closed_after_accept(e),
+            Error::StartupTimeout { last, .. } => last.closed_after_accept(),
+            _ => false,
+        }
+    }
+
     /// The server's error code (`MOVED`, `UNBLOCKED`…), when the server
     /// answered one.
     pub(crate) fn code(&self) -> Option<&str> {

@@ -160,6 +160,9 @@ impl Handler<Ack> for RedisActor {
     }
 }
 
+/// An entry's field/value pairs, shared.
+pub(crate) type Fields = Arc<[(Vec<u8>, Vec<u8>)]>;
+
 /// One entry on its way to the dead-letter stream.
 #[derive(Debug)]
 pub(crate) struct DeadLetterEntry {
@@ -169,7 +172,9 @@ pub(crate) struct DeadLetterEntry {
     pub consumer: Arc<str>,
     pub id: EntryId,
     pub delivery_count: u64,
-    pub fields: Arc<[(Vec<u8>, Vec<u8>)]>,
+    /// The entry's fields; `None`: copy them on the server, from the stream
+    /// (an entry too large to be sent to this client).
+    pub fields: Option<Fields>,
     pub error: String,
     /// The dead-letter stream's cap, in entries (`MAXLEN ~`), if any.
     pub dlq_max_len: Option<usize>,
@@ -181,6 +186,9 @@ pub(crate) struct DeadLetterEntry {
 pub(crate) struct Moved {
     pub id: EntryId,
     pub trimmed: u64,
+    /// For a copy made on the server: the entry's size (its fields' and
+    /// values' bytes).
+    pub entry_bytes: Option<u64>,
 }
 
 /// Copy an entry to the dead-letter stream and XACK it, atomically, but only
@@ -191,7 +199,11 @@ pub(crate) struct Moved {
 ///
 /// The copy keeps every original field verbatim and adds `origin_stream`,
 /// `origin_id`, `origin_group`, `origin_consumer`, `delivery_count`, `error`
-/// and `failed_at_ms` (ms since the Unix epoch).
+/// and `failed_at_ms` (ms since the Unix epoch). An entry this client could
+/// not be sent (`fields: None`) is copied by the script from the stream
+/// (`XRANGE <id> <id>`), and `{entry_bytes}` in its error text is replaced
+/// by the entry's size; an entry deleted meanwhile leaves a copy with the
+/// added fields only.
 ///
 /// A Lua script rather than MULTI/EXEC: in a transaction a failing XADD (say
 /// the dead-letter key holds a string) would not stop the XACK, and the entry
@@ -201,8 +213,10 @@ pub(crate) struct Moved {
 pub(crate) struct DeadLetter(pub Arc<DeadLetterEntry>);
 
 /// KEYS: stream, dlq. ARGV: group, id, consumer, the dead-letter cap (`0`:
-/// none), then XADD's field/value pairs. Answers `{dlq id, dead letters the
-/// cap removed}`, or false when the entry is no longer this consumer's.
+/// none), whether to copy the entry's fields from the stream (`1`) or take
+/// them from the arguments (`0`), then XADD's field/value pairs. Answers
+/// `{dlq id, dead letters the cap removed, the copied entry's bytes (-1: not
+/// copied here)}`, or false when the entry is no longer this consumer's.
 ///
 /// Before writing anything it checks with `redis.acl_check_cmd` that both
 /// writes are allowed, and answers `NOPERM` otherwise: a script that added the
@@ -219,17 +233,34 @@ if not redis.acl_check_cmd('XACK', KEYS[1], ARGV[1], ARGV[2]) then
   return redis.error_reply('NOPERM this user has no permissions to run the xack command on ' .. KEYS[1])
 end
 local cap = tonumber(ARGV[4])
+local fields = {}
+local bytes = -1
+if ARGV[5] == '1' then
+  bytes = 0
+  local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
+  if #e > 0 then
+    for _, v in ipairs(e[1][2]) do
+      fields[#fields + 1] = v
+      bytes = bytes + #v
+    end
+  end
+end
+for i = 6, #ARGV do
+  local v = ARGV[i]
+  if bytes >= 0 then v = (string.gsub(v, '{entry_bytes}', tostring(bytes))) end
+  fields[#fields + 1] = v
+end
 local dlq_id, trimmed
 if cap > 0 then
   local before = redis.call('XLEN', KEYS[2])
-  dlq_id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', cap, '*', unpack(ARGV, 5))
+  dlq_id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', cap, '*', unpack(fields))
   trimmed = before + 1 - redis.call('XLEN', KEYS[2])
 else
-  dlq_id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
+  dlq_id = redis.call('XADD', KEYS[2], '*', unpack(fields))
   trimmed = 0
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-return {dlq_id, trimmed}
+return {dlq_id, trimmed, bytes}
 "#;
 
 static DEAD_LETTER: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DEAD_LETTER_LUA));
@@ -249,8 +280,9 @@ impl Handler<DeadLetter> for RedisActor {
                 .arg(&*e.group)
                 .arg(&e.id)
                 .arg(&*e.consumer)
-                .arg(e.dlq_max_len.unwrap_or(0));
-            for (k, v) in e.fields.iter() {
+                .arg(e.dlq_max_len.unwrap_or(0))
+                .arg(if e.fields.is_some() { "0" } else { "1" });
+            for (k, v) in e.fields.iter().flat_map(|f| f.iter()) {
                 call.arg(k).arg(v);
             }
             call.arg("origin_stream")
@@ -267,14 +299,15 @@ impl Handler<DeadLetter> for RedisActor {
                 .arg(&e.error)
                 .arg("failed_at_ms")
                 .arg(now_ms);
-            let moved: Option<(String, u64)> = pool
+            let moved: Option<(String, u64, i64)> = pool
                 .run("evalsha", COMMAND_WAIT, |mut conn| async move {
                     call.invoke_async(&mut conn).await
                 })
                 .await?;
-            Ok(moved.map(|(id, trimmed)| Moved {
+            Ok(moved.map(|(id, trimmed, bytes)| Moved {
                 id: EntryId(id),
                 trimmed,
+                entry_bytes: u64::try_from(bytes).ok(),
             }))
         })
     }

@@ -50,7 +50,7 @@ pub(crate) async fn connect(
         }
         e
     };
-    let pool = wait_until_ready("PING", "ping", deadline, || async {
+    let pool = wait_until_ready(connector, "PING", "ping", deadline, || async {
         // Every master of a cluster answers (redis-rs sends PING to each).
         for mut c in connector.shared(1, connector.timeouts().connect).await? {
             redis::cmd("PING")
@@ -68,19 +68,25 @@ pub(crate) async fn connect(
     // not read the stream fails here, naming XREADGROUP, rather than retrying
     // its reads forever once started.
     for sub in subs {
-        let created = wait_until_ready("XGROUP CREATE", "xgroup|create", deadline, || {
-            redis
-                .send(CreateGroup {
-                    stream: sub.names.name.clone(),
-                    group: sub.names.group.clone(),
-                    start_id: sub.opts.start_id.as_str().into(),
-                })
-                .map(|r| r.unwrap_or(Err(Error::ShutDown)))
-        })
+        let created = wait_until_ready(
+            connector,
+            "XGROUP CREATE",
+            "xgroup|create",
+            deadline,
+            || {
+                redis
+                    .send(CreateGroup {
+                        stream: sub.names.name.clone(),
+                        group: sub.names.group.clone(),
+                        start_id: sub.opts.start_id.as_str().into(),
+                    })
+                    .map(|r| r.unwrap_or(Err(Error::ShutDown)))
+            },
+        )
         .await;
         let created = match created {
             Ok(()) => {
-                wait_until_ready("XREADGROUP", "xreadgroup", deadline, || {
+                wait_until_ready(connector, "XREADGROUP", "xreadgroup", deadline, || {
                     redis.send(Query("xreadgroup", acl_probe(sub))).map(|r| {
                         match r.unwrap_or(Err(Error::ShutDown)) {
                             // The answer a permitted probe gets.
@@ -102,9 +108,13 @@ pub(crate) async fn connect(
     // waited for, up to the same deadline.
     for sub in subs {
         let Some(lease) = &sub.lease else { continue };
-        let taken = wait_until_ready("the consumer name's lease", "evalsha", deadline, || {
-            lease.acquire(&redis, Some(deadline), None, &sub.board)
-        })
+        let taken = wait_until_ready(
+            connector,
+            "the consumer name's lease",
+            "evalsha",
+            deadline,
+            || lease.acquire(&redis, Some(deadline), None, &sub.board),
+        )
         .await;
         if let Err(e) = taken {
             let _ = redis.send(Close).await;

@@ -225,6 +225,13 @@ impl RedisCluster {
         cluster
     }
 
+    /// Kills node `node` (SIGKILL). The other nodes mark it failed after
+    /// `cluster-node-timeout` (5 s); with [`RedisCluster::start_with_replicas`]
+    /// its replica is then promoted.
+    pub fn kill_node(&mut self, node: usize) {
+        self.nodes[node].stop();
+    }
+
     /// Every node: the three masters, or with
     /// [`RedisCluster::start_with_replicas`] the six nodes, masters and
     /// replicas (which is which changes with a failover).
@@ -461,6 +468,12 @@ impl RedisCluster {
     /// their `INFO commandstats`.
     pub fn command_calls_total(&self, cmd: &str) -> u64 {
         self.nodes.iter().map(|n| n.command_calls(cmd)).sum()
+    }
+
+    /// How many calls of `cmd` (lower case) failed on all nodes together
+    /// (`failed_calls`: `BUSYGROUP` for `xgroup|create`, say).
+    pub fn command_failed_calls_total(&self, cmd: &str) -> u64 {
+        self.nodes.iter().map(|n| n.command_failed_calls(cmd)).sum()
     }
 
     /// Whether the cluster is in a steady state: every node says

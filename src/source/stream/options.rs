@@ -14,6 +14,7 @@ use crate::kind::SourceKind;
 /// | [`with_count`](Self::with_count) | 10 entries | `XREADGROUP … COUNT <n>`, the most one read fetches |
 /// | [`with_concurrency`](Self::with_concurrency) | 1 handler | handlers running at once |
 /// | [`with_max_retries`](Self::with_max_retries) | 3 | runs after the first; then the dead-letter stream |
+/// | [`with_max_failed_sends`](Self::with_max_failed_sends) | 3 | times the server may drop the read connection while sending one entry; then it is dead-lettered by id |
 /// | [`with_claim_idle`](Self::with_claim_idle) | 30 s | min idle time before XCLAIM takes an entry over: crash recovery |
 /// | [`with_retry_backoff`](Self::with_retry_backoff) | 1 s doubling, up to `claim_idle`, jittered | the wait before a failed entry runs again |
 /// | [`with_start_id`](Self::with_start_id) | `0` | `XGROUP CREATE <stream> <group> <id>` for a new group |
@@ -39,6 +40,7 @@ pub struct ConsumerOptions {
     pub(crate) count: usize,
     pub(crate) concurrency: usize,
     pub(crate) max_retries: u64,
+    pub(crate) max_failed_sends: u32,
     pub(crate) claim_idle: Duration,
     pub(crate) start_id: String,
     pub(crate) retry_backoff: RetryBackoff,
@@ -54,6 +56,7 @@ impl Default for ConsumerOptions {
             count: 10,
             concurrency: 1,
             max_retries: 3,
+            max_failed_sends: 3,
             claim_idle: Duration::from_secs(30),
             start_id: "0".to_owned(),
             retry_backoff: RetryBackoff::default(),
@@ -115,6 +118,27 @@ impl ConsumerOptions {
     #[must_use]
     pub fn with_max_retries(mut self, retries: u64) -> Self {
         self.max_retries = retries;
+        self
+    }
+
+    /// Sets how many times the server may drop the read connection while
+    /// sending one entry before that entry goes to the dead-letter stream.
+    ///
+    /// A server closes a client whose reply outgrows its output buffer
+    /// (`client-output-buffer-limit normal`, or `maxmemory-clients`), so an
+    /// entry larger than that can never be read. After a read connection is
+    /// dropped, the consumer re-reads its own pending entries one at a time
+    /// (`XPENDING`, then `XCLAIM` of one id), so one such entry cannot take
+    /// its neighbours down with it; when the connection drops this many
+    /// times while one entry is on the wire, the entry is moved to the
+    /// dead-letter stream by id: a script copies its fields on the server
+    /// (its `error` names the cause and the entry's size) and acks it, so its body never
+    /// crosses the wire. A dropped connection charges no delivery, so
+    /// [`with_max_retries`](Self::with_max_retries) alone would never end
+    /// it. At least 1 (0 counts as 1).
+    #[must_use]
+    pub fn with_max_failed_sends(mut self, times: u32) -> Self {
+        self.max_failed_sends = times.max(1);
         self
     }
 
@@ -239,6 +263,12 @@ impl ConsumerOptions {
     /// [`with_max_retries`](Self::with_max_retries).
     pub fn max_retries(&self) -> u64 {
         self.max_retries
+    }
+
+    /// How many dropped sends of one entry end in the dead-letter stream, set
+    /// with [`with_max_failed_sends`](Self::with_max_failed_sends).
+    pub fn max_failed_sends(&self) -> u32 {
+        self.max_failed_sends
     }
 
     /// The claim idle time, set with [`with_claim_idle`](Self::with_claim_idle).

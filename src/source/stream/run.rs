@@ -1,7 +1,7 @@
 //! The consumer loop. See the parent module for what it does; this file is how.
 
 use std::cell::Cell;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::{Future, pending};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -94,6 +94,8 @@ pub(crate) async fn consume(
         waiting: RetryQueue::default(),
         retry_claims: FuturesUnordered::new(),
         fresh: true,
+        careful: false,
+        failed_sends: HashMap::new(),
         lease: sub
             .lease
             .as_ref()
@@ -233,6 +235,13 @@ struct Loop {
     retry_claims: FuturesUnordered<LocalBoxFuture<'static, retry::ClaimedBack>>,
     /// Until its first re-read of its own PEL is done.
     fresh: bool,
+    /// The server dropped the read connection in the middle of a read: the
+    /// re-read of its own PEL takes one entry at a time, so an entry the
+    /// server cannot send is found (see `read.rs`).
+    careful: bool,
+    /// Entries whose one-entry fetch lost the read connection, and how many
+    /// times; at `max_failed_sends` an entry is dead-lettered by id.
+    failed_sends: HashMap<EntryId, u32>,
     /// Whether it held anything at the last turn of the loop.
     was_holding: bool,
     /// A redelivered entry is running alone.

@@ -15,6 +15,9 @@ pub(super) struct ReadDone {
     pub(super) result: Result<Vec<Delivered>, Error>,
     /// The reply came much later than `block` allows: the server stalled.
     pub(super) late: bool,
+    /// The one pending entry (and the delivery count of its run) whose
+    /// fetch was on the wire when the read failed.
+    pub(super) fetching: Option<(EntryId, u64)>,
 }
 
 /// The read to send: new entries, or a page of this consumer's own PEL.
@@ -37,6 +40,9 @@ pub(super) struct PelRead {
     /// The first re-read of this consumer loop: every entry found counts a
     /// delivery (its earlier run, in an earlier life, never finished).
     pub(super) fresh: bool,
+    /// Fetch one entry per page (after the server dropped a read): an entry
+    /// too large for the server to send then fails alone, and is named.
+    pub(super) one_at_a_time: bool,
 }
 
 /// Where the next read starts: our own pending entries after `id`, or new
@@ -76,16 +82,22 @@ pub(super) async fn read_new(
 /// more. (Entries whose handler failed here are held while they wait for
 /// their retry, so the re-read skips them.) Entries deleted meanwhile
 /// are dropped from the PEL by XCLAIM and not returned.
+///
+/// With `one_at_a_time`, the page is the first entry it does not hold, and
+/// `fetching` names it while its `XCLAIM` is on the wire: a server that
+/// cannot send that entry (it outgrows the client's output buffer) drops
+/// the connection, and the caller knows which entry did it.
 pub(super) async fn reread_pel(
     conn: &mut MultiplexedConnection,
     p: PelRead,
+    fetching: &mut Option<(EntryId, u64)>,
 ) -> Result<(Vec<Delivered>, Option<EntryId>), Error> {
     let start = if p.after == "0" {
         "-".to_owned()
     } else {
         format!("({}", p.after)
     };
-    let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+    let mut rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
         .arg(&*p.stream)
         .arg(&*p.group)
         .arg(&start)
@@ -95,6 +107,13 @@ pub(super) async fn reread_pel(
         .query_async(conn)
         .await
         .map_err(Error::from_redis)?;
+    if p.one_at_a_time
+        && let Some(first) = rows
+            .iter()
+            .position(|r| !p.held.contains(&EntryId(r.0.clone())))
+    {
+        rows.truncate(first + 1);
+    }
     let last = rows.last().map(|r| EntryId(r.0.clone()));
     let mut by_count: std::collections::BTreeMap<u64, Vec<String>> = Default::default();
     for (id, _, _, count) in rows {
@@ -107,6 +126,9 @@ pub(super) async fn reread_pel(
     }
     let mut out = Vec::new();
     for (run, ids) in by_count {
+        if p.one_at_a_time {
+            *fetching = ids.first().map(|id| (EntryId(id.clone()), run));
+        }
         let v: Value = redis::cmd("XCLAIM")
             .arg(&*p.stream)
             .arg(&*p.group)
@@ -118,6 +140,7 @@ pub(super) async fn reread_pel(
             .query_async(conn)
             .await
             .map_err(Error::from_redis)?;
+        *fetching = None;
         let entries = reply::entries(v).map_err(|m| Error::unparsable("XCLAIM reply", m))?;
         out.extend(entries.into_iter().map(|raw| Delivered {
             raw,
@@ -169,6 +192,7 @@ impl Loop {
                 // crash in an earlier life).
                 held: self.held.clone(),
                 fresh: self.fresh,
+                one_at_a_time: self.careful,
             }),
         };
 
@@ -188,6 +212,7 @@ impl Loop {
                         pel: None,
                         result: Err(e),
                         late: false,
+                        fetching: None,
                     };
                 }
             };
@@ -195,9 +220,10 @@ impl Loop {
             // must wait for it and hand back.
             in_read.set(true);
             let sent = tokio::time::Instant::now();
+            let mut fetching = None;
             let (result, pel) = match read {
                 Read::New(cmd) => (read_new(&mut conn, cmd).await, None),
-                Read::Pel(p) => match reread_pel(&mut conn, p).await {
+                Read::Pel(p) => match reread_pel(&mut conn, p, &mut fetching).await {
                     Ok((entries, last)) => (Ok(entries), Some(last)),
                     Err(e) => (Err(e), None),
                 },
@@ -212,6 +238,7 @@ impl Loop {
                 pel,
                 result,
                 late: late(sent, block),
+                fetching,
             }
         }));
     }
@@ -231,7 +258,12 @@ impl Loop {
         }
         let entries = match done.result {
             Ok(e) => e,
-            Err(e) => return self.on_read_error(e),
+            Err(e) => {
+                if e.closed_after_accept() {
+                    self.on_failed_send(done.fetching);
+                }
+                return self.on_read_error(e);
+            }
         };
         self.read_retry.succeeded();
         self.sub.board.read_ok();
@@ -240,13 +272,49 @@ impl Loop {
             Some(None) => {
                 self.cursor = Cursor::New;
                 self.fresh = false;
+                self.careful = false;
             }
             None => {}
+        }
+        if !self.failed_sends.is_empty() {
+            for d in &entries {
+                self.failed_sends.remove(&d.raw.id);
+            }
         }
         self.enqueue(entries);
         if self.deadline.is_some() {
             self.hand_back();
         }
+    }
+
+    /// The server dropped the read connection in the middle of a read (a
+    /// reply that outgrew the client's output buffer, or a close for any
+    /// other reason): re-read its own PEL one entry at a time from now on;
+    /// if one entry was alone on the wire, count it, and at
+    /// `max_failed_sends` move it to the dead-letter stream by id.
+    fn on_failed_send(&mut self, fetching: Option<(EntryId, u64)>) {
+        self.careful = true;
+        let Some((id, run)) = fetching else { return };
+        let times = self.failed_sends.entry(id.clone()).or_default();
+        *times += 1;
+        let times = *times;
+        let (stream, consumer) = (&self.sub.names.name, &self.sub.consumer);
+        if times < self.sub.opts.max_failed_sends {
+            tracing::warn!(
+                %stream, %consumer, %id, times,
+                "the server dropped the read connection while sending this entry"
+            );
+            return;
+        }
+        self.failed_sends.remove(&id);
+        tracing::error!(
+            %stream, %consumer, %id, times, dlq = %self.sub.names.dlq,
+            "the server cannot send this entry (larger than its output buffer for a client allows: client-output-buffer-limit normal, maxmemory-clients); moving it to the dead-letter stream by id"
+        );
+        let error = format!(
+            "the server dropped the read connection {times} times while sending this entry              ({{entry_bytes}} bytes): it is larger than the server lets one reply to a client be              (client-output-buffer-limit normal, maxmemory-clients); dead-lettered by id without being read"
+        );
+        self.dead_letter_by_id(id, run, error);
     }
 
     pub(super) fn on_read_error(&mut self, e: Error) {

@@ -24,7 +24,28 @@ impl Loop {
             consumer: msg.consumer,
             id: msg.id,
             delivery_count: msg.delivery_count,
-            fields: msg.fields,
+            fields: Some(msg.fields),
+            error,
+            dlq_max_len: names.dlq_max_len,
+        });
+        self.send_dead_letter(entry, None);
+    }
+
+    /// Moves an entry this consumer could not be sent to the dead-letter
+    /// stream, by id: the script copies its fields on the server (and puts
+    /// its size where `error` says `{entry_bytes}`). Held and retried as
+    /// [`dead_letter`](Self::dead_letter).
+    pub(super) fn dead_letter_by_id(&mut self, id: EntryId, delivery_count: u64, error: String) {
+        let names = &self.sub.names;
+        self.held.insert(id.clone());
+        let entry = Arc::new(DeadLetterEntry {
+            stream: names.name.clone(),
+            group: names.group.clone(),
+            dlq: names.dlq.clone(),
+            consumer: self.sub.consumer.clone(),
+            id,
+            delivery_count,
+            fields: None,
             error,
             dlq_max_len: names.dlq_max_len,
         });
@@ -64,7 +85,14 @@ impl Loop {
             Ok(Some(moved)) => {
                 self.metrics.dead_lettered.increment(1);
                 self.sub.board.dead_lettered();
-                tracing::debug!(stream = %entry.stream, id = %entry.id, dlq_id = %moved.id, "dead-lettered")
+                match moved.entry_bytes {
+                    Some(bytes) => {
+                        tracing::warn!(stream = %entry.stream, id = %entry.id, dlq_id = %moved.id, entry_bytes = bytes, "dead-lettered by id, copied on the server")
+                    }
+                    None => {
+                        tracing::debug!(stream = %entry.stream, id = %entry.id, dlq_id = %moved.id, "dead-lettered")
+                    }
+                }
             }
             Ok(None) => tracing::warn!(
                 stream = %entry.stream, id = %entry.id,
