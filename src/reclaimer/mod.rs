@@ -10,26 +10,29 @@
 //!
 //! 1. `XPENDING <stream> <group> IDLE <claim_idle> <cursor> + <count>` lists idle
 //!    entries with their delivery counts, starting after the cursor;
-//! 2. `XCLAIM <stream> <group> <consumer> <claim_idle> <ids…>` takes them over.
-//!    The min-idle guard makes the claim atomic: when two processes race for
-//!    one entry, the first claim resets its idle time and the second skips it.
-//!    XCLAIM bumps the delivery count, so each claimed entry's count is the one
-//!    XPENDING showed plus one. Entries deleted or trimmed meanwhile are dropped
-//!    from the PEL by XCLAIM (Redis ≥ 7) and never returned.
+//! 2. `XCLAIM <stream> <group> <consumer> <claim_idle> <ids…> RETRYCOUNT <n>
+//!    JUSTID` takes them over, one command per delivery count, each entry's
+//!    count set to the one XPENDING showed plus one. The min-idle guard makes
+//!    the claim atomic: when two processes race for one entry, the first
+//!    claim resets its idle time and the second skips it. Entries deleted or
+//!    trimmed meanwhile are dropped from the PEL by XCLAIM (Redis ≥ 7).
+//!
+//! The claim answers ids only: the consumer fetches the bodies on its own
+//! read connection, as a re-read of its own PEL. An entry too large for the
+//! server to send one client then drops that dedicated connection, where it
+//! is counted and dead-lettered by id, never the shared connections.
 //!
 //! The cursor advances page by page through the whole PEL and starts again at
 //! `-` after the last page, so a large PEL of fresh entries never hides idle
 //! ones behind it. Pulling keeps reclaim rate-matched to consumption: a consumer
 //! only ever holds what it is about to start.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use actix::prelude::*;
 
 use crate::error::Error;
-use crate::redis::reply::Delivered;
-use crate::redis::reply::{self, RawEntry};
 use crate::redis::{Query, RedisActor};
 use crate::stream::{EntryId, StreamNames};
 
@@ -62,13 +65,13 @@ impl Actor for ReclaimerActor {
 }
 
 /// Claim up to `count` entries idle for at least `min_idle` for `consumer`.
-/// Answers the claimed entries (with bodies and delivery counts) and whether
-/// the page was full (more may be waiting).
+/// Answers the claimed entries' ids (in stream order, without bodies) and
+/// whether the page was full (more may be waiting).
 ///
 /// With `peek`, nothing is claimed: the answer says whether at least one idle
 /// entry is waiting (so the consumer can make room to run it alone).
 #[derive(Message)]
-#[rtype(result = "Result<(Vec<Delivered>, bool), Error>")]
+#[rtype(result = "Result<(Vec<EntryId>, bool), Error>")]
 pub(crate) struct Claim {
     pub consumer: std::sync::Arc<str>,
     pub min_idle: Duration,
@@ -120,7 +123,7 @@ async fn give_back(
 }
 
 impl Handler<Claim> for ReclaimerActor {
-    type Result = AtomicResponse<Self, Result<(Vec<Delivered>, bool), Error>>;
+    type Result = AtomicResponse<Self, Result<(Vec<EntryId>, bool), Error>>;
 
     fn handle(&mut self, msg: Claim, _: &mut Self::Context) -> Self::Result {
         let redis = self.redis.clone();
@@ -166,18 +169,28 @@ impl Handler<Claim> for ReclaimerActor {
                 // Found one; keep the cursor where it was so the claim finds it.
                 return Ok((Vec::new(), true, start_cursor));
             }
-            let counts: HashMap<String, u64> = rows.iter().map(|r| (r.0.clone(), r.3)).collect();
-            let mut claim = redis::cmd("XCLAIM");
-            claim
-                .arg(&*names.name)
-                .arg(&*names.group)
-                .arg(&*msg.consumer)
-                .arg(idle_ms);
+            let mut by_count: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
             for r in &rows {
-                claim.arg(&r.0);
+                by_count.entry(r.3).or_default().push(&r.0);
             }
+            let mut claimed = Vec::with_capacity(rows.len());
             let asked = std::time::Instant::now();
-            let answer = query(&redis, "xclaim", claim).await?;
+            for (count, ids) in by_count {
+                let mut claim = redis::cmd("XCLAIM");
+                claim
+                    .arg(&*names.name)
+                    .arg(&*names.group)
+                    .arg(&*msg.consumer)
+                    .arg(idle_ms)
+                    .arg(&ids)
+                    .arg("RETRYCOUNT")
+                    .arg(count + 1)
+                    .arg("JUSTID");
+                let answer = query(&redis, "xclaim", claim).await?;
+                let ids: Vec<String> = redis::from_redis_value(answer)
+                    .map_err(|e| Error::unparsable("XCLAIM JUSTID reply", e.to_string()))?;
+                claimed.extend(ids.into_iter().map(EntryId));
+            }
             let took = asked.elapsed();
             if took > msg.min_idle / 3 {
                 // Sent before a stall and run after it: the holders could not
@@ -189,24 +202,13 @@ impl Handler<Claim> for ReclaimerActor {
                     last_error: "XCLAIM answered late (the server stalled); given back".into(),
                 });
             }
-            let entries =
-                reply::entries(answer).map_err(|m| Error::unparsable("XCLAIM reply", m))?;
-            let delivered = entries
-                .into_iter()
-                .filter_map(|raw: RawEntry| {
-                    let before = counts.get(raw.id.as_str()).copied()?;
-                    Some(Delivered {
-                        delivery_count: before + 1,
-                        raw,
-                    })
-                })
-                .collect();
-            Ok((delivered, full, if full { last } else { None }))
+            claimed.sort_by_key(|id| id.parts().unwrap_or_default());
+            Ok((claimed, full, if full { last } else { None }))
         };
         AtomicResponse::new(Box::pin(fut.into_actor(self).map(|res, act, _| {
-            res.map(|(delivered, full, cursor)| {
+            res.map(|(claimed, full, cursor)| {
                 act.cursor = cursor;
-                (delivered, full)
+                (claimed, full)
             })
         })))
     }

@@ -13,6 +13,7 @@
 //! After [`Close`] the pool is closed and every message answers
 //! [`Error::ShutDown`].
 
+pub(crate) mod chunked;
 pub(crate) mod info;
 pub(crate) mod reply;
 

@@ -14,7 +14,7 @@ use crate::kind::SourceKind;
 /// | [`with_count`](Self::with_count) | 10 entries | `XREADGROUP … COUNT <n>`, the most one read fetches |
 /// | [`with_concurrency`](Self::with_concurrency) | 1 handler | handlers running at once |
 /// | [`with_max_retries`](Self::with_max_retries) | 3 | runs after the first; then the dead-letter stream |
-/// | [`with_max_failed_sends`](Self::with_max_failed_sends) | 3 | times the server may drop the read connection while sending one entry; then it is dead-lettered by id |
+/// | [`with_max_failed_sends`](Self::with_max_failed_sends) | 3 | times the server may drop the read connection while sending one entry (read in pieces after the first); then it is dead-lettered by id |
 /// | [`with_claim_idle`](Self::with_claim_idle) | 30 s | min idle time before XCLAIM takes an entry over: crash recovery |
 /// | [`with_retry_backoff`](Self::with_retry_backoff) | 1 s doubling, up to `claim_idle`, jittered | the wait before a failed entry runs again |
 /// | [`with_start_id`](Self::with_start_id) | `0` | `XGROUP CREATE <stream> <group> <id>` for a new group |
@@ -126,14 +126,16 @@ impl ConsumerOptions {
     ///
     /// A server closes a client whose reply outgrows its output buffer
     /// (`client-output-buffer-limit normal`, or `maxmemory-clients`), so an
-    /// entry larger than that can never be read. After a read connection is
-    /// dropped, the consumer re-reads its own pending entries one at a time
-    /// (`XPENDING`, then `XCLAIM` of one id), so one such entry cannot take
-    /// its neighbours down with it; when the connection drops this many
-    /// times while one entry is on the wire, the entry is moved to the
-    /// dead-letter stream by id: a script copies its fields on the server
-    /// (its `error` names the cause and the entry's size) and acks it, so its body never
-    /// crosses the wire. A dropped connection charges no delivery, so
+    /// entry larger than that cannot be read whole. After a read connection
+    /// is dropped, the consumer re-reads its own pending entries one at a
+    /// time (`XPENDING`, then `XCLAIM` of one id), so such an entry fails
+    /// alone and is named; from then on it is claimed without its body
+    /// (`XCLAIM … JUSTID`) and read in pieces of 128 KiB by a script
+    /// (`EVALSHA`), then handled as any other entry. If the connection drops
+    /// this many times in all while the entry is on the wire, the entry is
+    /// moved to the dead-letter stream by id: a script copies its fields on
+    /// the server (its `error` names the cause and the entry's size) and
+    /// acks it. A dropped connection charges no delivery, so
     /// [`with_max_retries`](Self::with_max_retries) alone would never end
     /// it. At least 1 (0 counts as 1).
     #[must_use]

@@ -35,6 +35,7 @@ use crate::error::Class;
 use crate::error::Error;
 use crate::handler::{Message, Prepared};
 use crate::reclaimer::{self, Claim, ReclaimerActor};
+use crate::redis::chunked;
 use crate::redis::reply::{self, Delivered};
 use crate::redis::{
     Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Moved, Query, RedisActor,
@@ -64,7 +65,7 @@ struct Finished {
 
 /// A reclaim page that came back: the claimed entries and whether the page
 /// was full.
-type ClaimDone = Result<(Vec<Delivered>, bool), Error>;
+type ClaimDone = Result<(Vec<EntryId>, bool), Error>;
 
 /// Resolves with the output of `f`, or never when there is no future.
 async fn maybe<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
@@ -117,7 +118,7 @@ pub(crate) async fn consume(
         connector,
         metrics,
         redis,
-        cursor: Cursor::Pending("0".into()),
+        cursor: Cursor::Pending("-".into()),
         read_retry: Retry::default(),
         ack_retry: Retry::default(),
         dead_letter_retry: Retry::default(),

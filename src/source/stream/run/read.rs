@@ -31,8 +31,9 @@ pub(super) struct PelRead {
     pub(super) stream: Arc<str>,
     pub(super) group: Arc<str>,
     pub(super) consumer: Arc<str>,
-    /// Exclusive start (`0`: from the beginning).
-    pub(super) after: String,
+    /// Where the page starts, as `XPENDING` takes it: `-` (the first),
+    /// `(<id>` (after an id) or `<id>` (from an id).
+    pub(super) start: String,
     pub(super) count: usize,
     /// Entries it holds (awaiting an XACK, a dead-letter move or their
     /// retry): skipped.
@@ -43,10 +44,13 @@ pub(super) struct PelRead {
     /// Fetch one entry per page (after the server dropped a read): an entry
     /// too large for the server to send then fails alone, and is named.
     pub(super) one_at_a_time: bool,
+    /// Entries whose send dropped the connection before: read in pieces
+    /// (`redis::chunked`) when their turn comes.
+    pub(super) in_pieces: HashSet<EntryId>,
 }
 
-/// Where the next read starts: our own pending entries after `id`, or new
-/// entries (`>`).
+/// Where the next read starts: our own pending entries from an `XPENDING`
+/// start (`-`, `(<id>`, `<id>`), or new entries (`>`).
 #[derive(Clone)]
 pub(super) enum Cursor {
     Pending(String),
@@ -92,15 +96,10 @@ pub(super) async fn reread_pel(
     p: PelRead,
     fetching: &mut Option<(EntryId, u64)>,
 ) -> Result<(Vec<Delivered>, Option<EntryId>), Error> {
-    let start = if p.after == "0" {
-        "-".to_owned()
-    } else {
-        format!("({}", p.after)
-    };
     let mut rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
         .arg(&*p.stream)
         .arg(&*p.group)
-        .arg(&start)
+        .arg(&p.start)
         .arg("+")
         .arg(p.count)
         .arg(&*p.consumer)
@@ -128,6 +127,34 @@ pub(super) async fn reread_pel(
     for (run, ids) in by_count {
         if p.one_at_a_time {
             *fetching = ids.first().map(|id| (EntryId(id.clone()), run));
+        }
+        if let Some((id, _)) = fetching.as_ref().filter(|(id, _)| p.in_pieces.contains(id)) {
+            // Too large to be sent whole: claim it without its body, then
+            // read it in pieces.
+            let claimed: Vec<String> = redis::cmd("XCLAIM")
+                .arg(&*p.stream)
+                .arg(&*p.group)
+                .arg(&*p.consumer)
+                .arg(0)
+                .arg(id)
+                .arg("RETRYCOUNT")
+                .arg(run)
+                .arg("JUSTID")
+                .query_async(conn)
+                .await
+                .map_err(Error::from_redis)?;
+            if !claimed.is_empty() {
+                let fields = chunked::fetch_entry(conn, &p.stream, id.as_str()).await?;
+                out.push(Delivered {
+                    raw: reply::RawEntry {
+                        id: id.clone(),
+                        fields,
+                    },
+                    delivery_count: run,
+                });
+            }
+            *fetching = None;
+            continue;
         }
         let v: Value = redis::cmd("XCLAIM")
             .arg(&*p.stream)
@@ -181,11 +208,11 @@ impl Loop {
                     .arg(">");
                 Read::New(cmd)
             }
-            Cursor::Pending(after) => Read::Pel(PelRead {
+            Cursor::Pending(start) => Read::Pel(PelRead {
                 stream: s.names.name.clone(),
                 group: s.names.group.clone(),
                 consumer: s.consumer.clone(),
-                after: after.clone(),
+                start: start.clone(),
                 count,
                 // Skip what it holds (entries waiting for their retry
                 // included); on a fresh start count a run for everything (a
@@ -193,6 +220,7 @@ impl Loop {
                 held: self.held.clone(),
                 fresh: self.fresh,
                 one_at_a_time: self.careful,
+                in_pieces: self.failed_sends.keys().cloned().collect(),
             }),
         };
 
@@ -268,7 +296,7 @@ impl Loop {
         self.read_retry.succeeded();
         self.sub.board.read_ok();
         match done.pel {
-            Some(Some(last)) => self.cursor = Cursor::Pending(last.0),
+            Some(Some(last)) => self.cursor = Cursor::Pending(format!("({last}")),
             Some(None) => {
                 self.cursor = Cursor::New;
                 self.fresh = false;
@@ -290,8 +318,9 @@ impl Loop {
     /// The server dropped the read connection in the middle of a read (a
     /// reply that outgrew the client's output buffer, or a close for any
     /// other reason): re-read its own PEL one entry at a time from now on;
-    /// if one entry was alone on the wire, count it, and at
-    /// `max_failed_sends` move it to the dead-letter stream by id.
+    /// if one entry was alone on the wire, count it (its next read is in
+    /// pieces), and at `max_failed_sends` move it to the dead-letter stream
+    /// by id.
     fn on_failed_send(&mut self, fetching: Option<(EntryId, u64)>) {
         self.careful = true;
         let Some((id, run)) = fetching else { return };
@@ -302,7 +331,7 @@ impl Loop {
         if times < self.sub.opts.max_failed_sends {
             tracing::warn!(
                 %stream, %consumer, %id, times,
-                "the server dropped the read connection while sending this entry"
+                "the server dropped the read connection while sending this entry (larger than it may send one client?); reading it in pieces"
             );
             return;
         }
@@ -312,7 +341,7 @@ impl Loop {
             "the server cannot send this entry (larger than its output buffer for a client allows: client-output-buffer-limit normal, maxmemory-clients); moving it to the dead-letter stream by id"
         );
         let error = format!(
-            "the server dropped the read connection {times} times while sending this entry              ({{entry_bytes}} bytes): it is larger than the server lets one reply to a client be              (client-output-buffer-limit normal, maxmemory-clients); dead-lettered by id without being read"
+            "the server dropped the read connection {times} times while sending this entry              ({{entry_bytes}} bytes): it is larger than the server lets one reply to a client be              (client-output-buffer-limit normal, maxmemory-clients), also when read in pieces; dead-lettered by id without being read"
         );
         self.dead_letter_by_id(id, run, error);
     }
@@ -374,7 +403,7 @@ impl Loop {
                 group: names.group.clone(),
                 start_id: "0".into(),
             });
-            self.cursor = Cursor::Pending("0".into());
+            self.cursor = Cursor::Pending("-".into());
         }
     }
 
@@ -403,7 +432,7 @@ impl Loop {
         if self.reader.forget() {
             self.metrics.reconnects.increment(1);
         }
-        self.cursor = Cursor::Pending("0".into());
+        self.cursor = Cursor::Pending("-".into());
     }
 
     /// A failover was announced: cut the read short and move to the new

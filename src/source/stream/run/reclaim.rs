@@ -51,22 +51,28 @@ impl Loop {
         }
         self.make_room = false;
         match claimed {
-            Ok((entries, full)) => {
+            Ok((claimed, full)) => {
                 self.stall.answered();
                 if full {
                     // More idle entries may be waiting: ask again as soon as
                     // there is room.
                     self.reclaim_due = now;
                 }
-                if !entries.is_empty() {
+                if let Some(first) = claimed.first() {
                     tracing::info!(
-                        stream = %self.sub.names.name, consumer = %self.sub.consumer, entries = entries.len(),
+                        stream = %self.sub.names.name, consumer = %self.sub.consumer, entries = claimed.len(),
                         "claimed idle pending entries"
                     );
-                }
-                self.enqueue(entries);
-                if self.deadline.is_some() {
-                    self.hand_back();
+                    // They are this consumer's pending entries now: the next
+                    // read fetches them, on the read connection, as a
+                    // re-read of its own PEL from the first one, or from the
+                    // start if a re-read is under way (it may be past them).
+                    // (At a drain they stay pending, claimable again after
+                    // `claim_idle`.)
+                    self.cursor = match self.cursor {
+                        Cursor::New => Cursor::Pending(first.to_string()),
+                        Cursor::Pending(_) => Cursor::Pending("-".into()),
+                    };
                 }
             }
             Err(Error::ShutDown) => {}
