@@ -199,3 +199,151 @@ async fn an_entry_even_a_piece_of_which_is_too_large_is_dead_lettered_by_id() {
     );
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
+
+/// A list consumer that records its runs and holds item `hold` until
+/// `release` is set.
+fn list_consumer(
+    server: &RedisServer,
+    name: &str,
+    runs: &Runs,
+    hold: u64,
+    release: &Arc<std::sync::atomic::AtomicBool>,
+) -> Broker {
+    let (runs, release) = (runs.clone(), release.clone());
+    Broker::builder(server.url())
+        .subscribe_list(
+            &List::new("jobs"),
+            ListOptions::default()
+                .with_consumer(name)
+                .with_block(Duration::from_millis(200))
+                .with_heartbeat_ttl(Duration::from_millis(600)),
+            move |job: Job| {
+                *runs.lock().unwrap().entry(job.id).or_default() += 1;
+                let release = release.clone();
+                async move {
+                    while job.id == hold && !release.load(std::sync::atomic::Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap()
+}
+
+const HEARTBEAT_A: &str = "{jobs}:rillkit:heartbeat:A";
+
+fn get(c: &mut redis::Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(c).unwrap()
+}
+
+#[actix_rt::test]
+async fn a_list_consumers_liveness_survives_eviction_and_a_lost_record() {
+    support::init_tracing();
+    // Users pick a volatile-* policy believing keys without a TTL are safe;
+    // volatile-ttl evicts the nearest expiry first.
+    let server = RedisServer::start_with(&[
+        "--maxmemory",
+        "8mb",
+        "--maxmemory-policy",
+        "volatile-ttl",
+        "--maxmemory-samples",
+        "10",
+    ]);
+    let mut c = server.conn();
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (runs_a, runs_b) = (Runs::default(), Runs::default());
+    let a = list_consumer(&server, "A", &runs_a, 1, &release);
+    let b = list_consumer(&server, "B", &runs_b, 1, &release);
+    a.start().await.unwrap();
+    a.publish_list(&List::new("jobs"), &Job { id: 1 })
+        .await
+        .unwrap();
+    eventually("A runs item 1", WAIT, || {
+        runs_a.lock().unwrap().contains_key(&1)
+    })
+    .await;
+    b.start().await.unwrap();
+
+    // Cache writes with long TTLs push the server over maxmemory: it evicts
+    // keys with a TTL, nearest expiry first.
+    let url = server.url();
+    let flood = std::thread::spawn(move || {
+        let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let value = vec![b'x'; 100_000];
+        for i in 0..400 {
+            let _: redis::RedisResult<()> = redis::cmd("SET")
+                .arg(format!("cache:{i}"))
+                .arg(&value)
+                .arg("EX")
+                .arg(86_400)
+                .query(&mut c);
+        }
+    });
+    eventually("the flood written", WAIT, || flood.is_finished()).await;
+    let evicted: u64 = server
+        .info("stats", "evicted_keys")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(evicted > 0, "the server evicted keys");
+    assert!(
+        get(&mut c, HEARTBEAT_A).is_some_and(|r| !r.starts_with('?')),
+        "A's heartbeat record is not a key eviction may take"
+    );
+
+    // A record lost all the same (allkeys-* eviction, a hand): B's recovery
+    // gives A a window instead of taking it for dead, and A's next beat
+    // takes its record back.
+    let _: () = redis::cmd("DEL").arg(HEARTBEAT_A).query(&mut c).unwrap();
+    eventually("A's record back, by A", WAIT, || {
+        get(&mut c, HEARTBEAT_A).is_some_and(|r| !r.starts_with('?'))
+    })
+    .await;
+    // Two more windows of B's recoveries.
+    let rounds = server.command_calls("evalsha") + 20;
+    eventually("B ran its recovery again", WAIT, || {
+        server.command_calls("evalsha") >= rounds
+    })
+    .await;
+    release.store(true, std::sync::atomic::Ordering::SeqCst);
+    eventually("item 1 done", WAIT, || {
+        redis::cmd("LLEN")
+            .arg("{jobs}:rillkit:processing:A")
+            .query::<usize>(&mut c)
+            .unwrap()
+            == 0
+    })
+    .await;
+    assert_eq!(runs_a.lock().unwrap().get(&1), Some(&1));
+    assert_eq!(
+        runs_b.lock().unwrap().get(&1),
+        None,
+        "B never took the live A for dead"
+    );
+
+    // A consumer registered with no record that never beats (it died, and
+    // its record is gone) is recovered after one window.
+    let _: () = redis::cmd("SADD")
+        .arg("{jobs}:rillkit:consumers")
+        .arg("ghost")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("LPUSH")
+        .arg("{jobs}:rillkit:processing:ghost")
+        .arg(r#"{"id":7}"#)
+        .query(&mut c)
+        .unwrap();
+    eventually("the ghost's item recovered and run", WAIT, || {
+        runs_a.lock().unwrap().contains_key(&7) || runs_b.lock().unwrap().contains_key(&7)
+    })
+    .await;
+    assert_eq!(
+        get(&mut c, "{jobs}:rillkit:heartbeat:ghost"),
+        None,
+        "its placeholder is gone with it"
+    );
+    assert_eq!(a.stop().await.unwrap().exit_code(), 0);
+    assert_eq!(b.stop().await.unwrap().exit_code(), 0);
+}

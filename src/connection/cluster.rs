@@ -160,6 +160,15 @@ impl Cluster {
         }
     }
 
+    /// The known nodes' addresses, or `None` when connections to them use
+    /// TLS.
+    pub(crate) fn plain_nodes(&self) -> Option<Vec<(String, u16)>> {
+        if self.tls.is_some() {
+            return None;
+        }
+        Some(self.nodes.lock().expect("nodes lock").clone())
+    }
+
     /// Whether some known node answers `PING` now (asked in turn, each
     /// within the connect timeout).
     pub(crate) async fn some_node_answers(&self) -> bool {

@@ -296,6 +296,39 @@ impl Connector {
         }
     }
 
+    /// Whether a server that dropped a connection right after accepting it
+    /// has no free connection slot. On a plain TCP connection such a server
+    /// says so (`-ERR max number of clients reached`) before the client
+    /// sends anything, and a probe that only listens reads it; a server
+    /// that says nothing (a TLS-only port a plain client reached) is not
+    /// full. Over TLS (or a Unix socket) it cannot be told apart before the
+    /// handshake, so a drop there counts as full.
+    pub(crate) async fn says_full(&self) -> bool {
+        let addrs: Vec<(String, u16)> = match &self.inner.target {
+            Target::Standalone(c) => match c.get_connection_info().addr() {
+                ConnectionAddr::Tcp(host, port) => vec![(host.clone(), *port)],
+                _ => return true,
+            },
+            Target::Sentinel(s) => match s.master_client().await {
+                Ok(c) => match c.get_connection_info().addr() {
+                    ConnectionAddr::Tcp(host, port) => vec![(host.clone(), *port)],
+                    _ => return true,
+                },
+                Err(_) => return false,
+            },
+            Target::Cluster(c) => match c.plain_nodes() {
+                Some(nodes) => nodes,
+                None => return true,
+            },
+        };
+        for (host, port) in addrs {
+            if full_by_probe(&host, port, self.inner.timeouts.connect).await {
+                return true;
+            }
+        }
+        false
+    }
+
     /// A client for the master of the moment (asks Sentinel). `None` for a
     /// cluster, which has no one master.
     async fn client(&self) -> Result<Option<Client>, Error> {
@@ -512,6 +545,28 @@ fn refused_command(e: &Error) -> Option<&'static str> {
         .find(|c| text.contains(&format!("'{c}'")))
 }
 
+/// How long a probe listens for a full server's greeting.
+const PROBE_LISTEN: Duration = Duration::from_millis(500);
+
+/// Connects to `host:port`, sends nothing, and answers whether the server
+/// says within [`PROBE_LISTEN`] that it has no free connection slot.
+async fn full_by_probe(host: &str, port: u16, connect_timeout: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let Ok(Ok(mut tcp)) = tokio::time::timeout(
+        connect_timeout,
+        tokio::net::TcpStream::connect((host, port)),
+    )
+    .await
+    else {
+        return false;
+    };
+    let mut greeting = [0u8; 64];
+    match tokio::time::timeout(PROBE_LISTEN, tcp.read(&mut greeting)).await {
+        Ok(Ok(n)) => String::from_utf8_lossy(&greeting[..n]).contains("max number of clients"),
+        _ => false,
+    }
+}
+
 /// Runs `op` until it succeeds, waiting with backoff, until `deadline`,
 /// through what passes by itself:
 ///
@@ -519,8 +574,8 @@ fn refused_command(e: &Error) -> Option<&'static str> {
 ///   `MASTERDOWN`, `READONLY`, a replica, `OOM`…);
 /// * a server with no free connection slot: it answers `ERR max number of
 ///   clients reached` and closes, and the client may see only the close
-///   (broken pipe, reset, end of stream) — any connection the server accepts
-///   and then drops counts as that;
+///   (broken pipe, reset, end of stream); a connection accepted and then
+///   dropped counts as that when [`Connector::says_full`] confirms it;
 /// * a topology that changes: `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, and a
 ///   master that refuses connections while the rest of its topology answers
 ///   ([`Connector::others_answer`]: a cluster node or a sentinel).
@@ -551,7 +606,7 @@ where
             // No sentinel knows the master: a wrong name, not a failover.
             _ if matches!(e, Error::NoMaster { .. }) => return Err(e),
             Class::Busy | Class::RoleChange | Class::Routing => {}
-            Class::Connection if e.closed_after_accept() => {}
+            Class::Connection if e.closed_after_accept() && connector.says_full().await => {}
             Class::Connection if connector.others_answer().await => {}
             Class::Credentials => return Err(Error::Credentials(Box::new(e))),
             Class::Tls => return Err(e),

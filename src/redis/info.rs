@@ -154,6 +154,22 @@ impl Record {
     }
 }
 
+/// The eviction settings in an `INFO memory` reply: `maxmemory` (bytes, 0 =
+/// no limit) and `maxmemory_policy`, or `None` when either is missing.
+pub(crate) fn eviction(info: &str) -> Option<(u64, String)> {
+    let field = |name: &str| {
+        info.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(':')
+                .map(|v| v.trim().to_owned())
+        })
+    };
+    Some((
+        field("maxmemory")?.parse().ok()?,
+        field("maxmemory_policy")?,
+    ))
+}
+
 /// `SCAN`: `[cursor, [key, …]]`.
 pub(crate) fn scan(v: Value) -> Result<(u64, Vec<String>), String> {
     let mut it = list(v)?.into_iter();
@@ -249,6 +265,14 @@ pub(crate) fn cluster_masters(v: Value) -> Result<Vec<String>, String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_eviction_settings_are_read_from_info_memory() {
+        let info = "# Memory\r\nused_memory:1000\r\nmaxmemory:1048576\r\nmaxmemory_human:1.00M\r\nmaxmemory_policy:volatile-lru\r\n";
+        assert_eq!(eviction(info), Some((1_048_576, "volatile-lru".to_owned())));
+        assert_eq!(eviction("# Memory\r\nused_memory:1\r\n"), None);
+    }
+
     use super::*;
 
     fn bulk(s: &str) -> Value {

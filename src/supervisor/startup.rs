@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures::FutureExt;
+use redis::Value;
 
 use crate::connection::{Connector, Pool, wait_until_ready};
 use crate::error::{Class, Error};
@@ -121,7 +122,49 @@ pub(crate) async fn connect(
             return Err(fail(e));
         }
     }
+    warn_if_evicting(&redis).await;
     Ok(redis)
+}
+
+/// Reads the eviction policy (`INFO memory`) and warns once when the server
+/// may evict keys rillkit needs. Under `allkeys-*` any key may go: streams,
+/// lists, dead-letter streams and rillkit's bookkeeping. Under `volatile-*`
+/// only keys with a TTL: of rillkit's, the stream consumer names' leases
+/// (`rillkit:lease:*`), whose loss lets a second process take a name in use
+/// and a prune remove a live consumer that holds nothing; a list
+/// consumer's heartbeat record has no TTL, and one missing for any reason
+/// is not taken for a death. A refused `INFO` (a minimal ACL) is logged at
+/// DEBUG.
+async fn warn_if_evicting(redis: &Addr<RedisActor>) {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("memory");
+    let info = match redis.send(Query("info", cmd)).await {
+        // A cluster connection answers every master's, by address.
+        Ok(Ok(Value::Map(nodes))) => nodes.first().and_then(|(_, v)| crate::redis::info::text(v)),
+        Ok(Ok(v)) => crate::redis::info::text(&v),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "could not read the eviction policy (INFO memory)");
+            return;
+        }
+        Err(_) => return,
+    };
+    let Some((maxmemory, policy)) = info.as_deref().and_then(crate::redis::info::eviction) else {
+        return;
+    };
+    if maxmemory == 0 || policy == "noeviction" {
+        return;
+    }
+    if policy.starts_with("allkeys-") {
+        tracing::warn!(
+            maxmemory, policy = %policy,
+            "the server may evict any key when it is full: streams, lists, dead-letter streams and rillkit's bookkeeping; entries and items would be lost. Set maxmemory-policy noeviction (writes then fail with OOM, which rillkit waits out)"
+        );
+    } else if policy.starts_with("volatile-") {
+        tracing::warn!(
+            maxmemory, policy = %policy,
+            "the server may evict keys with a TTL when it is full: of rillkit's, the stream consumer names' leases (rillkit:lease:*), which keep a second process off a consumer name in use. Set maxmemory-policy noeviction, or give every consumer a name of its own"
+        );
+    }
 }
 
 /// `XREADGROUP … STREAMS <stream> $`: Redis checks the ACL (command and key)

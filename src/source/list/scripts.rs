@@ -6,64 +6,111 @@
 //! LEFT`); moving it back with `LMOVE … LEFT RIGHT` one item at a time
 //! puts its oldest item at the right end of the list, where it is popped
 //! next, so recovered work keeps its order and goes first.
+//!
+//! A consumer's heartbeat key is a liveness record that eviction cannot
+//! take: `<token> <expiry ms>`, the expiry on the server's clock (`TIME`),
+//! in a key without a TTL (a `volatile-*` policy evicts only keys with
+//! one). A record past its expiry is a dead consumer's; a registered
+//! consumer with no record at all (evicted under an `allkeys-*` policy,
+//! deleted by hand) is not taken for dead: it gets a placeholder record
+//! (`? <expiry>`), a whole window in which its owner's next beat takes it
+//! back, and is recovered only if that window passes.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
+/// Lua shared by the scripts that read a heartbeat record: `now()` in ms on
+/// the server's clock, and `record(key)`, the token and expiry of a record
+/// (`nil` when there is none). A record written before records carried
+/// their expiry (a bare token, with a TTL) counts as live until its TTL
+/// ends.
+macro_rules! with_record {
+    ($body:literal) => {
+        concat!(
+            r"
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function record(key)
+  local v = redis.call('GET', key)
+  if not v then return nil end
+  local token, expiry = string.match(v, '^(%S+) (%d+)$')
+  if token then return token, tonumber(expiry) end
+  return v, now() + math.max(redis.call('PTTL', key), 0)
+end
+",
+            $body
+        )
+    };
+}
+
 /// Registers the consumer and renews its heartbeat, which is also the
-/// consumer name's lease: a heartbeat key that holds another process's
-/// token is left alone, and its token is the answer (1 when ours).
+/// consumer name's lease: a live record that holds another process's token
+/// is left alone, and its token is the answer (1 when ours, or when the
+/// record was free, lapsed or a placeholder).
 /// KEYS: registry, heartbeat. ARGV: consumer, ttl (ms), token.
 pub(super) static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(with_record!(
         r"
-local holder = redis.call('GET', KEYS[2])
-if holder and holder ~= ARGV[3] then
+local t = now()
+local holder, expiry = record(KEYS[2])
+if holder and holder ~= ARGV[3] and holder ~= '?' and expiry > t then
   return holder
 end
 redis.call('SADD', KEYS[1], ARGV[1])
-redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3] .. ' ' .. (t + tonumber(ARGV[2])))
 return 1
-",
-    )
+"
+    ))
 });
 
 /// Moves the processing list of every registered consumer whose heartbeat
-/// has lapsed (other than the caller) back onto the list, and unregisters
-/// it: once, since the unregistering happens in the same script. Answers
-/// `{consumers recovered, items moved}`.
-/// KEYS: list, registry. ARGV: key prefix (`…:rillkit:`), caller.
+/// record has lapsed (other than the caller) back onto the list, and
+/// unregisters it and deletes its record: once, since it all happens in
+/// the same script. A registered consumer without a record gets a
+/// placeholder for `ARGV[3]` ms instead (see the module docs). Answers
+/// `{consumers recovered, items moved, records missing}`.
+/// KEYS: list, registry. ARGV: key prefix (`…:rillkit:`), caller, grace (ms).
 pub(super) static RECOVER_DEAD: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(with_record!(
         r"
-local dead, moved = 0, 0
+local t = now()
+local dead, moved, missing = 0, 0, 0
 for _, c in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  if c ~= ARGV[2] and redis.call('EXISTS', ARGV[1] .. 'heartbeat:' .. c) == 0 then
+  local hb = ARGV[1] .. 'heartbeat:' .. c
+  local holder, expiry = record(hb)
+  if c == ARGV[2] then
+  elseif not holder then
+    redis.call('SET', hb, '? ' .. (t + tonumber(ARGV[3])))
+    missing = missing + 1
+  elseif expiry <= t then
     local processing = ARGV[1] .. 'processing:' .. c
     while redis.call('LMOVE', processing, KEYS[1], 'LEFT', 'RIGHT') do
       moved = moved + 1
     end
     redis.call('SREM', KEYS[2], c)
+    redis.call('DEL', hb)
     dead = dead + 1
   end
 end
-return {dead, moved}
-",
-    )
+return {dead, moved, missing}
+"
+    ))
 });
 
 /// Moves a processing list back onto the list (this consumer's own, left
 /// by an earlier process under its name, or at the end of a stop), only
-/// while the heartbeat is not another process's (answers -1 then, and
-/// touches nothing). With `ARGV[1] == 'leave'` also unregisters the
-/// consumer and deletes its heartbeat. Answers the number of items moved.
+/// while the heartbeat record is not another live process's (answers -1
+/// then, and touches nothing). With `ARGV[1] == 'leave'` also unregisters
+/// the consumer and deletes its record. Answers the number of items moved.
 /// KEYS: processing, list, registry, heartbeat. ARGV: mode, consumer, token.
 pub(super) static RETURN_OWN: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(with_record!(
         r"
-local holder = redis.call('GET', KEYS[4])
-if holder and holder ~= ARGV[3] then
+local holder, expiry = record(KEYS[4])
+if holder and holder ~= ARGV[3] and holder ~= '?' and expiry > now() then
   return -1
 end
 local moved = 0
@@ -75,8 +122,8 @@ if ARGV[1] == 'leave' then
   redis.call('DEL', KEYS[4])
 end
 return moved
-",
-    )
+"
+    ))
 });
 
 /// An item's handler succeeded: it leaves the processing list, and its

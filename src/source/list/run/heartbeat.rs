@@ -29,7 +29,18 @@ impl Loop {
         Eval {
             script: &RECOVER_DEAD,
             keys: vec![k.list.as_bytes().to_vec(), k.registry.clone().into()],
-            args: vec![k.own.clone().into(), self.sub.consumer.as_bytes().to_vec()],
+            args: vec![
+                k.own.clone().into(),
+                self.sub.consumer.as_bytes().to_vec(),
+                // A consumer whose record is missing gets one window of
+                // this consumer's ttl to beat again before it counts as dead.
+                self.sub
+                    .opts
+                    .heartbeat_ttl
+                    .as_millis()
+                    .to_string()
+                    .into_bytes(),
+            ],
         }
     }
 
@@ -109,9 +120,15 @@ pub(super) enum Beat {
 pub(super) async fn recover_dead(redis: &Addr<RedisActor>, recover: Eval, list: &str) {
     match redis.send(recover).await {
         Ok(Ok(Value::Array(v))) => {
-            if let [Value::Int(dead @ 1..), Value::Int(moved)] = v.as_slice() {
-                tracing::warn!(list = %list, consumers = dead, items = moved,
-                    "moved the processing lists of consumers whose heartbeat lapsed back onto the list");
+            if let [Value::Int(dead), Value::Int(moved), Value::Int(missing)] = v.as_slice() {
+                if *dead > 0 {
+                    tracing::warn!(list = %list, consumers = dead, items = moved,
+                        "moved the processing lists of consumers whose heartbeat lapsed back onto the list");
+                }
+                if *missing > 0 {
+                    tracing::warn!(list = %list, consumers = missing,
+                        "registered consumers have no heartbeat record (evicted? check maxmemory-policy); each gets one heartbeat window to beat again before it counts as dead");
+                }
             }
         }
         Ok(Err(e)) => {
