@@ -122,7 +122,7 @@ pub(crate) async fn connect(
             return Err(fail(e));
         }
     }
-    warn_if_evicting(&redis).await;
+    warn_if_evicting(&redis, subs.iter().any(|s| s.lease.is_some())).await;
     Ok(redis)
 }
 
@@ -131,11 +131,11 @@ pub(crate) async fn connect(
 /// lists, dead-letter streams and rillkit's bookkeeping. Under `volatile-*`
 /// only keys with a TTL: of rillkit's, the stream consumer names' leases
 /// (`rillkit:lease:*`), whose loss lets a second process take a name in use
-/// and a prune remove a live consumer that holds nothing; a list
-/// consumer's heartbeat record has no TTL, and one missing for any reason
-/// is not taken for a death. A refused `INFO` (a minimal ACL) is logged at
-/// DEBUG.
-async fn warn_if_evicting(redis: &Addr<RedisActor>) {
+/// and a prune remove a live consumer that holds nothing (`leases`: some
+/// stream consumer here has one); a list consumer's heartbeat record has no
+/// TTL, and one missing for any reason is not taken for a death. A refused
+/// `INFO` (a minimal ACL) is logged at DEBUG.
+async fn warn_if_evicting(redis: &Addr<RedisActor>, leases: bool) {
     let mut cmd = redis::cmd("INFO");
     cmd.arg("memory");
     let info = match redis.send(Query("info", cmd)).await {
@@ -159,7 +159,7 @@ async fn warn_if_evicting(redis: &Addr<RedisActor>) {
             maxmemory, policy = %policy,
             "the server may evict any key when it is full: streams, lists, dead-letter streams and rillkit's bookkeeping; entries and items would be lost. Set maxmemory-policy noeviction (writes then fail with OOM, which rillkit waits out)"
         );
-    } else if policy.starts_with("volatile-") {
+    } else if leases && policy.starts_with("volatile-") {
         tracing::warn!(
             maxmemory, policy = %policy,
             "the server may evict keys with a TTL when it is full: of rillkit's, the stream consumer names' leases (rillkit:lease:*), which keep a second process off a consumer name in use. Set maxmemory-policy noeviction, or give every consumer a name of its own"
