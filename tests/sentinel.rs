@@ -351,3 +351,45 @@ async fn list_and_channel_subscriptions_follow_a_failover() {
     let outcome = broker.stop().await.unwrap();
     assert_eq!(outcome.exit_code(), 0, "{outcome:?}");
 }
+
+/// A master killed outright: the shared connections fail and reconnect with
+/// backoff while the sentinels still name the dead master; the promotion's
+/// announcement ends the backoff at once and they go to the new master.
+#[test]
+fn a_pool_reconnecting_when_a_promotion_is_announced_goes_to_the_new_master_at_once() {
+    let mut group = SentinelGroup::start("killed");
+    let spec = format!("killed@{}", group.sentinel_addrs().join(","));
+    let mut worker = support::Worker::spawn(
+        &group.master().url(),
+        &[
+            ("RILLKIT_SENTINEL", spec.as_str()),
+            ("RILLKIT_STREAM", "jobs"),
+            ("RILLKIT_BLOCK_MS", "500"),
+            // Renewed every 100 ms: the shared connections meet the dead
+            // master at once and start backing off.
+            ("RILLKIT_LEASE_TTL_MS", "300"),
+        ],
+    );
+    support::xadd(&mut group.conn_to_master(), "jobs", r#"{"id":1}"#);
+    support::eventually_blocking("entry 1 handled", WAIT, || {
+        worker.handled().iter().any(|(id, _)| *id == 1)
+    });
+    let old = group.current_master_port();
+    group.kill_master();
+    support::eventually_blocking("the replica promoted", WAIT, || {
+        group.current_master_port() != old
+    });
+    support::xadd(&mut group.conn_to_master(), "jobs", r#"{"id":2}"#);
+    support::eventually_blocking("entry 2 handled on the new master", WAIT, || {
+        worker.handled().iter().any(|(id, _)| *id == 2)
+    });
+    let log = worker.log();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("a failover was announced; reconnecting to the new master now")),
+        "the announcement cut the reconnect backoff short:\n{}",
+        log.join("\n")
+    );
+    worker.signal("TERM");
+    assert_eq!(worker.wait_exit(WAIT), Some(0), "{:?}", worker.log());
+}

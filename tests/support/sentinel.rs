@@ -188,6 +188,17 @@ impl SentinelGroup {
             .unwrap_or_else(|| panic!("sentinels report unknown master port {port}"))
     }
 
+    /// Kills the master of the moment (SIGKILL). The sentinels take it for
+    /// down after 1 s and promote the replica.
+    pub fn kill_master(&mut self) {
+        let port = self.current_master_port();
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("the master is one of the nodes")
+            .stop();
+    }
+
     /// A plain synchronous connection to the master of the moment.
     pub fn conn_to_master(&self) -> redis::Connection {
         self.master().conn()
