@@ -347,3 +347,66 @@ async fn a_list_consumers_liveness_survives_eviction_and_a_lost_record() {
     assert_eq!(a.stop().await.unwrap().exit_code(), 0);
     assert_eq!(b.stop().await.unwrap().exit_code(), 0);
 }
+
+#[actix_rt::test]
+async fn a_list_item_larger_than_a_reply_may_be_is_read_in_pieces_and_handled() {
+    support::init_tracing();
+    let server = RedisServer::start_with(&["--client-output-buffer-limit", "normal 1mb 512kb 10"]);
+    let mut c = server.conn();
+    let push_large = |c: &mut redis::Connection, id: u64| {
+        let _: i64 = redis::cmd("EVAL")
+            .arg(
+                "return redis.call('LPUSH', KEYS[1], \
+                 '{\"id\":' .. ARGV[1] .. ',\"pad\":\"' .. string.rep('x', 2000000) .. '\"}')",
+            )
+            .arg(1)
+            .arg("jobs")
+            .arg(id)
+            .query(c)
+            .unwrap();
+    };
+    let push = |c: &mut redis::Connection, id: u64| {
+        let _: i64 = redis::cmd("LPUSH")
+            .arg("jobs")
+            .arg(format!(r#"{{"id":{id}}}"#))
+            .query(c)
+            .unwrap();
+    };
+    // A busy list: the pop script answers the large item's length, and the
+    // consumer reads it in pieces.
+    for id in 1..=5 {
+        push(&mut c, id);
+    }
+    push_large(&mut c, 1000);
+    for id in 6..=10 {
+        push(&mut c, id);
+    }
+    let runs = Runs::default();
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let broker = list_consumer(&server, "A", &runs, 0, &release);
+    broker.start().await.unwrap();
+    eventually("the busy list's items handled", WAIT, || {
+        let r = runs.lock().unwrap();
+        (1..=10).chain([1000]).all(|id| r.contains_key(&id))
+    })
+    .await;
+    // An empty list: `BLMOVE` hands the large item over whole, the server
+    // drops the connection, and the item goes back to be popped in pieces.
+    let before = connections(&server);
+    push_large(&mut c, 2000);
+    push(&mut c, 11);
+    eventually("the item pushed onto the empty list handled", WAIT, || {
+        let r = runs.lock().unwrap();
+        r.contains_key(&2000) && r.contains_key(&11)
+    })
+    .await;
+    assert_eq!(reruns(&runs), Vec::<u64>::new(), "items run twice");
+    let processing: usize = redis::cmd("LLEN")
+        .arg("{jobs}:rillkit:processing:A")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(processing, 0);
+    let opened = connections(&server) - before;
+    assert!(opened <= 5, "no reconnect storm: {opened} connections");
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}

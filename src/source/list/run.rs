@@ -24,7 +24,8 @@ mod heartbeat;
 use heartbeat::{Beat, recover_dead};
 
 use super::scripts::{
-    DEAD_LETTER, DONE, HEARTBEAT, POP_COUNTED, PUT_BACK, RECOVER_DEAD, RETURN_OWN,
+    DEAD_LETTER, DONE, HEARTBEAT, ITEM_PIECE, POP_COUNTED, PUT_BACK, PUT_BACK_UNHELD, RECOVER_DEAD,
+    RETURN_OWN,
 };
 use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
 use crate::connection::Connector;
@@ -38,6 +39,7 @@ use crate::error::Class;
 use crate::error::Error;
 use crate::handler::ItemMeta;
 use crate::kind::SourceKind;
+use crate::redis::chunked::CHUNK_BYTES;
 use crate::redis::{Eval, RedisActor};
 use crate::status::SubscriptionState;
 use crate::telemetry::ConsumerMetrics;
@@ -514,44 +516,31 @@ impl Loop {
         }));
     }
 
-    /// Reads the processing list and puts every item this loop does not
-    /// hold back onto the list (each with the conditional `PUT_BACK`, so an
-    /// item settled meanwhile is left alone). Answers how many went back.
+    /// Puts every item of the processing list this loop does not hold back
+    /// onto the list, in one script (`PUT_BACK_UNHELD`) that sends no item
+    /// back: an item a lost pop reply left there, however large, goes back
+    /// to be popped again. Answers how many went back.
     fn start_reconcile(&mut self) {
         let (redis, held) = (self.redis.clone(), self.held.clone());
         let keys = self.sub.keys.clone();
         self.reconcile = Some(Box::pin(async move {
-            let mut range = redis::cmd("LRANGE");
-            range.arg(&keys.processing).arg(0).arg(-1);
-            let items: Vec<Vec<u8>> = match redis.send(crate::redis::Query("lrange", range)).await {
-                Ok(Ok(v)) => redis::FromRedisValue::from_redis_value(v)
-                    .map_err(|e| Error::unparsable("LRANGE reply", e.to_string()))?,
-                Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(Error::ShutDown),
+            let mut args = Vec::new();
+            for (item, copies) in held.borrow().iter() {
+                args.push(item.clone());
+                args.push(copies.to_string().into_bytes());
+            }
+            let back = Eval {
+                script: &PUT_BACK_UNHELD,
+                keys: vec![
+                    keys.processing.clone().into(),
+                    keys.list.as_bytes().to_vec(),
+                ],
+                args,
             };
-            let mut counts: HashMap<Vec<u8>, usize> = HashMap::new();
-            for item in items {
-                *counts.entry(item).or_default() += 1;
+            match until_done(&redis, back, None).await? {
+                Value::Int(moved) => Ok(moved.max(0) as u64),
+                other => Err(Error::unparsable("put-back reply", format!("{other:?}"))),
             }
-            let mut moved = 0;
-            for (item, n) in counts {
-                let known = held.borrow().get(&item).copied().unwrap_or(0);
-                for _ in known..n {
-                    let back = Eval {
-                        script: &PUT_BACK,
-                        keys: vec![
-                            keys.processing.clone().into(),
-                            keys.list.as_bytes().to_vec(),
-                            keys.attempts.clone().into(),
-                        ],
-                        args: vec![item.clone(), b"0".to_vec()],
-                    };
-                    if until_done(&redis, back, None).await? == Value::Int(1) {
-                        moved += 1;
-                    }
-                }
-            }
-            Ok(moved)
         }));
     }
 
@@ -589,6 +578,7 @@ async fn pop_counted(
         .key(&k.processing)
         .key(&k.attempts)
         .arg(room.max(1))
+        .arg(CHUNK_BYTES)
         .invoke_async(conn)
         .await
         .map_err(Error::from_redis)?;
@@ -596,8 +586,17 @@ async fn pop_counted(
         let mut items = Vec::with_capacity(ready.len() / 2);
         let mut it = ready.into_iter();
         while let (Some(item), Some(n)) = (it.next(), it.next()) {
-            let item: Vec<u8> = redis::from_redis_value(item)
-                .map_err(|e| Error::unparsable("a list pop", e.to_string()))?;
+            let item: Vec<u8> = match item {
+                // Too large to be sent whole: at the head of the
+                // processing list, read in pieces.
+                Value::Array(len) => {
+                    let len: Vec<usize> = redis::from_redis_value(Value::Array(len))
+                        .map_err(|e| Error::unparsable("a list pop", e.to_string()))?;
+                    read_in_pieces(conn, &k.processing, len.first().copied().unwrap_or(0)).await?
+                }
+                item => redis::from_redis_value(item)
+                    .map_err(|e| Error::unparsable("a list pop", e.to_string()))?,
+            };
             items.push((item, redis::from_redis_value::<u64>(n).ok()));
         }
         return Ok(items);
@@ -622,4 +621,42 @@ async fn pop_counted(
         .await
         .ok();
     Ok(vec![(item, n)])
+}
+
+/// The item at the head of `processing` (`len` bytes), read
+/// [`CHUNK_BYTES`] at a time with `ITEM_PIECE`.
+///
+/// # Errors
+/// What the server answered, or an item that is gone or changed meanwhile
+/// (only this loop pushes onto its processing list, so neither happens
+/// unless someone else touches it).
+async fn read_in_pieces(
+    conn: &mut MultiplexedConnection,
+    processing: &str,
+    len: usize,
+) -> Result<Vec<u8>, Error> {
+    let mut item = Vec::with_capacity(len);
+    while item.len() < len {
+        let piece: Option<(usize, Vec<u8>)> = ITEM_PIECE
+            .key(processing)
+            .arg(0)
+            .arg(item.len())
+            .arg(CHUNK_BYTES)
+            .invoke_async(conn)
+            .await
+            .map_err(Error::from_redis)?;
+        match piece {
+            Some((n, bytes)) if n == len && !bytes.is_empty() => item.extend_from_slice(&bytes),
+            other => {
+                return Err(Error::unparsable(
+                    "a list item piece",
+                    format!(
+                        "the item at the head of {processing} ({len} bytes) changed or went while it was read: {:?}",
+                        other.map(|(n, b)| (n, b.len()))
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(item)
 }

@@ -178,21 +178,77 @@ return 1
 /// The pop of a busy list: up to `ARGV[1]` items move onto the processing
 /// list and each one's run is counted in the same step, so no crash falls
 /// between the two. Answers `{item, count, item, count, …}`, empty on an
-/// empty list (then the consumer blocks in `BLMOVE`).
-/// KEYS: list, processing, attempts. ARGV: how many at most.
+/// empty list (then the consumer blocks in `BLMOVE`). An item longer than
+/// `ARGV[2]` bytes is answered as `{its length}` instead, and ends the pop:
+/// it is at the head of the processing list, where `ITEM_PIECE` reads it
+/// (a server closes a client whose reply outgrows its output buffer).
+/// KEYS: list, processing, attempts. ARGV: how many at most, inline limit.
 pub(super) static POP_COUNTED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local out = {}
+local limit = tonumber(ARGV[2])
 for _ = 1, tonumber(ARGV[1]) do
   local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
   if not item then
     break
   end
+  local count = redis.call('HINCRBY', KEYS[3], item, 1)
+  if #item > limit then
+    out[#out + 1] = {#item}
+    out[#out + 1] = count
+    break
+  end
   out[#out + 1] = item
-  out[#out + 1] = redis.call('HINCRBY', KEYS[3], item, 1)
+  out[#out + 1] = count
 end
 return out
+",
+    )
+});
+
+/// A window of the item at `ARGV[1]` (an index) of the processing list:
+/// `{its length, its bytes from ARGV[2] for ARGV[3]}`, or false when there
+/// is no such item.
+/// KEYS: processing. ARGV: index, byte offset, window size.
+pub(super) static ITEM_PIECE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local item = redis.call('LINDEX', KEYS[1], ARGV[1])
+if not item then
+  return false
+end
+local from = tonumber(ARGV[2]) + 1
+return {#item, string.sub(item, from, from + tonumber(ARGV[3]) - 1)}
+",
+    )
+});
+
+/// Puts every item of the processing list that the loop does not hold back
+/// onto the list (the oldest where it is popped next), in one step, so an
+/// item settled meanwhile is left alone and no item's body comes back to
+/// the client. ARGV holds the held items with their numbers of copies, as
+/// pairs. Answers how many went back.
+/// KEYS: processing, list. ARGV: item, copies, item, copies, …
+pub(super) static PUT_BACK_UNHELD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local keep = {}
+for i = 1, #ARGV, 2 do
+  keep[ARGV[i]] = (keep[ARGV[i]] or 0) + tonumber(ARGV[i + 1])
+end
+local moved = 0
+for _, item in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+  local k = keep[item]
+  if k and k > 0 then
+    keep[item] = k - 1
+  else
+    redis.call('LREM', KEYS[1], -1, item)
+    redis.call('RPUSH', KEYS[2], item)
+    moved = moved + 1
+  end
+end
+return moved
 ",
     )
 });
