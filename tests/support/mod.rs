@@ -85,6 +85,12 @@ fn redis_server_bin() -> String {
     std::env::var("RILLKIT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
 }
 
+/// The `redis-cli` binary: `RILLKIT_REDIS_CLI` or the one on the `PATH`
+/// (it drives Valkey too: the cluster's creation, TLS checks).
+fn redis_cli_bin() -> String {
+    std::env::var("RILLKIT_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
+}
+
 impl RedisServer {
     /// Starts a server on a free port and waits (up to 10 s) until it answers
     /// PING.

@@ -119,13 +119,12 @@ fn probe_tls() -> Option<String> {
 }
 
 /// Prints `SKIP <test>: <binary> <why>` on the process's stderr, past the
-/// test harness's capture, so a skip is never silent.
+/// test harness's capture (which takes `eprintln!`), so a skip is never
+/// silent.
 pub fn print_skip(test: &str, why: &str) {
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIP {test}: {} {why}",
-        redis_server_bin()
-    );
+    // One write, so the line is not cut by libtest's own output.
+    let line = format!("SKIP {test}: {} {why}\n", redis_server_bin());
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// Whether the calling test may go on with TLS; when the binary has no TLS,
