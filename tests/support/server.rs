@@ -140,8 +140,9 @@ pub fn tls_or_skip(test: &str) -> bool {
     }
 }
 
-/// The name of the test function this expands in (its path in the test
-/// crate, without the crate's name and async blocks).
+/// The name of the test function this expands in, after its test crate's
+/// (`tls::mutual_tls_with_the_client_certificate_works`: the same name can
+/// be a test in two files).
 #[allow(unused_macros)]
 macro_rules! test_name {
     () => {{
@@ -149,15 +150,14 @@ macro_rules! test_name {
         fn name_of<T>(_: T) -> &'static str {
             std::any::type_name::<T>()
         }
-        let path = name_of(here).trim_end_matches("::here");
-        let path = path.replace("::{{closure}}", "");
-        path.split_once("::")
-            .map_or(path.clone(), |(_, p)| p.to_owned())
+        name_of(here)
+            .trim_end_matches("::here")
+            .replace("::{{closure}}", "")
     }};
 }
 
 /// Returns from the calling test, after printing
-/// `SKIP <test>: <binary> has no TLS (…)`, when the server binary
+/// `SKIP <crate>::<test>: <binary> has no TLS (…)`, when the server binary
 /// (`RILLKIT_REDIS_SERVER`) was built without TLS. Under a binary with TLS
 /// it does nothing.
 #[allow(unused_macros)]
