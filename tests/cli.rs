@@ -217,6 +217,17 @@ fn status_pending_and_consumers_show_groups_and_their_entries() {
         &["consumers", "orders", "billing", "--prune-idle", "1h"],
     );
     assert_eq!(doc["pruned"], serde_json::json!([]), "not idle for an hour");
+    // ghost never read: Redis 7.2+ and Valkey answer `inactive` -1, Redis
+    // 7.0 has no `inactive`; both are null.
+    let doc = json(&url, &["consumers", "orders", "billing"]);
+    let ghost = doc["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "ghost")
+        .unwrap_or_else(|| panic!("ghost is listed: {doc}"));
+    assert_eq!(ghost["inactive_ms"], Value::Null, "{doc}");
+    assert_eq!(ghost["pending"], 0, "{doc}");
     support::eventually_blocking(
         "ghost idle for 50 ms",
         std::time::Duration::from_secs(10),

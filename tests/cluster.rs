@@ -543,7 +543,8 @@ async fn a_worker_with_the_readmes_minimal_acl_runs_on_a_cluster() {
         readme.contains(&format!("`{}`", CLUSTER_ACL_EXTRA.join(" "))),
         "the README names what a cluster adds to the ACL"
     );
-    let mut words = support::readme_acl_words();
+    let server = support::ServerVersion::of(&mut cluster.nodes()[0].conn());
+    let mut words = support::readme_acl_words(&server);
     words.extend(CLUSTER_ACL_EXTRA.iter().map(|w| w.to_string()));
     let (user, password) = (words[2].clone(), "change-me");
     for node in cluster.nodes() {

@@ -235,6 +235,7 @@ async fn round_trip(cluster: &TlsCluster, tls: Tls) {
 
 #[actix_rt::test]
 async fn a_broker_with_the_ca_consumes_dead_letters_and_stops_at_once() {
+    support::skip_without_tls!();
     support::init_tracing();
     let cluster = start_cluster(false);
     round_trip(&cluster, Tls::new().ca_pem(cluster.ca_pem())).await;
@@ -242,6 +243,7 @@ async fn a_broker_with_the_ca_consumes_dead_letters_and_stops_at_once() {
 
 #[actix_rt::test]
 async fn mutual_tls_with_the_client_certificate_works() {
+    support::skip_without_tls!();
     support::init_tracing();
     let cluster = start_cluster(true);
     assert!(cluster.is_mutual());
@@ -256,6 +258,7 @@ async fn mutual_tls_with_the_client_certificate_works() {
 
 #[actix_rt::test]
 async fn danger_accept_invalid_certs_connects_without_the_ca() {
+    support::skip_without_tls!();
     support::init_tracing();
     let cluster = start_cluster(false);
     round_trip(&cluster, Tls::new().danger_accept_invalid_certs()).await;
@@ -263,6 +266,7 @@ async fn danger_accept_invalid_certs_connects_without_the_ca() {
 
 #[actix_rt::test]
 async fn a_broker_without_tls_fails_start_against_the_tls_cluster() {
+    support::skip_without_tls!();
     support::init_tracing();
     let cluster = start_cluster(false);
     let seen: Seen = Default::default();
@@ -284,6 +288,7 @@ async fn a_broker_without_tls_fails_start_against_the_tls_cluster() {
 
 #[actix_rt::test]
 async fn tls_without_the_ca_fails_start_naming_the_certificate() {
+    support::skip_without_tls!();
     support::init_tracing();
     let cluster = start_cluster(false);
     let seen: Seen = Default::default();
@@ -314,6 +319,7 @@ async fn tls_without_the_ca_fails_start_naming_the_certificate() {
 
 #[actix_rt::test]
 async fn mutual_tls_without_a_client_certificate_fails_start() {
+    support::skip_without_tls!();
     support::init_tracing();
     let cluster = start_cluster(true);
     let seen: Seen = Default::default();

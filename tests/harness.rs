@@ -110,6 +110,7 @@ fn loading_server_answers_loading_then_pong() {
 
 #[test]
 fn tls_server_answers_with_the_ca() {
+    support::skip_without_tls!();
     let redis = TlsRedis::start();
     assert!(redis.url().starts_with("rediss://127.0.0.1:"));
     assert_eq!(redis.cli(&["PING"]), "PONG");
@@ -138,6 +139,7 @@ fn tls_server_answers_with_the_ca() {
 
 #[test]
 fn mutual_tls_server_refuses_clients_without_a_certificate() {
+    support::skip_without_tls!();
     let redis = TlsRedis::start_mutual();
     assert_eq!(redis.cli(&["PING"]), "PONG");
     let out = redis.cli_output(false, &["PING"]);

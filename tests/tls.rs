@@ -132,6 +132,7 @@ fn chain(err: &(dyn std::error::Error + 'static)) -> String {
 
 #[actix_rt::test]
 async fn a_private_ca_starts_publishes_consumes_and_stops_cleanly() {
+    support::skip_without_tls!();
     support::init_tracing();
     let tls = TlsRedis::start();
     let handled = Arc::new(AtomicUsize::new(0));
@@ -144,6 +145,7 @@ async fn a_private_ca_starts_publishes_consumes_and_stops_cleanly() {
 
 #[actix_rt::test]
 async fn mutual_tls_with_the_client_certificate_works() {
+    support::skip_without_tls!();
     support::init_tracing();
     let tls = TlsRedis::start_mutual();
     assert!(tls.is_mutual());
@@ -161,6 +163,7 @@ async fn mutual_tls_with_the_client_certificate_works() {
 
 #[actix_rt::test]
 async fn mutual_tls_without_a_client_certificate_fails_start() {
+    support::skip_without_tls!();
     support::init_tracing();
     let tls = TlsRedis::start_mutual();
     // The server does refuse a client without a certificate.
@@ -187,6 +190,7 @@ async fn mutual_tls_without_a_client_certificate_fails_start() {
 
 #[actix_rt::test]
 async fn a_wrong_ca_fails_start_naming_the_certificate() {
+    support::skip_without_tls!();
     support::init_tracing();
     let tls = TlsRedis::start();
     let other = TlsRedis::start();
@@ -210,6 +214,7 @@ async fn a_wrong_ca_fails_start_naming_the_certificate() {
 
 #[actix_rt::test]
 async fn danger_accept_invalid_certs_connects_without_a_ca() {
+    support::skip_without_tls!();
     support::init_tracing();
     let tls = TlsRedis::start();
     let handled = Arc::new(AtomicUsize::new(0));
@@ -260,6 +265,7 @@ const FRESH: &str = "rediss_without_tls_options_in_a_fresh_process";
 /// new process of this test binary.
 #[test]
 fn rediss_without_tls_options_builds_and_fails_start_with_an_error() {
+    support::skip_without_tls!();
     let exe = std::env::current_exe().expect("the test binary");
     let mut child = Command::new(exe)
         .args([
@@ -304,6 +310,7 @@ fn rediss_without_tls_options_builds_and_fails_start_with_an_error() {
 #[actix_rt::test]
 #[ignore = "run in a fresh process by rediss_without_tls_options_builds_and_fails_start_with_an_error"]
 async fn rediss_without_tls_options_in_a_fresh_process() {
+    support::skip_without_tls!();
     support::init_tracing();
     let fresh = std::env::var_os("RILLKIT_TLS_FRESH_PROCESS").is_some();
     if fresh {

@@ -44,7 +44,7 @@ pub struct ConsumerInfo {
     /// claim, an ack…).
     pub idle_ms: u64,
     /// Milliseconds since its last successful read or claim; `None` before
-    /// Redis 7.2, or when it never read one.
+    /// Redis 7.2, or when it never read one (the server sends `-1` then).
     pub inactive_ms: Option<u64>,
 }
 
@@ -81,13 +81,20 @@ fn uint(v: &Value) -> Option<u64> {
     }
 }
 
-/// An integer that may be nil (`None`).
+/// An integer that may be unknown: nil, or a negative integer (Redis 7.2+
+/// and Valkey answer `-1` for "never", e.g. `XINFO CONSUMERS`' `inactive`
+/// of a consumer that never read) are `None`.
 fn opt_uint(v: &Value) -> Result<Option<u64>, String> {
+    let negative = match v {
+        Value::Int(i) => *i < 0,
+        other => text(other).is_some_and(|t| t.parse::<i64>().is_ok_and(|i| i < 0)),
+    };
     match v {
         Value::Nil => Ok(None),
-        other => uint(other)
-            .map(Some)
-            .ok_or_else(|| format!("expected an integer or nil, got {other:?}")),
+        _ if negative => Ok(None),
+        other => uint(other).map(Some).ok_or_else(|| {
+            format!("expected a non-negative integer, a negative one or nil, got {other:?}")
+        }),
     }
 }
 
@@ -184,7 +191,7 @@ pub(crate) fn scan(v: Value) -> Result<(u64, Vec<String>), String> {
     Ok((cursor, keys))
 }
 
-/// `XINFO GROUPS`.
+/// `XINFO GROUPS`. Fields a server adds are ignored.
 pub(crate) fn groups(v: Value) -> Result<Vec<GroupInfo>, String> {
     list(v)?
         .into_iter()
@@ -202,7 +209,9 @@ pub(crate) fn groups(v: Value) -> Result<Vec<GroupInfo>, String> {
         .collect()
 }
 
-/// `XINFO CONSUMERS`.
+/// `XINFO CONSUMERS`: `name`, `pending`, `idle` (every server), `inactive`
+/// (Redis 7.2+ and Valkey; `-1` for a consumer that never read). Fields a
+/// server adds are ignored.
 pub(crate) fn consumers(v: Value) -> Result<Vec<ConsumerInfo>, String> {
     list(v)?
         .into_iter()
@@ -312,6 +321,67 @@ mod tests {
         let h = &groups(resp3).unwrap()[0];
         assert_eq!((h.lag, h.entries_read), (Some(7), None));
         assert!(groups(Value::Int(1)).is_err());
+    }
+
+    /// `XINFO CONSUMERS` as each server sends it: Redis 7.0 (no
+    /// `inactive`), Redis 7.2+ and Valkey 8/9 (`inactive`, `-1` for a
+    /// consumer that never read), in RESP2 and RESP3, and a field a later
+    /// server may add.
+    #[test]
+    fn consumers_parse_from_redis_7_0_7_2_and_valkey() {
+        let resp2 = |fields: Vec<(&str, Value)>| {
+            Value::Array(fields.into_iter().flat_map(|(k, v)| [bulk(k), v]).collect())
+        };
+        let resp3 = |fields: Vec<(&str, Value)>| {
+            Value::Map(fields.into_iter().map(|(k, v)| (bulk(k), v)).collect())
+        };
+        let redis_7_0 = |name: &str| {
+            vec![
+                ("name", bulk(name)),
+                ("pending", Value::Int(1)),
+                ("idle", Value::Int(250)),
+            ]
+        };
+        // Redis 7.2+, Valkey 8 and 9: `inactive`, -1 when it never read.
+        let redis_7_2 = |name: &str, inactive: i64| {
+            let mut f = redis_7_0(name);
+            f.push(("inactive", Value::Int(inactive)));
+            f
+        };
+        let shape = |c: &ConsumerInfo| (c.name.clone(), c.pending, c.idle_ms, c.inactive_ms);
+        for record in [resp2, resp3] {
+            let parsed = consumers(Value::Array(vec![
+                record(redis_7_0("old")),
+                record(redis_7_2("read", 40)),
+                record(redis_7_2("never", -1)),
+                record({
+                    let mut f = redis_7_2("later", 7);
+                    f.push(("seen-at", Value::Int(1_700_000_000_000)));
+                    f.push(("flags", Value::Array(vec![bulk("x")])));
+                    f
+                }),
+            ]))
+            .unwrap();
+            assert_eq!(
+                parsed.iter().map(shape).collect::<Vec<_>>(),
+                [
+                    ("old".to_owned(), 1, 250, None),
+                    ("read".to_owned(), 1, 250, Some(40)),
+                    ("never".to_owned(), 1, 250, None),
+                    ("later".to_owned(), 1, 250, Some(7)),
+                ]
+            );
+        }
+        // A group without consumers.
+        assert!(consumers(Value::Array(vec![])).unwrap().is_empty());
+        // What is not a number stays an error.
+        let bad = resp2(vec![
+            ("name", bulk("c")),
+            ("pending", Value::Int(0)),
+            ("idle", Value::Int(1)),
+            ("inactive", bulk("soon")),
+        ]);
+        assert!(consumers(Value::Array(vec![bad])).is_err());
     }
 
     #[test]

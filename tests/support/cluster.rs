@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{RedisServer, free_port, info_field, try_conn};
+use super::{RedisServer, free_port, info_field, redis_cli_bin, try_conn};
 
 /// Number of hash slots in a Redis Cluster.
 pub const SLOTS: u16 = 16384;
@@ -30,11 +30,6 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// How long `MIGRATE` may wait on the target, in milliseconds.
 const MIGRATE_TIMEOUT_MS: u64 = 5000;
-
-/// The `redis-cli` binary: `RILLKIT_REDIS_CLI` or the one on the `PATH`.
-fn redis_cli_bin() -> String {
-    std::env::var("RILLKIT_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
-}
 
 /// Masters in every harness cluster.
 const MASTERS: usize = 3;

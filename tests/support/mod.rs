@@ -6,7 +6,9 @@
 //! and mutual TLS ([`TlsRedis`]), and Sentinel ([`SentinelGroup`]).
 //!
 //! Set `RILLKIT_REDIS_SERVER` to use another binary than `redis-server` on
-//! the `PATH`.
+//! the `PATH` (e.g. a `valkey-server`): every server here, sentinels and
+//! cluster nodes included, is that binary. A test that needs what the
+//! binary lacks (TLS) skips, saying so: [`skip_without_tls!`].
 #![allow(dead_code)]
 
 use std::net::TcpListener;
@@ -20,12 +22,17 @@ pub mod cluster;
 mod loading;
 mod process;
 pub mod sentinel;
+pub mod server;
 pub mod tls;
 
 #[allow(unused_imports)]
 pub use cluster::RedisCluster;
 #[allow(unused_imports)]
 pub use sentinel::SentinelGroup;
+#[allow(unused_imports)]
+pub use server::ServerVersion;
+#[allow(unused_imports)]
+pub(crate) use server::skip_without_tls;
 #[allow(unused_imports)]
 pub use tls::TlsRedis;
 
@@ -76,6 +83,12 @@ fn free_port() -> u16 {
 /// The `redis-server` binary: `RILLKIT_REDIS_SERVER` or the one on the `PATH`.
 fn redis_server_bin() -> String {
     std::env::var("RILLKIT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// The `redis-cli` binary: `RILLKIT_REDIS_CLI` or the one on the `PATH`
+/// (it drives Valkey too: the cluster's creation, TLS checks).
+fn redis_cli_bin() -> String {
+    std::env::var("RILLKIT_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
 }
 
 impl RedisServer {
@@ -650,9 +663,14 @@ pub fn worker_env<'a>(consumer: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&
     v
 }
 
-/// The words of the README's minimal ACL line (between `<!-- minimal-acl -->`
-/// and `<!-- /minimal-acl -->`), so tests run exactly what the README says.
-pub fn readme_acl_words() -> Vec<String> {
+/// The words of the README's minimal ACL line for `server` (between
+/// `<!-- minimal-acl -->` and `<!-- /minimal-acl -->`), so tests run exactly
+/// what the README says. The block has two `ACL SETUSER` lines: one for
+/// Redis 7.0, and one for Redis 7.2+ and Valkey that adds `+client|setinfo`
+/// (redis-rs sends `CLIENT SETINFO` at connect to the servers that know it;
+/// 7.0 rejects the rule's name). The two must differ by that rule alone.
+pub fn readme_acl_words(server: &ServerVersion) -> Vec<String> {
+    const SETINFO: &str = "+client|setinfo";
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
     let text = std::fs::read_to_string(&path).expect("read README.md");
     let (open, close) = ("<!-- minimal-acl -->", "<!-- /minimal-acl -->");
@@ -663,13 +681,27 @@ pub fn readme_acl_words() -> Vec<String> {
     let len = text[start..]
         .find(close)
         .unwrap_or_else(|| panic!("README.md has no {close} marker after {open}"));
-    let lines: Vec<&str> = text[start..start + len]
+    let lines: Vec<Vec<String>> = text[start..start + len]
         .lines()
         .map(str::trim)
         .filter(|l| l.starts_with("ACL SETUSER"))
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
         .collect();
-    let [line] = lines.as_slice() else {
-        panic!("expected one `ACL SETUSER` line between the markers, found {lines:?}");
+    let [old, new] = lines.as_slice() else {
+        panic!(
+            "expected two `ACL SETUSER` lines between the markers (Redis 7.0; \
+             Redis 7.2+ and Valkey), found {lines:?}"
+        );
     };
-    line.split_whitespace().map(str::to_owned).collect()
+    let mut without: Vec<String> = new.clone();
+    without.retain(|w| w != SETINFO);
+    assert!(
+        !old.iter().any(|w| w == SETINFO) && without.len() + 1 == new.len() && without == *old,
+        "the README's second ACL line must be the first plus {SETINFO}:\n{old:?}\n{new:?}"
+    );
+    if server.has_client_setinfo() {
+        new.clone()
+    } else {
+        old.clone()
+    }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use super::process::Process;
-use super::redis_server_bin;
+use super::{redis_cli_bin, redis_server_bin};
 
 /// `openssl` extension sections for the three certificates. The CA is a
 /// proper v3 CA and the leaves are v3 end-entity certificates: rustls
@@ -189,7 +189,7 @@ impl TlsRedis {
 /// `redis-cli --tls --cacert <dir>/ca.crt` (plus the client certificate when
 /// `client_cert`) against 127.0.0.1:`port`, whatever comes of it.
 fn cli(dir: &Path, port: u16, client_cert: bool, args: &[&str]) -> Output {
-    let mut cmd = Command::new("redis-cli");
+    let mut cmd = Command::new(redis_cli_bin());
     cmd.args(["--tls", "-h", "127.0.0.1", "-p", &port.to_string()])
         .arg("--cacert")
         .arg(dir.join("ca.crt"));
@@ -202,7 +202,7 @@ fn cli(dir: &Path, port: u16, client_cert: bool, args: &[&str]) -> Output {
     cmd.args(args)
         .stdin(Stdio::null())
         .output()
-        .expect("run redis-cli (is it on the PATH?)")
+        .expect("run redis-cli (is it on the PATH? or set RILLKIT_REDIS_CLI)")
 }
 
 /// Makes `ca.{crt,key}`, `server.{crt,key}` and `client.{crt,key}` in `dir`
