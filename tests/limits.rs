@@ -5,32 +5,14 @@
 
 mod support;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rillkit::prelude::*;
-use serde::{Deserialize, Serialize};
+use support::runs::{Job, Runs, recording};
 use support::{RedisServer, eventually, pending_count};
 
 const WAIT: Duration = Duration::from_secs(40);
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Job {
-    id: u64,
-}
-
-type Runs = Arc<Mutex<HashMap<u64, u32>>>;
-
-fn recording(
-    runs: &Runs,
-) -> impl Fn(Job) -> std::future::Ready<HandlerResult> + Send + Sync + use<> {
-    let runs = runs.clone();
-    move |job: Job| {
-        *runs.lock().unwrap().entry(job.id).or_default() += 1;
-        std::future::ready(Ok(()))
-    }
-}
 
 /// The dead letters of `dlq`: (their `origin_id`, their `error`, the size
 /// of their `data` field). Read by a script that answers sizes, not bodies:
@@ -109,15 +91,6 @@ fn consumer(server: &RedisServer, runs: &Runs, max_failed_sends: u32) -> Broker 
         .unwrap()
 }
 
-fn reruns(runs: &Runs) -> Vec<u64> {
-    runs.lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(id, _)| *id)
-        .collect()
-}
-
 #[actix_rt::test]
 async fn an_entry_larger_than_a_reply_may_be_is_read_in_pieces_and_handled() {
     support::init_tracing();
@@ -131,13 +104,10 @@ async fn an_entry_larger_than_a_reply_may_be_is_read_in_pieces_and_handled() {
     eventually(
         "the 20 small entries and the large one handled",
         WAIT,
-        || {
-            let r = runs.lock().unwrap();
-            (1..=20).chain([1000]).all(|id| r.contains_key(&id))
-        },
+        || runs.all((1..=20).chain([1000])),
     )
     .await;
-    assert_eq!(reruns(&runs), Vec::<u64>::new(), "entries run twice");
+    assert_eq!(runs.reruns(), Vec::<u64>::new(), "entries run twice");
     let mut c = server.conn();
     eventually("nothing pending", WAIT, || {
         pending_count(&mut c, "jobs", "g") == 0
@@ -164,11 +134,7 @@ async fn an_entry_even_a_piece_of_which_is_too_large_is_dead_lettered_by_id() {
     let runs = Runs::default();
     let broker = consumer(&server, &runs, 3);
     broker.start().await.unwrap();
-    eventually("the 20 small entries handled", WAIT, || {
-        let r = runs.lock().unwrap();
-        (1..=20).all(|id| r.contains_key(&id))
-    })
-    .await;
+    eventually("the 20 small entries handled", WAIT, || runs.all(1..=20)).await;
     let mut c = server.conn();
     eventually("the large entry dead-lettered", WAIT, || {
         !dead_letters(&mut c, "jobs-dlq").is_empty()
@@ -186,8 +152,8 @@ async fn an_entry_even_a_piece_of_which_is_too_large_is_dead_lettered_by_id() {
         error.contains("(300024 bytes)") && error.contains("client-output-buffer-limit"),
         "the error names the cause and the size: {error}"
     );
-    assert!(!runs.lock().unwrap().contains_key(&1000), "never handled");
-    assert_eq!(reruns(&runs), Vec::<u64>::new(), "entries run twice");
+    assert_eq!(runs.of(1000), 0, "never handled");
+    assert_eq!(runs.reruns(), Vec::<u64>::new(), "entries run twice");
     eventually("nothing pending", WAIT, || {
         pending_count(&mut c, "jobs", "g") == 0
     })
@@ -218,7 +184,7 @@ fn list_consumer(
                 .with_block(Duration::from_millis(200))
                 .with_heartbeat_ttl(Duration::from_millis(600)),
             move |job: Job| {
-                *runs.lock().unwrap().entry(job.id).or_default() += 1;
+                runs.record(job.id);
                 let release = release.clone();
                 async move {
                     while job.id == hold && !release.load(std::sync::atomic::Ordering::SeqCst) {
@@ -260,10 +226,7 @@ async fn a_list_consumers_liveness_survives_eviction_and_a_lost_record() {
     a.publish_list(&List::new("jobs"), &Job { id: 1 })
         .await
         .unwrap();
-    eventually("A runs item 1", WAIT, || {
-        runs_a.lock().unwrap().contains_key(&1)
-    })
-    .await;
+    eventually("A runs item 1", WAIT, || runs_a.of(1) > 0).await;
     b.start().await.unwrap();
 
     // Cache writes with long TTLs push the server over maxmemory: it evicts
@@ -316,12 +279,8 @@ async fn a_list_consumers_liveness_survives_eviction_and_a_lost_record() {
             == 0
     })
     .await;
-    assert_eq!(runs_a.lock().unwrap().get(&1), Some(&1));
-    assert_eq!(
-        runs_b.lock().unwrap().get(&1),
-        None,
-        "B never took the live A for dead"
-    );
+    assert_eq!(runs_a.of(1), 1);
+    assert_eq!(runs_b.of(1), 0, "B never took the live A for dead");
 
     // A consumer registered with no record that never beats (it died, and
     // its record is gone) is recovered after one window.
@@ -336,7 +295,7 @@ async fn a_list_consumers_liveness_survives_eviction_and_a_lost_record() {
         .query(&mut c)
         .unwrap();
     eventually("the ghost's item recovered and run", WAIT, || {
-        runs_a.lock().unwrap().contains_key(&7) || runs_b.lock().unwrap().contains_key(&7)
+        runs_a.of(7) + runs_b.of(7) > 0
     })
     .await;
     assert_eq!(
@@ -386,8 +345,7 @@ async fn a_list_item_larger_than_a_reply_may_be_is_read_in_pieces_and_handled() 
     let broker = list_consumer(&server, "A", &runs, 0, &release);
     broker.start().await.unwrap();
     eventually("the busy list's items handled", WAIT, || {
-        let r = runs.lock().unwrap();
-        (1..=10).chain([1000]).all(|id| r.contains_key(&id))
+        runs.all((1..=10).chain([1000]))
     })
     .await;
     // An empty list: `BLMOVE` hands the large item over whole, the server
@@ -396,11 +354,10 @@ async fn a_list_item_larger_than_a_reply_may_be_is_read_in_pieces_and_handled() 
     push_large(&mut c, 2000);
     push(&mut c, 11);
     eventually("the item pushed onto the empty list handled", WAIT, || {
-        let r = runs.lock().unwrap();
-        r.contains_key(&2000) && r.contains_key(&11)
+        runs.all([2000, 11])
     })
     .await;
-    assert_eq!(reruns(&runs), Vec::<u64>::new(), "items run twice");
+    assert_eq!(runs.reruns(), Vec::<u64>::new(), "items run twice");
     let processing: usize = redis::cmd("LLEN")
         .arg("{jobs}:rillkit:processing:A")
         .query(&mut c)

@@ -5,49 +5,14 @@
 
 mod support;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rillkit::Topology;
 use rillkit::prelude::*;
-use serde::{Deserialize, Serialize};
+use support::runs::{Job, Runs, recording};
 use support::{RedisCluster, RedisServer, eventually, pending_count};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Job {
-    id: u64,
-}
-
-type Runs = Arc<Mutex<HashMap<u64, u32>>>;
-
-fn recording(
-    runs: &Runs,
-) -> impl Fn(Job) -> std::future::Ready<HandlerResult> + Send + Sync + use<> {
-    let runs = runs.clone();
-    move |job: Job| {
-        *runs.lock().unwrap().entry(job.id).or_default() += 1;
-        std::future::ready(Ok(()))
-    }
-}
-
-fn handled(runs: &Runs) -> usize {
-    runs.lock().unwrap().len()
-}
-
-fn reruns(runs: &Runs) -> Vec<u64> {
-    let mut v: Vec<u64> = runs
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(id, _)| *id)
-        .collect();
-    v.sort_unstable();
-    v
-}
 
 fn info_field(conn: &mut redis::Connection, section: &str, field: &str) -> Option<String> {
     let info: String = redis::cmd("INFO").arg(section).query(conn).ok()?;
@@ -56,6 +21,32 @@ fn info_field(conn: &mut redis::Connection, section: &str, field: &str) -> Optio
             .strip_prefix(':')
             .map(|v| v.trim().to_owned())
     })
+}
+
+/// Group `ops` on stream `alerts`, with entries 1 to 3.
+fn group_with_three_entries(c: &mut redis::Connection) {
+    let _: () = redis::cmd("XGROUP")
+        .arg(&["CREATE", "alerts", "ops", "0", "MKSTREAM"][..])
+        .query(c)
+        .unwrap();
+    for id in 1..=3 {
+        support::xadd(c, "alerts", &format!(r#"{{"id":{id}}}"#));
+    }
+}
+
+/// Consumer `c1` of `s` on the cluster, recording into `runs`.
+fn cluster_consumer(cluster: &RedisCluster, s: &Stream, runs: &Runs) -> Broker {
+    Broker::with_topology(Topology::cluster(cluster.seeds()))
+        .startup_timeout(Duration::from_secs(60))
+        .subscribe(
+            s,
+            ConsumerOptions::default()
+                .with_consumer("c1")
+                .with_block(Duration::from_millis(500)),
+            recording(runs),
+        )
+        .build()
+        .unwrap()
 }
 
 #[actix_rt::test]
@@ -114,7 +105,7 @@ async fn start_waits_for_a_free_connection_slot() {
         .unwrap()
         .expect("start() waits for a free connection slot");
     broker.publish(&s, &Job { id: 1 }).await.unwrap();
-    eventually("the entry handled", WAIT, || handled(&runs) == 1).await;
+    eventually("the entry handled", WAIT, || runs.ids() == 1).await;
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 
@@ -126,43 +117,27 @@ async fn start_waits_while_a_dead_cluster_master_is_replaced() {
     let master = cluster.owner_of_slot(slot);
     {
         let mut c = cluster.conn_for_key("alerts");
-        let _: () = redis::cmd("XGROUP")
-            .arg(&["CREATE", "alerts", "ops", "0", "MKSTREAM"][..])
-            .query(&mut c)
-            .unwrap();
-        for id in 1..=3 {
-            support::xadd(&mut c, "alerts", &format!(r#"{{"id":{id}}}"#));
-        }
+        group_with_three_entries(&mut c);
         // The replica has the entries before its master dies.
         let _: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut c).unwrap();
     }
     cluster.kill_node(master);
     let s = Stream::new("alerts", "ops");
     let runs = Runs::default();
-    let broker = Broker::with_topology(Topology::cluster(cluster.seeds()))
-        .startup_timeout(Duration::from_secs(60))
-        .subscribe(
-            &s,
-            ConsumerOptions::default()
-                .with_consumer("c1")
-                .with_block(Duration::from_millis(500)),
-            recording(&runs),
-        )
-        .build()
-        .unwrap();
+    let broker = cluster_consumer(&cluster, &s, &runs);
     // Started before the other nodes even mark the master failed (5 s):
     // it must wait through the refused connections and the promotion.
     broker
         .start()
         .await
         .expect("start() waits while the cluster replaces a dead master");
-    eventually("the 3 entries handled", WAIT, || handled(&runs) == 3).await;
+    eventually("the 3 entries handled", WAIT, || runs.ids() == 3).await;
     broker.publish(&s, &Job { id: 4 }).await.unwrap();
     eventually("the entry published after start handled", WAIT, || {
-        handled(&runs) == 4
+        runs.ids() == 4
     })
     .await;
-    assert_eq!(reruns(&runs), Vec::<u64>::new());
+    assert_eq!(runs.reruns(), Vec::<u64>::new());
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 
@@ -175,13 +150,7 @@ async fn start_during_a_slot_migration_consumes_once_it_settles() {
     let to = (from + 1) % 3;
     {
         let mut c = cluster.conn_for_key("alerts");
-        let _: () = redis::cmd("XGROUP")
-            .arg(&["CREATE", "alerts", "ops", "0", "MKSTREAM"][..])
-            .query(&mut c)
-            .unwrap();
-        for id in 1..=3 {
-            support::xadd(&mut c, "alerts", &format!(r#"{{"id":{id}}}"#));
-        }
+        group_with_three_entries(&mut c);
     }
     // Half-way: the keys are on the target, the source answers `ASK` for
     // them, and `CLUSTER SLOTS` still names the source.
@@ -189,29 +158,19 @@ async fn start_during_a_slot_migration_consumes_once_it_settles() {
     assert_eq!(migration.move_keys(&cluster), 1, "the stream moved");
     let s = Stream::new("alerts", "ops");
     let runs = Runs::default();
-    let broker = Broker::with_topology(Topology::cluster(cluster.seeds()))
-        .startup_timeout(Duration::from_secs(60))
-        .subscribe(
-            &s,
-            ConsumerOptions::default()
-                .with_consumer("c1")
-                .with_block(Duration::from_millis(500)),
-            recording(&runs),
-        )
-        .build()
-        .unwrap();
+    let broker = cluster_consumer(&cluster, &s, &runs);
     broker
         .start()
         .await
         .expect("start() works while the slot migrates");
     migration.finish(&cluster);
-    eventually("the 3 entries handled", WAIT, || handled(&runs) == 3).await;
+    eventually("the 3 entries handled", WAIT, || runs.ids() == 3).await;
     broker.publish(&s, &Job { id: 4 }).await.unwrap();
     eventually("the entry published after the move handled", WAIT, || {
-        handled(&runs) == 4
+        runs.ids() == 4
     })
     .await;
-    assert_eq!(reruns(&runs), Vec::<u64>::new());
+    assert_eq!(runs.reruns(), Vec::<u64>::new());
     let mut c = cluster.conn_for_key("alerts");
     eventually("nothing pending", WAIT, || {
         pending_count(&mut c, "alerts", "ops") == 0

@@ -21,6 +21,7 @@ use process::Process;
 pub mod cluster;
 mod loading;
 mod process;
+pub mod runs;
 pub mod sentinel;
 pub mod server;
 pub mod tls;

@@ -6,6 +6,16 @@
 use super::*;
 
 impl Loop {
+    /// `heartbeat_ttl` in ms, as a script argument.
+    fn ttl_ms(&self) -> Vec<u8> {
+        self.sub
+            .opts
+            .heartbeat_ttl
+            .as_millis()
+            .to_string()
+            .into_bytes()
+    }
+
     pub(super) fn beat_eval(&self) -> Eval {
         let k = &self.sub.keys;
         Eval {
@@ -13,12 +23,7 @@ impl Loop {
             keys: vec![k.registry.clone().into(), k.heartbeat.clone().into()],
             args: vec![
                 self.sub.consumer.as_bytes().to_vec(),
-                self.sub
-                    .opts
-                    .heartbeat_ttl
-                    .as_millis()
-                    .to_string()
-                    .into_bytes(),
+                self.ttl_ms(),
                 self.token.clone().into_bytes(),
             ],
         }
@@ -34,12 +39,7 @@ impl Loop {
                 self.sub.consumer.as_bytes().to_vec(),
                 // A consumer whose record is missing gets one window of
                 // this consumer's ttl to beat again before it counts as dead.
-                self.sub
-                    .opts
-                    .heartbeat_ttl
-                    .as_millis()
-                    .to_string()
-                    .into_bytes(),
+                self.ttl_ms(),
             ],
         }
     }
