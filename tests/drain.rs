@@ -70,6 +70,28 @@ fn sigterm_during_a_handler_within_the_drain_deadline_acks_and_exits_0() {
 }
 
 #[test]
+fn a_long_drain_says_every_few_seconds_what_it_waits_for() {
+    let redis = RedisServer::start();
+    let mut w = busy_worker(&redis, "30000", 7000);
+    w.signal("TERM");
+    assert_eq!(w.wait_exit(WAIT), Some(0));
+    assert_eq!(w.handled(), [(1, 1)]);
+    let log = w.log();
+    let progress: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("draining: handlers still running"))
+        .collect();
+    assert!(
+        !progress.is_empty()
+            && progress.iter().all(|l| l.contains("name=tasks")
+                && l.contains("handlers=1")
+                && l.contains("left_ms=")),
+        "a line naming the stream, the running handler and the time left, every 5 s:\n{}",
+        log.join("\n")
+    );
+}
+
+#[test]
 fn a_drain_past_its_deadline_exits_3_and_leaves_the_entry_pending() {
     let redis = RedisServer::start();
     let mut w = busy_worker(&redis, "200", 2000);

@@ -345,6 +345,23 @@ async fn unreachable_redis_fails_start_at_once_with_a_connection_error() {
     assert_eq!(broker.phase(), Phase::Stopped);
 }
 
+#[test]
+fn a_database_the_server_refuses_is_not_called_unreachable() {
+    let redis = RedisServer::start();
+    let mut w = support::Worker::spawn_starting(
+        &format!("{}/99", redis.url()),
+        &support::worker_env("w1", &[]),
+    );
+    assert_eq!(w.wait_exit(Duration::from_secs(30)), Some(1));
+    let log = w.log().join("\n");
+    assert!(
+        log.contains("redis refused the connection's setup; start failed")
+            && log.contains("DB index is out of range")
+            && !log.contains("unreachable"),
+        "the server answered: it refused the database, naming it:\n{log}"
+    );
+}
+
 #[actix_rt::test]
 async fn busygroup_is_fine_and_a_wrong_key_type_fails_group_creation() {
     let redis = RedisServer::start();

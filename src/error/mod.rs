@@ -270,7 +270,7 @@ impl Error {
     /// answered one.
     pub(crate) fn code(&self) -> Option<&str> {
         match self {
-            Error::Redis(e) => e.code(),
+            Error::Redis(e) | Error::Connect(e) => e.code(),
             _ => None,
         }
     }

@@ -35,6 +35,11 @@ pub(crate) async fn connect(
     let fail = |e: Error| {
         let server = connector.describe();
         match e.class() {
+            // The server answered, with an error, while the connection was
+            // set up (a database number it does not have, say).
+            Class::Connection if e.code().is_some() => {
+                tracing::error!(server, error = %e, "redis refused the connection's setup; start failed")
+            }
             Class::Connection => {
                 tracing::error!(server, error = %e, "redis is unreachable; start failed")
             }

@@ -164,7 +164,8 @@ pub(crate) async fn consume(
     if left > 0 {
         tracing::info!(channel = %sub.name, messages = left, "dropping buffered messages not yet handled (Pub/Sub is at most once)");
     }
-    let timed_out = drain::finish_running(&mut running, deadline, |done| {
+    let mut progress = drain::Progress::new("channel", sub.name.clone());
+    let timed_out = drain::finish_running(&mut running, deadline, &mut progress, |done| {
         finished(&sub, &metrics, done);
     })
     .await;

@@ -30,6 +30,7 @@ use super::scripts::{
 use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
+use crate::delivery::drain::Progress;
 use crate::delivery::handler::{self, Ran, Run};
 use crate::delivery::liveness::{Liveness, Stall};
 use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader, late};

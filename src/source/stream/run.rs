@@ -27,6 +27,7 @@ mod settle;
 
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
+use crate::delivery::drain::Progress;
 use crate::delivery::handler::{self, Ran, Run};
 use crate::delivery::liveness::{Liveness, Stall};
 use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader, late};
@@ -140,6 +141,7 @@ pub(crate) async fn consume(
         handler_time: Ewma::default(),
         round_trip: Ewma::default(),
         deadline: None,
+        progress: None,
         unblock_at: None,
         report: ConsumerReport::default(),
         in_flight_shown: 0,
@@ -289,6 +291,8 @@ struct Loop {
     side: FuturesUnordered<LocalBoxFuture<'static, ()>>,
     /// Set once draining.
     deadline: Option<Instant>,
+    /// The drain's progress line, once draining.
+    progress: Option<Progress>,
     /// When to send (again) CLIENT UNBLOCK to the blocked read while draining.
     unblock_at: Option<tokio::time::Instant>,
     report: ConsumerReport,
@@ -302,6 +306,7 @@ impl Loop {
             (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
         let (mut prune_alarm, mut unblock_alarm, mut deadline_alarm, mut ack_alarm) =
             (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
+        let mut progress_alarm = Alarm::new();
         loop {
             if self.deadline.is_none() {
                 self.start_queued();
@@ -376,6 +381,7 @@ impl Loop {
 
             let deadline = self.deadline.map(tokio::time::Instant::from_std);
             let unblock_at = self.unblock_at;
+            let progress_due = self.progress.as_ref().map(Progress::due);
             let retry_at = self.waiting.next_due().filter(|_| self.deadline.is_none());
             let renew_at = self.lease.as_ref().and_then(Liveness::due);
             let refresh_at = self.refresh.due();
@@ -430,6 +436,11 @@ impl Loop {
                 () = ack_alarm.until(ack_due), if ack_due.is_some() => {}
                 () = unblock_alarm.until(unblock_at), if unblock_at.is_some() => {
                     self.unblock();
+                }
+                () = progress_alarm.until(progress_due), if progress_due.is_some() => {
+                    if let (Some(p), Some(d)) = (self.progress.as_mut(), self.deadline) {
+                        p.tell(self.running.len(), d);
+                    }
                 }
                 () = deadline_alarm.until(deadline), if deadline.is_some() => {
                     self.abandon();

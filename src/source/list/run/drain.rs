@@ -18,6 +18,7 @@ impl Loop {
         let mut beat_alarm = Alarm::new();
         let reliable = self.reliable();
         let mut timed_out = false;
+        let mut progress = Progress::new("list", self.sub.keys.list.clone());
         loop {
             if self.read.is_none() && self.running.is_empty() && self.side.is_empty() {
                 break;
@@ -44,6 +45,7 @@ impl Loop {
                         self.side.push(sent);
                     }
                 }
+                () = tokio::time::sleep_until(progress.due()) => progress.tell(self.running.len(), deadline),
                 () = tokio::time::sleep_until(until) => {
                     timed_out = !self.running.is_empty() || !self.side.is_empty();
                     break;

@@ -11,6 +11,7 @@ impl Loop {
             return;
         }
         self.deadline = Some(deadline);
+        self.progress = Some(Progress::new("stream", self.sub.names.name.clone()));
         self.hand_back();
         self.hand_back_waiting();
         if self.read.is_some() {
