@@ -326,6 +326,78 @@ fn dead_letters_are_listed_shown_redriven_and_purged() {
     assert_eq!(text.trim(), "no dead letters in orders-dlq");
 }
 
+/// Raw output: stdout and stderr as bytes, whatever the exit code.
+fn raw(url: &str, args: &[&str]) -> Vec<u8> {
+    let out = rillkit(url, args);
+    let mut all = out.stdout;
+    all.extend(out.stderr);
+    all
+}
+
+#[test]
+fn names_from_the_server_never_reach_the_terminal_raw() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    // A title change, a bell and a screen clear in a stream name, colour and
+    // a clear in the group's and the consumer's.
+    let stream = "ev\x1b]0;PWN\x07\x1b[2J";
+    let (group, consumer) = ("g\x1b[31m", "c\x1b[2J");
+    xadd(&mut c, stream, r#"{"id":1}"#);
+    let _: () = redis::cmd("XGROUP")
+        .arg(&["CREATE", stream, group, "0"])
+        .query(&mut c)
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg(&["GROUP", group, consumer, "STREAMS", stream, ">"])
+        .query(&mut c)
+        .unwrap();
+    let dlq = format!("{stream}-dlq");
+    let id: String = redis::cmd("XADD")
+        .arg(&dlq)
+        .arg("*")
+        .arg(&[
+            "data",
+            "{}",
+            "origin_stream",
+            stream,
+            "origin_id",
+            "1-0",
+            "origin_group",
+            group,
+            "origin_consumer",
+            consumer,
+            "delivery_count",
+            "4",
+            "error",
+            "boom\x1b[2J",
+            "failed_at_ms",
+            "1700000000000",
+        ])
+        .query(&mut c)
+        .unwrap();
+    for args in [
+        vec!["status"],
+        vec!["pending", stream, group],
+        vec!["consumers", stream, group],
+        vec!["dlq", "list", stream],
+        vec!["dlq", "show", stream, &id],
+        vec!["dlq", "show", stream, "9-9"],
+    ] {
+        let out = raw(&url, &args);
+        assert!(
+            !out.iter().any(|b| *b == 0x1b || *b == 0x07),
+            "rillkit {args:?} printed control bytes: {:?}",
+            String::from_utf8_lossy(&out)
+        );
+        assert!(
+            String::from_utf8_lossy(&out).contains("\\u{1b}"),
+            "rillkit {args:?} shows them escaped: {:?}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+}
+
 #[test]
 fn exit_codes_are_the_documented_ones() {
     // 78: bad configuration.

@@ -284,7 +284,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("rillkit: {}", f.message());
+            eprintln!("rillkit: {}", text(f.message().as_bytes()));
             ExitCode::from(f.exit_code())
         }
     }
@@ -577,7 +577,7 @@ async fn consumers(
         println!(
             "pruned {} idle consumer(s): {}",
             pruned.len(),
-            pruned.join(", ")
+            text(pruned.join(", ").as_bytes())
         );
     }
     if list.is_empty() {
@@ -608,7 +608,7 @@ async fn dlq(admin: &Admin, cmd: &Dlq, as_json: bool) -> Result<(), Failure> {
                 return Ok(());
             }
             if list.is_empty() {
-                println!("no dead letters in {dlq}");
+                println!("no dead letters in {}", text(dlq.as_bytes()));
                 return Ok(());
             }
             let now = now_ms();
@@ -657,10 +657,10 @@ async fn dlq(admin: &Admin, cmd: &Dlq, as_json: bool) -> Result<(), Failure> {
             println!("id:               {}", d.id);
             match &d.origin {
                 Some(o) => {
-                    println!("origin stream:    {}", o.stream);
+                    println!("origin stream:    {}", text(o.stream.as_bytes()));
                     println!("origin id:        {}", o.id);
-                    println!("origin group:     {}", o.group);
-                    println!("origin consumer:  {}", o.consumer);
+                    println!("origin group:     {}", text(o.group.as_bytes()));
+                    println!("origin consumer:  {}", text(o.consumer.as_bytes()));
                     println!("delivery count:   {}", o.delivery_count);
                     println!(
                         "failed at ms:     {} ({} ago)",
@@ -705,14 +705,20 @@ async fn dlq(admin: &Admin, cmd: &Dlq, as_json: bool) -> Result<(), Failure> {
                 return Ok(());
             }
             for r in &report.redriven {
-                println!("{} -> {} {}", r.dead_letter, r.stream, r.id);
+                println!(
+                    "{} -> {} {}",
+                    r.dead_letter,
+                    text(r.stream.as_bytes()),
+                    r.id
+                );
             }
             for s in &report.skipped {
-                println!("{} skipped: {}", s.id, s.reason);
+                println!("{} skipped: {}", s.id, text(s.reason.as_bytes()));
             }
             println!(
-                "redrove {} dead letter(s) from {dlq}, skipped {}",
+                "redrove {} dead letter(s) from {}, skipped {}",
                 report.count(),
+                text(dlq.as_bytes()),
                 report.skipped.len()
             );
             Ok(())
@@ -730,7 +736,10 @@ async fn dlq(admin: &Admin, cmd: &Dlq, as_json: bool) -> Result<(), Failure> {
             if as_json {
                 print_json(&json!({ "dlq": dlq, "deleted": deleted }));
             } else {
-                println!("deleted {deleted} dead letter(s) from {dlq}");
+                println!(
+                    "deleted {deleted} dead letter(s) from {}",
+                    text(dlq.as_bytes())
+                );
             }
             Ok(())
         }

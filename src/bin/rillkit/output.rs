@@ -6,8 +6,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rillkit::admin::{DeadLetter, StreamEntry};
 use serde_json::{Map, Value, json};
 
-/// Columns left-aligned, two spaces apart, one header line.
+/// Columns left-aligned, two spaces apart, one header line. Every cell is
+/// escaped ([`text`]): names come from the server, and a stream, group or
+/// consumer name may hold terminal control sequences.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| text(c.as_bytes())).collect())
+        .collect();
+    let rows = rows.as_slice();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -54,8 +61,9 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// A field name or value as text: UTF-8 (lossy), control characters
-/// escaped so one entry stays on one line.
+/// A name, field or value as text to print: UTF-8 (lossy), control
+/// characters escaped (`\n`, `\u{1b}`…), so one entry stays on one line and
+/// nothing read from the server can drive the terminal.
 pub fn text(bytes: &[u8]) -> String {
     let mut out = String::new();
     for c in String::from_utf8_lossy(bytes).chars() {
