@@ -399,6 +399,44 @@ fn names_from_the_server_never_reach_the_terminal_raw() {
 }
 
 #[test]
+fn a_misspelt_name_is_not_taken_for_an_empty_stream() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    xadd(&mut c, "orders", r#"{"id":1}"#);
+    let _: () = redis::cmd("XGROUP")
+        .arg(&["CREATE", "orders", "billing", "0"])
+        .query(&mut c)
+        .unwrap();
+    dead_letter(&mut c, "orders-dlq", "1-0", "boom");
+    xadd(&mut c, "audit", "{}");
+
+    for args in [
+        vec!["tail", "nosuch"],
+        vec!["dlq", "list", "nosuch"],
+        vec!["dlq", "purge", "nosuch", "--yes"],
+        vec!["dlq", "redrive", "nosuch"],
+    ] {
+        let (code, err) = fails(&url, &args);
+        assert_eq!(code, 1, "rillkit {args:?}: {err}");
+        assert!(
+            err.contains("no stream \"nosuch\""),
+            "rillkit {args:?}: {err}"
+        );
+    }
+    // The dead-letter stream named instead of its origin.
+    let (code, err) = fails(&url, &["dlq", "list", "orders-dlq"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("name its origin: \"orders\""), "{err}");
+    // What exists but holds nothing is still an empty answer, exit 0.
+    assert!(ok(&url, &["dlq", "list", "audit"]).contains("no dead letters"));
+    assert_eq!(ok(&url, &["dlq", "list", "orders"]).lines().count(), 2);
+    // `--count 0` is a usage error, not "nothing pending".
+    let (code, err) = fails(&url, &["pending", "orders", "billing", "--count", "0"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
 fn exit_codes_are_the_documented_ones() {
     // 78: bad configuration.
     let (code, err) = fails("localhost:6379", &["status"]);

@@ -224,12 +224,46 @@ impl Select {
         }
         f
     }
+}
 
-    fn dlq(&self, admin: &Admin) -> String {
-        self.dlq
-            .clone()
-            .unwrap_or_else(|| admin.dlq_of(&self.stream))
+/// Whether `key` holds a stream: a non-empty one (`XLEN`), or an empty one
+/// (`XINFO GROUPS` answers for it; for a missing key it fails).
+async fn stream_exists(admin: &Admin, key: &str) -> Result<bool, Failure> {
+    Ok(admin.stream_len(key).await? > 0 || admin.groups(key).await.is_ok())
+}
+
+/// Fails with "not found" when `stream` is not there, so a misspelt name is
+/// not mistaken for an empty stream.
+async fn existing(admin: &Admin, stream: &str) -> Result<(), Failure> {
+    if stream_exists(admin, stream).await? {
+        return Ok(());
     }
+    Err(Failure::NotFound(format!("no stream {stream:?}")))
+}
+
+/// The dead-letter stream to act on: `explicit` (`--dlq`), or `stream`'s.
+/// When neither it nor `stream` exists, the name is taken for a typo and
+/// the command fails ("not found"); when `stream` is itself a dead-letter
+/// stream, the error says to name its origin instead.
+async fn dead_letter_stream(
+    admin: &Admin,
+    stream: &str,
+    explicit: Option<&str>,
+) -> Result<String, Failure> {
+    let dlq = explicit.map_or_else(|| admin.dlq_of(stream), str::to_owned);
+    if stream_exists(admin, &dlq).await? || stream_exists(admin, stream).await? {
+        if explicit.is_none() && !stream_exists(admin, &dlq).await? {
+            if let Some(origin) = stream.strip_suffix("-dlq") {
+                return Err(Failure::NotFound(format!(
+                    "{stream:?} has no dead-letter stream {dlq:?}; to see its dead letters, name its origin: {origin:?}"
+                )));
+            }
+        }
+        return Ok(dlq);
+    }
+    Err(Failure::NotFound(format!(
+        "no stream {stream:?} and no dead-letter stream {dlq:?}"
+    )))
 }
 
 /// Why the tool stops early, and with which exit code.
@@ -376,6 +410,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Tail { stream, count } => {
+            existing(&admin, stream).await?;
             let mut entries = admin.newest(stream, *count).await?;
             entries.reverse();
             if cli.json {
@@ -508,6 +543,11 @@ async fn pending(
     count: usize,
     as_json: bool,
 ) -> Result<(), Failure> {
+    if count == 0 {
+        return Err(Failure::Usage(
+            "--count 0 would show nothing; give at least 1".into(),
+        ));
+    }
     let entries = admin.pending(stream, group, count).await?;
     if as_json {
         let list: Vec<_> = entries
@@ -598,7 +638,7 @@ const LIST_COUNT: usize = 100;
 async fn dlq(admin: &Admin, cmd: &Dlq, as_json: bool) -> Result<(), Failure> {
     match cmd {
         Dlq::List { select } => {
-            let dlq = select.dlq(admin);
+            let dlq = dead_letter_stream(admin, &select.stream, select.dlq.as_deref()).await?;
             let list = admin
                 .dead_letters(&dlq, &select.filter(Some(LIST_COUNT)))
                 .await?;
@@ -643,7 +683,7 @@ async fn dlq(admin: &Admin, cmd: &Dlq, as_json: bool) -> Result<(), Failure> {
             Ok(())
         }
         Dlq::Show { stream, id, dlq } => {
-            let dlq = dlq.clone().unwrap_or_else(|| admin.dlq_of(stream));
+            let dlq = dead_letter_stream(admin, stream, dlq.as_deref()).await?;
             let found = admin
                 .dead_letters(&dlq, &DeadLetterFilter::new().with_id(id.clone()))
                 .await?;
@@ -678,7 +718,7 @@ async fn dlq(admin: &Admin, cmd: &Dlq, as_json: bool) -> Result<(), Failure> {
             Ok(())
         }
         Dlq::Redrive { select } => {
-            let dlq = select.dlq(admin);
+            let dlq = dead_letter_stream(admin, &select.stream, select.dlq.as_deref()).await?;
             let report = admin.redrive(&dlq, &select.filter(None)).await?;
             if as_json {
                 let redriven: Vec<_> = report
@@ -724,7 +764,7 @@ async fn dlq(admin: &Admin, cmd: &Dlq, as_json: bool) -> Result<(), Failure> {
             Ok(())
         }
         Dlq::Purge { select, yes } => {
-            let dlq = select.dlq(admin);
+            let dlq = dead_letter_stream(admin, &select.stream, select.dlq.as_deref()).await?;
             let filter = select.filter(None);
             if !yes {
                 let would = admin.dead_letters(&dlq, &filter).await?.len();
