@@ -49,6 +49,18 @@ fn cluster_consumer(cluster: &RedisCluster, s: &Stream, runs: &Runs) -> Broker {
         .unwrap()
 }
 
+/// The 3 entries there before the start are handled, then one published
+/// after it, and none twice.
+async fn consumes_all_once(broker: &Broker, s: &Stream, runs: &Runs) {
+    eventually("the 3 entries handled", WAIT, || runs.ids() == 3).await;
+    broker.publish(s, &Job { id: 4 }).await.unwrap();
+    eventually("the entry published after start handled", WAIT, || {
+        runs.ids() == 4
+    })
+    .await;
+    assert_eq!(runs.reruns(), Vec::<u64>::new());
+}
+
 #[actix_rt::test]
 async fn start_waits_for_a_free_connection_slot() {
     support::init_tracing();
@@ -131,13 +143,7 @@ async fn start_waits_while_a_dead_cluster_master_is_replaced() {
         .start()
         .await
         .expect("start() waits while the cluster replaces a dead master");
-    eventually("the 3 entries handled", WAIT, || runs.ids() == 3).await;
-    broker.publish(&s, &Job { id: 4 }).await.unwrap();
-    eventually("the entry published after start handled", WAIT, || {
-        runs.ids() == 4
-    })
-    .await;
-    assert_eq!(runs.reruns(), Vec::<u64>::new());
+    consumes_all_once(&broker, &s, &runs).await;
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 
@@ -164,13 +170,7 @@ async fn start_during_a_slot_migration_consumes_once_it_settles() {
         .await
         .expect("start() works while the slot migrates");
     migration.finish(&cluster);
-    eventually("the 3 entries handled", WAIT, || runs.ids() == 3).await;
-    broker.publish(&s, &Job { id: 4 }).await.unwrap();
-    eventually("the entry published after the move handled", WAIT, || {
-        runs.ids() == 4
-    })
-    .await;
-    assert_eq!(runs.reruns(), Vec::<u64>::new());
+    consumes_all_once(&broker, &s, &runs).await;
     let mut c = cluster.conn_for_key("alerts");
     eventually("nothing pending", WAIT, || {
         pending_count(&mut c, "alerts", "ops") == 0

@@ -251,13 +251,14 @@ async fn dead_letter_stream(
     explicit: Option<&str>,
 ) -> Result<String, Failure> {
     let dlq = explicit.map_or_else(|| admin.dlq_of(stream), str::to_owned);
-    if stream_exists(admin, &dlq).await? || stream_exists(admin, stream).await? {
-        if explicit.is_none() && !stream_exists(admin, &dlq).await? {
-            if let Some(origin) = stream.strip_suffix("-dlq") {
-                return Err(Failure::NotFound(format!(
-                    "{stream:?} has no dead-letter stream {dlq:?}; to see its dead letters, name its origin: {origin:?}"
-                )));
-            }
+    if stream_exists(admin, &dlq).await? {
+        return Ok(dlq);
+    }
+    if stream_exists(admin, stream).await? {
+        if let (None, Some(origin)) = (explicit, stream.strip_suffix("-dlq")) {
+            return Err(Failure::NotFound(format!(
+                "{stream:?} has no dead-letter stream {dlq:?}; to see its dead letters, name its origin: {origin:?}"
+            )));
         }
         return Ok(dlq);
     }

@@ -261,7 +261,6 @@ impl Error {
     pub(crate) fn closed_after_accept(&self) -> bool {
         match self {
             Error::Connect(e) | Error::Redis(e) => class::closed_after_accept(e),
-            Error::StartupTimeout { last, .. } => last.closed_after_accept(),
             _ => false,
         }
     }

@@ -15,10 +15,11 @@ use crate::error::Error;
 /// for a client's replies (1 MB hard, 512 KB soft on some).
 pub(crate) const CHUNK_BYTES: usize = 128 * 1024;
 
-/// KEYS: stream. ARGV: entry id, byte offset, window size. The entry's
-/// field names and values, laid end to end, are read from the offset for at
-/// most the window's bytes. Answers `{lengths of every name and value, the
-/// window's bytes}`, or false when the entry is gone (deleted, trimmed).
+/// The [`read_in_pieces`] script of a stream entry. KEYS: stream. ARGV:
+/// entry id, byte offset, window size. The entry's field names and values,
+/// laid end to end, are read from the offset for at most the window's
+/// bytes. Answers `{lengths of every name and value, the window's bytes}`,
+/// or false when the entry is gone (deleted, trimmed).
 const CHUNK_LUA: &str = r#"
 local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
 if #e == 0 then return false end
@@ -40,56 +41,83 @@ return {lens, table.concat(out)}
 
 static CHUNK: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CHUNK_LUA));
 
-/// An entry's field/value pairs, read [`CHUNK_BYTES`] at a time with a
-/// script (`EVALSHA`), or `None` when the entry is gone.
+/// Reads one value in windows of [`CHUNK_BYTES`] with `script`, which
+/// takes `KEYS[1] = key`, `ARGV = {at, byte offset, window size}` and
+/// answers `{lengths of the value's parts, the window's bytes}` (its parts
+/// laid end to end), or false when the value is gone. Answers the lengths
+/// and every byte, or `None` when it is gone. `what` names the value in
+/// errors.
 ///
 /// # Errors
-/// What the server answered to a piece (a dropped connection, `NOPERM` for
-/// `EVALSHA` or for the `XRANGE` inside it), or an unparsable piece.
-pub(crate) async fn fetch_entry(
+/// What the server answered to a window (a dropped connection, `NOPERM`
+/// for `EVALSHA` or for a command inside the script), or windows that do
+/// not add up (the value changed while it was read).
+pub(crate) async fn read_in_pieces(
     conn: &mut MultiplexedConnection,
-    stream: &str,
-    id: &str,
-) -> Result<Option<Vec<(Vec<u8>, Vec<u8>)>>, Error> {
+    script: &redis::Script,
+    key: &str,
+    at: &str,
+    what: &str,
+) -> Result<Option<(Vec<usize>, Vec<u8>)>, Error> {
     let mut bytes: Vec<u8> = Vec::new();
-    let mut lens: Vec<usize> = Vec::new();
+    let mut lens: Option<Vec<usize>> = None;
     loop {
-        let piece: Option<(Vec<usize>, Vec<u8>)> = CHUNK
-            .key(stream)
-            .arg(id)
+        let piece: Option<(Vec<usize>, Vec<u8>)> = script
+            .key(key)
+            .arg(at)
             .arg(bytes.len())
             .arg(CHUNK_BYTES)
             .invoke_async(conn)
             .await
             .map_err(Error::from_redis)?;
-        let Some((l, chunk)) = piece else {
+        let Some((l, window)) = piece else {
             return Ok(None);
         };
-        if !lens.is_empty() && l != lens {
-            // Entries never change; a different layout is a different entry
-            // under the same id (the stream was deleted and written again).
+        if lens.as_ref().is_some_and(|known| *known != l) {
             return Err(Error::unparsable(
-                "entry piece",
-                format!("entry {id} changed while it was read in pieces"),
+                "a piece",
+                format!("{what} changed while it was read in pieces"),
             ));
         }
-        lens = l;
-        let total: usize = lens.iter().sum();
-        if chunk.is_empty() && bytes.len() < total {
+        let total: usize = l.iter().sum();
+        lens = Some(l);
+        if window.is_empty() && bytes.len() < total {
             return Err(Error::unparsable(
-                "entry piece",
-                format!("an empty piece of entry {id} at byte {}", bytes.len()),
+                "a piece",
+                format!("an empty piece of {what} at byte {}", bytes.len()),
             ));
         }
-        bytes.extend_from_slice(&chunk);
+        bytes.extend_from_slice(&window);
         if bytes.len() >= total {
-            break;
+            if bytes.len() > total {
+                return Err(Error::unparsable(
+                    "pieces",
+                    format!("{what}: {} bytes for {total}", bytes.len()),
+                ));
+            }
+            return Ok(Some((lens.unwrap_or_default(), bytes)));
         }
     }
-    if lens.len() % 2 != 0 || bytes.len() != lens.iter().sum::<usize>() {
+}
+
+/// An entry's field/value pairs, read [`CHUNK_BYTES`] at a time
+/// ([`read_in_pieces`]), or `None` when the entry is gone.
+///
+/// # Errors
+/// As [`read_in_pieces`], and an odd number of parts.
+pub(crate) async fn fetch_entry(
+    conn: &mut MultiplexedConnection,
+    stream: &str,
+    id: &str,
+) -> Result<Option<Vec<(Vec<u8>, Vec<u8>)>>, Error> {
+    let what = format!("entry {id}");
+    let Some((lens, bytes)) = read_in_pieces(conn, &CHUNK, stream, id, &what).await? else {
+        return Ok(None);
+    };
+    if lens.len() % 2 != 0 {
         return Err(Error::unparsable(
             "entry pieces",
-            format!("entry {id}: {} bytes for lengths {lens:?}", bytes.len()),
+            format!("{what}: an odd number of parts {lens:?}"),
         ));
     }
     let mut fields = Vec::with_capacity(lens.len() / 2);

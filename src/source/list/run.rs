@@ -40,7 +40,7 @@ use crate::error::Class;
 use crate::error::Error;
 use crate::handler::ItemMeta;
 use crate::kind::SourceKind;
-use crate::redis::chunked::CHUNK_BYTES;
+use crate::redis::chunked::{self, CHUNK_BYTES};
 use crate::redis::{Eval, RedisActor};
 use crate::status::SubscriptionState;
 use crate::telemetry::ConsumerMetrics;
@@ -624,8 +624,7 @@ async fn pop_counted(
     Ok(vec![(item, n)])
 }
 
-/// The item at the head of `processing` (`len` bytes), read
-/// [`CHUNK_BYTES`] at a time with `ITEM_PIECE`.
+/// The item at the head of `processing` (`len` bytes), read in pieces.
 ///
 /// # Errors
 /// What the server answered, or an item that is gone or changed meanwhile
@@ -636,28 +635,12 @@ async fn read_in_pieces(
     processing: &str,
     len: usize,
 ) -> Result<Vec<u8>, Error> {
-    let mut item = Vec::with_capacity(len);
-    while item.len() < len {
-        let piece: Option<(usize, Vec<u8>)> = ITEM_PIECE
-            .key(processing)
-            .arg(0)
-            .arg(item.len())
-            .arg(CHUNK_BYTES)
-            .invoke_async(conn)
-            .await
-            .map_err(Error::from_redis)?;
-        match piece {
-            Some((n, bytes)) if n == len && !bytes.is_empty() => item.extend_from_slice(&bytes),
-            other => {
-                return Err(Error::unparsable(
-                    "a list item piece",
-                    format!(
-                        "the item at the head of {processing} ({len} bytes) changed or went while it was read: {:?}",
-                        other.map(|(n, b)| (n, b.len()))
-                    ),
-                ));
-            }
-        }
+    let what = format!("the item at the head of {processing} ({len} bytes)");
+    match chunked::read_in_pieces(conn, &ITEM_PIECE, processing, "0", &what).await? {
+        Some((lens, item)) if lens == [len] => Ok(item),
+        _ => Err(Error::unparsable(
+            "a list item piece",
+            format!("{what} changed or went while it was read"),
+        )),
     }
-    Ok(item)
 }

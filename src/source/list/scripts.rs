@@ -207,9 +207,9 @@ return out
     )
 });
 
-/// A window of the item at `ARGV[1]` (an index) of the processing list:
-/// `{its length, its bytes from ARGV[2] for ARGV[3]}`, or false when there
-/// is no such item.
+/// A window of the item at `ARGV[1]` (an index) of the processing list,
+/// for `redis::chunked::read_in_pieces`: `{{its length}, its bytes from
+/// ARGV[2] for ARGV[3]}`, or false when there is no such item.
 /// KEYS: processing. ARGV: index, byte offset, window size.
 pub(super) static ITEM_PIECE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -219,7 +219,7 @@ if not item then
   return false
 end
 local from = tonumber(ARGV[2]) + 1
-return {#item, string.sub(item, from, from + tonumber(ARGV[3]) - 1)}
+return {{#item}, string.sub(item, from, from + tonumber(ARGV[3]) - 1)}
 ",
     )
 });
