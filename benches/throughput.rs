@@ -189,7 +189,7 @@ async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
             move |e: Entry| {
                 sm.fetch_add(e.value, Ordering::Relaxed);
                 h.fetch_add(1, Ordering::Relaxed);
-                std::future::ready(Ok(()))
+                std::future::ready(HandlerResult::Ok(()))
             },
         )
         .build()
@@ -240,7 +240,7 @@ async fn list_consume(url: &str, key: &str, n: u64, concurrency: usize, at_most_
     let broker = Broker::builder(url)
         .subscribe_list(&list, opts, move |_: Entry| {
             h.fetch_add(1, Ordering::Relaxed);
-            std::future::ready(Ok(()))
+            std::future::ready(HandlerResult::Ok(()))
         })
         .build()
         .unwrap();
@@ -287,7 +287,7 @@ async fn cluster_consume(cluster: &support::RedisCluster, streams: &[String], n_
                 .with_block(Duration::from_millis(100)),
             move |_: Entry| {
                 h.fetch_add(1, Ordering::Relaxed);
-                std::future::ready(Ok(()))
+                std::future::ready(HandlerResult::Ok(()))
             },
         );
     }
@@ -317,7 +317,7 @@ async fn cluster_stop_ms(cluster: &support::RedisCluster, streams: &[String]) ->
         builder = builder.subscribe(
             &Stream::new(name, "idle"),
             ConsumerOptions::default().with_block(Duration::from_secs(5)),
-            |_: Entry| std::future::ready(Ok(())),
+            |_: Entry| std::future::ready(HandlerResult::Ok(())),
         );
     }
     let broker = builder.build().unwrap();
@@ -494,7 +494,7 @@ async fn slow_handler_rate(url: &str, concurrency: usize, sleep: Duration, n: u6
                 async move {
                     tokio::time::sleep(sleep).await;
                     h.fetch_add(1, Ordering::Relaxed);
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )
@@ -572,7 +572,7 @@ async fn fan_rate(url: &str, tag: &str, streams: usize, consumers: usize, total:
                     .with_block(Duration::from_millis(100)),
                 move |_: Entry| {
                     h.fetch_add(1, Ordering::Relaxed);
-                    std::future::ready(Ok(()))
+                    std::future::ready(HandlerResult::Ok(()))
                 },
             );
         }
@@ -606,7 +606,7 @@ async fn latency(url: &str, rate: u64, secs: u64) -> (u64, u64, usize) {
                 .with_block(Duration::from_secs(5)),
             move |e: Entry| {
                 sm.lock().unwrap().push(now_us().saturating_sub(e.sent_us));
-                std::future::ready(Ok(()))
+                std::future::ready(HandlerResult::Ok(()))
             },
         )
         .build()

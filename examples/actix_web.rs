@@ -119,7 +119,7 @@ async fn main() -> std::io::Result<()> {
             ConsumerOptions::default(),
             |order: Order| async move {
                 println!("fulfilling order {} ({:.2})", order.id, order.total);
-                Ok(())
+                HandlerResult::Ok(())
             },
         )
         .build()

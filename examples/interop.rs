@@ -28,7 +28,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 async move {
                     println!("rillkit consumer got: {order}");
                     sink.lock().unwrap().push(order);
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )

@@ -36,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             |task: serde_json::Value| async move {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 println!("handled {task}");
-                Ok(())
+                HandlerResult::Ok(())
             },
         )
         .build()?;

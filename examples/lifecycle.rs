@@ -45,7 +45,7 @@ async fn main() {
             ConsumerOptions::default()
                 .with_consumer("c1")
                 .with_block(Duration::from_millis(200)),
-            |_task: serde_json::Value| async { Ok(()) },
+            |_task: serde_json::Value| async { HandlerResult::Ok(()) },
         )
         .build()
         .expect("valid configuration");

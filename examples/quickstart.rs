@@ -63,7 +63,7 @@ async fn main() {
                         order.id, order.item, order.total
                     );
                     counter.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )

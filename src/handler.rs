@@ -11,14 +11,25 @@ use crate::error::BoxError;
 use crate::stream::{Codec, EntryId};
 
 /// What a handler returns: `Ok(())` acks the entry.
+///
+/// A handler may return any `Result<(), E>` whose error converts into a
+/// [`HandlerError`] (every `std::error::Error + Send + Sync`,
+/// `anyhow::Error`, `Box<dyn Error + Send + Sync>`, `String`, `&str`):
+/// `anyhow::Result<()>` with `bail!`, `ensure!` and `.context(…)?` works.
+/// This alias is the one that says what rillkit does with the error.
 pub type HandlerResult = Result<(), HandlerError>;
+
+/// Error text kept for logs, dead letters and status: longer text is cut
+/// (at a character boundary) and ends in `…`.
+pub(crate) const MAX_ERROR_TEXT: usize = 4096;
 
 /// Why a handler did not succeed, and what rillkit does about it.
 ///
-/// Anything that converts into a [`BoxError`] converts into
-/// [`HandlerError::Retry`], so `?` works in handlers on every
-/// `std::error::Error + Send + Sync`, `anyhow::Error`, `String`, `&str`, and
-/// `BoxError` (what [`Message::decode`] returns):
+/// Anything that converts into a [`BoxError`] converts into a
+/// `HandlerError`: [`HandlerError::Retry`], or [`HandlerError::Reject`] when
+/// a [`Reject`] is anywhere in its source chain. So `?` works in handlers on
+/// every `std::error::Error + Send + Sync`, `anyhow::Error`, `String`,
+/// `&str`, and `BoxError` (what [`Message::decode`] returns):
 ///
 /// ```
 /// use rillkit::{BoxError, HandlerResult, Json, Message};
@@ -48,12 +59,18 @@ pub type HandlerResult = Result<(), HandlerError>;
 /// # let _ = decode;
 /// ```
 ///
-/// Use [`HandlerError::reject`] for an entry that can never succeed.
+/// Its text (in logs, the dead letter's `error` field and status) is the
+/// whole chain: the error's message, then each of its `source()`s that says
+/// something new, joined by `": "` (what `{:#}` prints for an
+/// `anyhow::Error`), at most 4096 bytes.
+///
+/// Use [`HandlerError::reject`] (or a [`Reject`] in a handler that returns
+/// its own error type) for an entry that can never succeed.
 #[derive(Debug)]
 pub enum HandlerError {
-    /// The entry stays pending (no XACK) and is handled again once it has been
-    /// idle for `claim_idle`, until its delivery count passes `max_retries`;
-    /// then it goes to the dead-letter stream.
+    /// The entry stays pending (no XACK) and runs again after the
+    /// subscription's retry backoff, until its delivery count passes
+    /// `max_retries`; then it goes to the dead-letter stream.
     Retry(BoxError),
     /// The entry can never succeed: it is copied to the dead-letter stream and
     /// acked now, without further runs. (A list item goes to the dead-letter
@@ -81,16 +98,110 @@ impl HandlerError {
 impl fmt::Display for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            HandlerError::Retry(e) => write!(f, "{e}"),
-            HandlerError::Reject(e) => write!(f, "rejected: {e}"),
+            HandlerError::Retry(e) => f.write_str(&chain(&**e)),
+            HandlerError::Reject(e) => write!(f, "rejected: {}", chain(&**e)),
         }
     }
 }
 
 impl<E: Into<BoxError>> From<E> for HandlerError {
     fn from(e: E) -> Self {
-        HandlerError::Retry(e.into())
+        let e = e.into();
+        if Reject::is_in(&*e) {
+            HandlerError::Reject(e)
+        } else {
+            HandlerError::Retry(e)
+        }
     }
+}
+
+/// An error that rejects the entry, for handlers that return their own
+/// error type (`anyhow::Result<()>`, an application's error enum): found
+/// anywhere in the returned error's source chain (also under
+/// `.context(…)`), it makes the error a [`HandlerError::Reject`]: the entry
+/// goes to the dead-letter stream now, without further runs.
+///
+/// ```
+/// use rillkit::{HandlerError, Reject};
+///
+/// fn check(qty: i64) -> anyhow::Result<()> {
+///     if qty < 0 {
+///         anyhow::bail!(Reject::new(format!("negative quantity {qty}")));
+///     }
+///     Ok(())
+/// }
+/// let e = HandlerError::from(anyhow::Context::context(check(-1), "order 7").unwrap_err());
+/// assert!(e.is_reject());
+/// assert_eq!(e.to_string(), "rejected: order 7: negative quantity -1");
+/// ```
+#[derive(Debug)]
+pub struct Reject(BoxError);
+
+impl Reject {
+    /// A rejection for `reason` (a message or an error; its own sources stay
+    /// in the chain).
+    pub fn new(reason: impl Into<BoxError>) -> Self {
+        Reject(reason.into())
+    }
+
+    /// Whether a `Reject` is `e` or one of its sources.
+    fn is_in(e: &(dyn std::error::Error + 'static)) -> bool {
+        let mut cur = Some(e);
+        while let Some(e) = cur {
+            if e.is::<Reject>() {
+                return true;
+            }
+            cur = e.source();
+        }
+        false
+    }
+}
+
+impl fmt::Display for Reject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for Reject {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// `e`'s message and each of its sources that adds something (a source
+/// whose text the message already holds, as error types that print their
+/// cause do, is left out), joined by `": "`, at most [`MAX_ERROR_TEXT`]
+/// bytes.
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cur = e.source();
+    while let Some(source) = cur {
+        if text.len() >= MAX_ERROR_TEXT {
+            break;
+        }
+        let part = source.to_string();
+        if !part.is_empty() && !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cur = source.source();
+    }
+    bounded(text)
+}
+
+/// `text` cut to at most [`MAX_ERROR_TEXT`] bytes at a character boundary,
+/// ending in `…` when cut.
+pub(crate) fn bounded(mut text: String) -> String {
+    if text.len() > MAX_ERROR_TEXT {
+        let mut end = MAX_ERROR_TEXT - '…'.len_utf8();
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
 }
 
 /// One stream entry as a whole-message handler sees it.

@@ -18,7 +18,7 @@
 //!     let broker = Broker::builder("redis://127.0.0.1:6379")
 //!         .subscribe(&orders, ConsumerOptions::default(), |o: Order| async move {
 //!             println!("order {} for {}", o.id, o.total);
-//!             Ok(())
+//!             HandlerResult::Ok(())
 //!         })
 //!         .build()?;
 //!     broker.start().await?;
@@ -79,9 +79,9 @@ pub use broker::{Delivery, ItemDelivery, Removed, SubscriptionHandle};
 pub use connection::{Tls, Topology};
 pub use delivery::RetryBackoff;
 pub use error::{BoxError, ConfigError, Error, HookError, HookFailures};
-pub use handler::{HandlerError, HandlerResult, Message};
+pub use handler::{HandlerError, HandlerResult, Message, Reject};
 pub use kind::SourceKind;
-pub use lifecycle::{Phase, Stage, SupervisorOutcome};
+pub use lifecycle::{Phase, Stage, SupervisorOutcome, shutdown_signal};
 pub use source::channel::{Channel, ChannelOptions};
 pub use source::list::{List, ListOptions};
 pub use source::stream::ConsumerOptions;

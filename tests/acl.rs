@@ -252,7 +252,7 @@ async fn without_client_unblock_stop_waits_out_block() {
     let broker = Broker::builder(url_as(&redis, USER, PASSWORD))
         .subscribe(&s, opts, move |_: Job| {
             h.fetch_add(1, Ordering::SeqCst);
-            async { Ok(()) }
+            async { HandlerResult::Ok(()) }
         })
         .build()
         .unwrap();
@@ -313,7 +313,7 @@ async fn a_wrong_password_fails_start_fast_with_credentials() {
         .subscribe(
             &Stream::new("jobs", "workers"),
             ConsumerOptions::default(),
-            |_: Job| async { Ok(()) },
+            |_: Job| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap();
@@ -355,7 +355,7 @@ async fn start_fails_naming(rule: &str, command_name: &str) {
         .subscribe(
             &Stream::new("jobs", "workers"),
             ConsumerOptions::default(),
-            |_: Job| async { Ok(()) },
+            |_: Job| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap();
@@ -394,7 +394,7 @@ async fn publish_without_xadd_answers_an_error_that_is_not_retryable() {
         .subscribe(
             &s,
             ConsumerOptions::default().with_block(Duration::from_millis(200)),
-            |_: Job| async { Ok(()) },
+            |_: Job| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap();

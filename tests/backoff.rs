@@ -162,7 +162,7 @@ async fn a_drain_hands_a_waiting_entry_back_for_the_rest_of_its_wait() {
     let second = Broker::builder(redis.url())
         .subscribe_message(&s, opts("c2"), move |m: Message| {
             *sr.lock().unwrap() = Some((m.delivery_count, Instant::now()));
-            async { Ok(()) }
+            async { HandlerResult::Ok(()) }
         })
         .build()
         .unwrap();
@@ -195,7 +195,7 @@ fn a_backoff_longer_than_claim_idle_is_refused_by_build() {
                     RetryBackoff::exponential(Duration::from_secs(1))
                         .with_max(Duration::from_secs(60)),
                 ),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap_err();

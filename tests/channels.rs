@@ -40,7 +40,7 @@ async fn published_messages_are_handled_and_a_closed_connection_subscribes_again
                 let s = s.clone();
                 async move {
                     s.lock().unwrap().push(n);
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )
@@ -94,7 +94,7 @@ async fn a_slow_handler_with_a_full_buffer_drops_the_oldest_and_counts_them() {
                 async move {
                     g.acquire().await.unwrap().forget();
                     h.lock().unwrap().push(n);
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )
@@ -147,7 +147,7 @@ async fn a_buffer_full_by_bytes_drops_the_oldest_however_few_messages_it_holds()
                 async move {
                     g.acquire().await.unwrap().forget();
                     h.lock().unwrap().push(n);
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )
@@ -199,7 +199,7 @@ async fn patterns_and_removal_at_run_time() {
                 async move {
                     s.fetch_add(n, Ordering::SeqCst);
                     r.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )
@@ -246,12 +246,12 @@ async fn a_pattern_handler_with_context_learns_the_channel() {
                 let s = s.clone();
                 async move {
                     s.lock().unwrap().push((
-                        d.source.to_string(),
-                        d.pattern.as_deref().map(str::to_owned),
-                        d.attempt,
+                        d.source().to_string(),
+                        d.pattern().map(str::to_owned),
+                        d.attempt(),
                         n,
                     ));
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )

@@ -77,7 +77,9 @@ fn a_dead_letter_name_in_another_slot_fails_the_build_naming_the_fix() {
     let cluster = Topology::cluster(["127.0.0.1:1"]);
     let bad = Stream::new("orders", "billing").with_dlq_name("orders-dlq");
     let e = Broker::with_topology(cluster.clone())
-        .subscribe(&bad, ConsumerOptions::default(), |_: Job| async { Ok(()) })
+        .subscribe(&bad, ConsumerOptions::default(), |_: Job| async {
+            HandlerResult::Ok(())
+        })
         .build()
         .expect_err("orders and orders-dlq hash to different slots");
     match &e {
@@ -92,9 +94,11 @@ fn a_dead_letter_name_in_another_slot_fails_the_build_naming_the_fix() {
     assert_eq!(ok.dlq_for(&cluster), "{orders}-dlq");
     let tagged = Stream::new("{orders}", "billing").with_dlq_name("{orders}:dead");
     Broker::with_topology(cluster)
-        .subscribe(&ok, ConsumerOptions::default(), |_: Job| async { Ok(()) })
+        .subscribe(&ok, ConsumerOptions::default(), |_: Job| async {
+            HandlerResult::Ok(())
+        })
         .subscribe(&tagged, ConsumerOptions::default(), |_: Job| async {
-            Ok(())
+            HandlerResult::Ok(())
         })
         .build()
         .expect("same slots");
@@ -184,7 +188,7 @@ async fn a_slot_migration_mid_stream_loses_nothing_and_repeats_only_entries_in_f
                     // About 2 000 entries a second: the migration lands
                     // mid-stream.
                     tokio::time::sleep(Duration::from_millis(2)).await;
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )
@@ -383,7 +387,7 @@ async fn a_stop_interrupts_the_blocked_read_on_the_node_that_holds_it() {
             ConsumerOptions::default()
                 .with_consumer("c1")
                 .with_block(block),
-            |_: Job| async { Ok(()) },
+            |_: Job| async { HandlerResult::Ok(()) },
         );
     }
     let broker = builder.build().unwrap();
@@ -646,7 +650,7 @@ async fn lists_and_channels_work_on_a_cluster() {
                 let h = h.clone();
                 async move {
                     h.lock().unwrap().push(n);
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )

@@ -83,7 +83,7 @@ async fn a_master_failover_mid_stream_loses_nothing_and_repeats_only_entries_in_
                     // About 2 000 entries a second: the failover lands
                     // mid-stream.
                     tokio::time::sleep(Duration::from_millis(2)).await;
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )
@@ -229,7 +229,7 @@ async fn a_read_blocked_on_the_old_master_moves_to_the_new_one_and_a_stop_interr
                 .with_block(block),
             move |job: Job| {
                 *record.lock().unwrap().jobs.entry(job.id).or_default() += 1;
-                std::future::ready(Ok(()))
+                std::future::ready(HandlerResult::Ok(()))
             },
         )
         .build()

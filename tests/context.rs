@@ -36,16 +36,16 @@ async fn a_typed_handler_sees_id_and_delivery_count_and_publishes_onward() {
                 let (r, onward) = (r.clone(), onward.clone());
                 async move {
                     assert_eq!(
-                        (&*d.stream, &*d.group, &*d.consumer),
+                        (d.stream(), d.group(), d.consumer()),
                         ("payments", "ledger", "c1")
                     );
                     r.lock().unwrap().push((
-                        d.id.to_string(),
+                        d.id().to_string(),
                         amount,
-                        d.delivery_count,
+                        d.delivery_count(),
                         d.is_redelivery(),
                     ));
-                    if amount == 7 && d.delivery_count == 1 {
+                    if amount == 7 && d.delivery_count() == 1 {
                         return Err(HandlerError::retry("the ledger is busy"));
                     }
                     d.broker().publish(&onward, &(amount * 100)).await?;
@@ -55,7 +55,7 @@ async fn a_typed_handler_sees_id_and_delivery_count_and_publishes_onward() {
         )
         .subscribe(&receipts, ConsumerOptions::default(), move |cents: u64| {
             g.lock().unwrap().push(cents);
-            async { Ok(()) }
+            async { HandlerResult::Ok(()) }
         })
         .build()
         .unwrap();

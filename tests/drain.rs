@@ -180,7 +180,7 @@ async fn a_consumer_that_keeps_failing_is_restarted_then_failed_and_run_returns_
         .subscribe(
             &s,
             ConsumerOptions::default().with_block(Duration::from_millis(50)),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap();
@@ -236,7 +236,7 @@ async fn an_unrecoverable_read_error_stops_reading_while_handlers_finish() {
                 st.fetch_add(1, Ordering::SeqCst);
                 async {
                     tokio::time::sleep(Duration::from_millis(700)).await;
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )
@@ -292,7 +292,7 @@ async fn run_until_a_trigger_and_outcomes_combine() {
             ConsumerOptions::default().with_block(Duration::from_secs(5)),
             move |_: u64| {
                 h.fetch_add(1, Ordering::SeqCst);
-                async { Ok(()) }
+                async { HandlerResult::Ok(()) }
             },
         )
         .build()

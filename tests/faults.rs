@@ -417,7 +417,7 @@ async fn a_read_reply_lost_with_its_connection_charges_no_delivery() {
             move |msg: Message| {
                 let job: Job = msg.decode(&rillkit::Json).unwrap();
                 seen2.lock().unwrap().push((job.id, msg.delivery_count));
-                async { Ok(()) }
+                async { HandlerResult::Ok(()) }
             },
         )
         .build()

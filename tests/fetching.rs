@@ -57,8 +57,8 @@ async fn consumer(redis: &RedisServer, name: &str) -> Slow {
                         s.store(true, Ordering::SeqCst);
                         g.acquire().await.unwrap().forget();
                     }
-                    h.lock().unwrap().push((id, d.id.clone()));
-                    Ok(())
+                    h.lock().unwrap().push((id, d.id().clone()));
+                    HandlerResult::Ok(())
                 }
             },
         )

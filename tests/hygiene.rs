@@ -219,7 +219,7 @@ async fn a_consumer_whose_lease_is_taken_stops_reading_until_it_is_free_again() 
                 .with_lease_ttl(Duration::from_millis(600)),
             move |_: u64| {
                 h.fetch_add(1, Ordering::SeqCst);
-                async { Ok(()) }
+                async { HandlerResult::Ok(()) }
             },
         )
         .build()
@@ -288,7 +288,7 @@ async fn a_start_under_a_name_held_elsewhere_fails_at_the_deadline_naming_the_ho
         .subscribe(
             &Stream::new("s", "g"),
             ConsumerOptions::default().with_consumer("c1"),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap();
@@ -324,7 +324,7 @@ async fn without_lease_no_key_is_written() {
             ConsumerOptions::default()
                 .with_consumer("c1")
                 .without_lease(),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap();
@@ -378,7 +378,7 @@ async fn prune_idle_deletes_idle_empty_consumers_and_spares_those_holding_entrie
                 // Long enough that the ghost's entry is not reclaimed here.
                 .with_claim_idle(Duration::from_secs(600))
                 .with_prune_idle(Duration::from_secs(1)),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap();
@@ -463,7 +463,7 @@ async fn prune_idle_spares_live_consumers_waiting_on_a_quiet_stream() {
                     .with_consumer(name)
                     .with_block(Duration::from_millis(200))
                     .with_prune_idle(Duration::from_secs(1)),
-                |_: u64| async { Ok(()) },
+                |_: u64| async { HandlerResult::Ok(()) },
             )
             .build()
             .unwrap()
@@ -508,7 +508,7 @@ fn prune_idle_below_three_blocks_is_refused_at_build() {
             ConsumerOptions::default()
                 .with_block(Duration::from_secs(5))
                 .with_prune_idle(Duration::from_secs(10)),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap_err();
@@ -518,7 +518,7 @@ fn prune_idle_below_three_blocks_is_refused_at_build() {
         .subscribe(
             &Stream::new("s", "g"),
             ConsumerOptions::default().with_lease_ttl(Duration::from_millis(10)),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap_err();

@@ -114,7 +114,7 @@ async fn hooks_run_in_order_around_redis_work() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 h.fetch_add(1, Ordering::SeqCst);
                 push(&l, "handled");
-                Ok(())
+                HandlerResult::Ok(())
             }
         })
         .build()
@@ -158,7 +158,7 @@ async fn on_startup_failure_stops_everything_and_opens_no_connection() {
         .on_shutdown(record(&log, "on_shutdown", None))
         .after_shutdown(record(&log, "after_shutdown", None))
         .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async {
-            Ok(())
+            HandlerResult::Ok(())
         })
         .build()
         .unwrap();
@@ -198,7 +198,7 @@ async fn after_startup_failure_runs_shutdown_path_without_on_shutdown() {
         .on_shutdown(record(&log, "on_shutdown", None))
         .after_shutdown(record(&log, "after_shutdown", None))
         .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async {
-            Ok(())
+            HandlerResult::Ok(())
         })
         .build()
         .unwrap();
@@ -331,7 +331,7 @@ async fn unreachable_redis_fails_start_at_once_with_a_connection_error() {
             async { Ok(()) }
         })
         .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async {
-            Ok(())
+            HandlerResult::Ok(())
         })
         .build()
         .unwrap();
@@ -380,7 +380,9 @@ async fn busygroup_is_fine_and_a_wrong_key_type_fails_group_creation() {
         .query(&mut c)
         .unwrap();
     let ok = Broker::builder(redis.url())
-        .subscribe(&Stream::new("s", "g"), fast(), |_: u64| async { Ok(()) })
+        .subscribe(&Stream::new("s", "g"), fast(), |_: u64| async {
+            HandlerResult::Ok(())
+        })
         .build()
         .unwrap();
     ok.start().await.expect("an existing group is fine");
@@ -388,7 +390,7 @@ async fn busygroup_is_fine_and_a_wrong_key_type_fails_group_creation() {
 
     let bad = Broker::builder(redis.url())
         .subscribe(&Stream::new("not-a-stream", "g"), fast(), |_: u64| async {
-            Ok(())
+            HandlerResult::Ok(())
         })
         .build()
         .unwrap();
@@ -414,7 +416,7 @@ async fn stop_is_idempotent_and_works_from_another_thread() {
         .subscribe(
             &Stream::new("tasks", "g"),
             ConsumerOptions::default(),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap();
@@ -476,7 +478,7 @@ async fn stop_interrupts_a_blocked_read_and_closes_connections() {
             &Stream::new("idle", "g"),
             // A block far longer than the test's patience.
             ConsumerOptions::default().with_block(Duration::from_secs(60)),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap();
@@ -513,7 +515,7 @@ fn invalid_configuration_is_rejected_by_build() {
         .subscribe(
             &s,
             ConsumerOptions::default().with_count(0),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap_err();
@@ -531,12 +533,12 @@ fn invalid_configuration_is_rejected_by_build() {
         .subscribe(
             &s,
             ConsumerOptions::default().with_consumer("c"),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .subscribe(
             &s,
             ConsumerOptions::default().with_consumer("c"),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap_err();
@@ -565,7 +567,7 @@ fn build_names_the_option_and_the_bound_of_each_bad_value() {
     use rillkit::ConfigError;
     fn build_with(s: &Stream, o: ConsumerOptions) -> ConfigError {
         Broker::builder("redis://127.0.0.1")
-            .subscribe(s, o, |_: u64| async { Ok(()) })
+            .subscribe(s, o, |_: u64| async { HandlerResult::Ok(()) })
             .build()
             .unwrap_err()
     }
@@ -715,7 +717,7 @@ async fn a_clean_stop_leaves_the_group_unless_entries_are_pending() {
                     .with_block(Duration::from_millis(50)),
                 move |_: u64| {
                     h.fetch_add(1, Ordering::SeqCst);
-                    async { Ok(()) }
+                    async { HandlerResult::Ok(()) }
                 },
             )
             .build()
@@ -743,7 +745,7 @@ async fn a_clean_stop_leaves_the_group_unless_entries_are_pending() {
             ConsumerOptions::default().with_consumer("slow"),
             |_: u64| async {
                 tokio::time::sleep(Duration::from_secs(30)).await;
-                Ok(())
+                HandlerResult::Ok(())
             },
         )
         .build()

@@ -190,7 +190,7 @@ fn list_consumer(
                     while job.id == hold && !release.load(std::sync::atomic::Ordering::SeqCst) {
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )

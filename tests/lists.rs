@@ -215,7 +215,7 @@ async fn removing_a_list_subscription_cuts_its_blocked_pop_short_and_leaves_the_
                 let s = s.clone();
                 async move {
                     s.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )
@@ -365,7 +365,7 @@ async fn an_item_a_lost_pop_reply_left_on_the_processing_list_is_put_back_and_ru
                 let s = s.clone();
                 async move {
                     s.lock().unwrap().push(job.id);
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )
@@ -427,7 +427,7 @@ async fn a_second_process_under_a_live_list_consumer_name_waits_for_it() {
                     async move {
                         runs.lock().unwrap().push(job.id);
                         gate.acquire().await.unwrap().forget();
-                        Ok(())
+                        HandlerResult::Ok(())
                     }
                 },
             )
@@ -498,8 +498,10 @@ async fn a_list_handler_with_context_sees_the_run_and_publishes_onward() {
             move |job: Job, d: rillkit::ItemDelivery| {
                 let (r, done) = (r.clone(), done.clone());
                 async move {
-                    r.lock().unwrap().push((d.source.to_string(), d.attempt));
-                    if d.attempt < 2 {
+                    r.lock()
+                        .unwrap()
+                        .push((d.source().to_string(), d.attempt()));
+                    if d.attempt() < 2 {
                         return Err(HandlerError::retry("first run fails"));
                     }
                     d.broker().publish_list(&done, &job.id).await?;

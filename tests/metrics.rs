@@ -119,7 +119,7 @@ async fn the_in_flight_gauge_counts_the_running_handlers() {
                 let g = g.clone();
                 async move {
                     g.acquire().await.unwrap().forget();
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )

@@ -48,7 +48,7 @@ async fn the_handler_span_is_a_child_of_the_publishers_span() {
             let r = r.clone();
             async move {
                 r.fetch_add(1, Ordering::SeqCst);
-                Ok(())
+                HandlerResult::Ok(())
             }
         })
         .build()

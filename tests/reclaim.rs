@@ -29,7 +29,7 @@ fn counting_broker(url: &str, s: &Stream, opts: ConsumerOptions, seen: &Seen) ->
             let seen = seen.clone();
             async move {
                 *seen.lock().unwrap().entry(job.id).or_default() += 1;
-                Ok(())
+                HandlerResult::Ok(())
             }
         })
         .build()
@@ -163,7 +163,7 @@ async fn a_handler_running_longer_than_claim_idle_is_not_run_twice() {
                         runs.fetch_add(1, Ordering::SeqCst);
                         // 3× claim_idle.
                         tokio::time::sleep(claim_idle * 3).await;
-                        Ok(())
+                        HandlerResult::Ok(())
                     }
                 },
             )
@@ -336,7 +336,7 @@ async fn deleting_the_stream_under_a_blocked_read_is_healed_without_a_restart() 
                 let sn = sn.clone();
                 async move {
                     *sn.lock().unwrap().entry(job.id).or_default() += 1;
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )

@@ -49,7 +49,7 @@ async fn acked_entries_are_trimmed_and_nothing_a_group_still_needs() {
                         tokio::time::sleep(Duration::from_secs(3600)).await;
                     }
                     h.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )

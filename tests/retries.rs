@@ -164,7 +164,7 @@ async fn a_panicking_handler_is_retried_then_dead_lettered_and_the_consumer_goes
                     panic!("boom in handler");
                 }
                 k.fetch_add(1, Ordering::SeqCst);
-                Ok(())
+                HandlerResult::Ok(())
             }
         })
         .build()
@@ -225,7 +225,7 @@ async fn bad_entries_go_to_the_dlq_without_reaching_the_handler() {
             let sn = sn.clone();
             async move {
                 sn.lock().unwrap().push(job.id);
-                Ok(())
+                HandlerResult::Ok(())
             }
         })
         .build()
@@ -328,7 +328,7 @@ async fn entries_trimmed_while_pending_are_acked_and_skipped() {
             let sn = sn.clone();
             async move {
                 sn.lock().unwrap().push(job.id);
-                Ok(())
+                HandlerResult::Ok(())
             }
         })
         .build()
@@ -372,7 +372,7 @@ async fn a_restarted_consumer_resumes_its_own_pending_entries_first() {
                 async move {
                     let job: Job = m.decode(&rillkit::Json).map_err(HandlerError::Reject)?;
                     sn.lock().unwrap().push((job.id, m.delivery_count));
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )

@@ -37,7 +37,7 @@ async fn typed_round_trip_acks_every_entry() {
             let s = s.clone();
             async move {
                 s.lock().unwrap().push(o);
-                Ok(())
+                HandlerResult::Ok(())
             }
         })
         .build()
@@ -86,7 +86,7 @@ async fn whole_message_handler_sees_metadata_and_raw_fields() {
             let g = g.clone();
             async move {
                 *g.lock().unwrap() = Some(m);
-                Ok(())
+                HandlerResult::Ok(())
             }
         })
         .build()
@@ -127,11 +127,11 @@ async fn two_groups_each_see_every_entry() {
     let broker = Broker::builder(redis.url())
         .subscribe(&billing, fast(), move |_: Order| {
             a2.fetch_add(1, Ordering::SeqCst);
-            async { Ok(()) }
+            async { HandlerResult::Ok(()) }
         })
         .subscribe(&audit, fast(), move |_: Order| {
             b2.fetch_add(1, Ordering::SeqCst);
-            async { Ok(()) }
+            async { HandlerResult::Ok(()) }
         })
         .build()
         .unwrap();
@@ -166,7 +166,7 @@ async fn two_brokers_in_one_group_split_the_work_without_duplicates() {
                         seen.lock().unwrap().push(o.id);
                         // Yield so the other consumer gets a share.
                         tokio::time::sleep(Duration::from_millis(1)).await;
-                        Ok(())
+                        HandlerResult::Ok(())
                     }
                 },
             )
@@ -217,7 +217,7 @@ async fn interop_with_plain_redis_clients_both_ways() {
             let sn = sn.clone();
             async move {
                 sn.lock().unwrap().push(o);
-                Ok(())
+                HandlerResult::Ok(())
             }
         })
         .build()

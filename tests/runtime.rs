@@ -26,7 +26,7 @@ async fn a_stream_subscription_added_at_run_time_consumes_and_its_removal_cuts_t
         .subscribe(
             &Stream::new("orders", "g"),
             ConsumerOptions::default(),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .await;
     assert!(matches!(early, Err(Error::NotStarted)), "{early:?}");
@@ -44,7 +44,7 @@ async fn a_stream_subscription_added_at_run_time_consumes_and_its_removal_cuts_t
                 let r = r.clone();
                 async move {
                     r.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
+                    HandlerResult::Ok(())
                 }
             },
         )
@@ -55,7 +55,7 @@ async fn a_stream_subscription_added_at_run_time_consumes_and_its_removal_cuts_t
         .subscribe(
             &orders,
             ConsumerOptions::default().with_consumer("c1"),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .await;
     assert!(matches!(twice, Err(Error::Config(_))), "{twice:?}");
@@ -106,7 +106,7 @@ async fn a_removed_subscription_that_timed_out_counts_in_the_final_outcome() {
             ListOptions::default().with_consumer("c1"),
             |_: u64| async {
                 tokio::time::sleep(Duration::from_secs(30)).await;
-                Ok(())
+                HandlerResult::Ok(())
             },
         )
         .await
@@ -144,7 +144,7 @@ async fn a_broker_on_the_applications_client_closes_only_its_own_connections() {
         .subscribe(
             &Stream::new("s", "g"),
             ConsumerOptions::default(),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap();

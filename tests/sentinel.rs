@@ -66,7 +66,7 @@ async fn a_failover_mid_stream_loses_no_entry_of_the_master_and_keeps_the_proces
                 .entry(job.id)
                 .or_default()
                 .push(Instant::now());
-            async { Ok(()) }
+            async { HandlerResult::Ok(()) }
         },
     )
     .build()
@@ -170,7 +170,7 @@ async fn a_master_name_no_sentinel_knows_fails_start_at_once() {
             .subscribe(
                 &Stream::new("orders", "billing"),
                 ConsumerOptions::default(),
-                |_: Job| async { Ok(()) },
+                |_: Job| async { HandlerResult::Ok(()) },
             )
             .build()
             .unwrap();
@@ -230,7 +230,9 @@ async fn credentials_go_to_the_sentinels_and_to_the_master() {
         [("not-it", "master-pass"), ("sentinel-pass", "not-it")]
     {
         let wrong = build(sentinel_password, master_password)
-            .subscribe(&s, ConsumerOptions::default(), |_: Job| async { Ok(()) })
+            .subscribe(&s, ConsumerOptions::default(), |_: Job| async {
+                HandlerResult::Ok(())
+            })
             .build()
             .unwrap();
         let err = wrong.start().await.expect_err("a wrong password");
@@ -248,7 +250,7 @@ async fn credentials_go_to_the_sentinels_and_to_the_master() {
             ConsumerOptions::default().with_block(Duration::from_millis(100)),
             move |job: Job| {
                 h.lock().unwrap().push(job.id);
-                async { Ok(()) }
+                async { HandlerResult::Ok(()) }
             },
         )
         .build()
@@ -287,12 +289,12 @@ async fn list_and_channel_subscriptions_follow_a_failover() {
             .with_heartbeat_ttl(Duration::from_secs(2)),
         move |job: Job| {
             *i.lock().unwrap().entry(job.id).or_default() += 1;
-            async { Ok(()) }
+            async { HandlerResult::Ok(()) }
         },
     )
     .subscribe_channel(&news, rillkit::ChannelOptions::default(), move |n: u64| {
         h.lock().unwrap().push(n);
-        async { Ok(()) }
+        async { HandlerResult::Ok(()) }
     })
     .build()
     .unwrap();

@@ -49,7 +49,7 @@ async fn a_handlers_own_log_line_names_the_entry() {
             ConsumerOptions::default().with_consumer("c1"),
             |order: u64| async move {
                 tracing::info!(order, "charging the card");
-                Ok(())
+                HandlerResult::Ok(())
             },
         )
         .build()
@@ -96,7 +96,7 @@ async fn a_published_traceparent_is_recorded_by_the_consumers_span() {
             seen2.lock().unwrap().push(rillkit::TraceParent::of(&msg));
             let v: u64 = msg.decode(&rillkit::Json).unwrap();
             tracing::info!(v, "traced handler ran");
-            async { Ok(()) }
+            async { HandlerResult::Ok(()) }
         })
         .build()
         .unwrap();
@@ -163,7 +163,7 @@ async fn connections_are_named_and_named_again_after_a_reconnect() {
             ConsumerOptions::default()
                 .with_consumer("c 1")
                 .with_block(Duration::from_millis(100)),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap();

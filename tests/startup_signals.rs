@@ -101,7 +101,7 @@ async fn a_stop_requested_during_an_on_startup_hook_abandons_the_start_after_it(
         .subscribe(
             &Stream::new("s", "g"),
             ConsumerOptions::default(),
-            |_: u64| async { Ok(()) },
+            |_: u64| async { HandlerResult::Ok(()) },
         )
         .build()
         .unwrap();

@@ -49,7 +49,7 @@ async fn a_throwaway_server_serves_a_broker_and_leaves_nothing_behind() {
     broker.start().await.unwrap();
     broker.publish(&s, &1u64).await.unwrap();
     let d = test_util::message("t", "1-0", b"1").delivery(&broker);
-    assert_eq!((&*d.stream, d.delivery_count), ("t", 1));
+    assert_eq!((d.stream(), d.delivery_count()), ("t", 1));
     d.broker().publish(&s, &2u64).await.unwrap();
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
     let port = redis.port();

@@ -43,7 +43,7 @@ fn counting(builder: BrokerBuilder, handled: &Arc<AtomicUsize>) -> Broker {
             fast(),
             move |_: Order| {
                 h.fetch_add(1, Ordering::SeqCst);
-                async { Ok(()) }
+                async { HandlerResult::Ok(()) }
             },
         )
         .build()

@@ -11,7 +11,8 @@ use serde::de::DeserializeOwned;
 use super::delivery::{Delivery, ItemDelivery};
 use super::{Broker, Inner};
 use crate::handler::{
-    ErasedHandler, HandlerResult, ItemHandler, Message, Prepared, decode_data, decode_item,
+    ErasedHandler, HandlerError, HandlerResult, ItemHandler, Message, Prepared, decode_data,
+    decode_item,
 };
 use crate::stream::Codec;
 
@@ -49,63 +50,81 @@ impl BrokerCell {
     }
 }
 
-pub(crate) fn typed<T, C, F, Fut>(codec: C, f: F) -> ErasedHandler
+/// A handler's future, boxed, its error made a [`HandlerError`].
+fn erase<Fut, E>(fut: Fut) -> LocalBoxFuture<'static, HandlerResult>
+where
+    Fut: Future<Output = Result<(), E>> + 'static,
+    E: Into<HandlerError> + 'static,
+{
+    Box::pin(async move { fut.await.map_err(Into::into) })
+}
+
+pub(crate) fn typed<T, C, F, Fut, E>(codec: C, f: F) -> ErasedHandler
 where
     T: DeserializeOwned + 'static,
     C: Codec,
     F: Fn(T) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = HandlerResult> + 'static,
+    Fut: Future<Output = Result<(), E>> + 'static,
+    E: Into<HandlerError> + 'static,
 {
     Arc::new(move |msg: &Message| match decode_data(&codec, msg) {
-        Ok(value) => Prepared::Run(Box::pin(f(value))),
+        Ok(value) => Prepared::Run(erase(f(value))),
         Err(why) => Prepared::Undeliverable(why),
     })
 }
 
-pub(crate) fn typed_with_context<T, C, F, Fut>(codec: C, f: F, cell: BrokerCell) -> ErasedHandler
+pub(crate) fn typed_with_context<T, C, F, Fut, E>(codec: C, f: F, cell: BrokerCell) -> ErasedHandler
 where
     T: DeserializeOwned + 'static,
     C: Codec,
     F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = HandlerResult> + 'static,
+    Fut: Future<Output = Result<(), E>> + 'static,
+    E: Into<HandlerError> + 'static,
 {
     Arc::new(move |msg: &Message| match decode_data(&codec, msg) {
-        Ok(value) => Prepared::Run(Box::pin(f(value, Delivery::of(msg, &cell.broker())))),
+        Ok(value) => Prepared::Run(erase(f(value, Delivery::of(msg, &cell.broker())))),
         Err(why) => Prepared::Undeliverable(why),
     })
 }
 
-pub(crate) fn whole<F, Fut>(f: F) -> ErasedHandler
+pub(crate) fn whole<F, Fut, E>(f: F) -> ErasedHandler
 where
     F: Fn(Message) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = HandlerResult> + 'static,
+    Fut: Future<Output = Result<(), E>> + 'static,
+    E: Into<HandlerError> + 'static,
 {
-    Arc::new(move |msg: &Message| Prepared::Run(Box::pin(f(msg.clone()))))
+    Arc::new(move |msg: &Message| Prepared::Run(erase(f(msg.clone()))))
 }
 
-pub(crate) fn typed_item<T, C, F, Fut>(codec: C, f: F) -> ItemHandler
+pub(crate) fn typed_item<T, C, F, Fut, E>(codec: C, f: F) -> ItemHandler
 where
     T: DeserializeOwned + 'static,
     C: Codec,
     F: Fn(T) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = HandlerResult> + 'static,
+    Fut: Future<Output = Result<(), E>> + 'static,
+    E: Into<HandlerError> + 'static,
 {
     Arc::new(move |bytes: &[u8], _| {
         let value = decode_item::<T, C>(&codec, bytes)?;
-        Ok(Box::pin(f(value)) as LocalBoxFuture<'static, HandlerResult>)
+        Ok(erase(f(value)))
     })
 }
 
-pub(crate) fn typed_item_with_context<T, C, F, Fut>(codec: C, f: F, cell: BrokerCell) -> ItemHandler
+pub(crate) fn typed_item_with_context<T, C, F, Fut, E>(
+    codec: C,
+    f: F,
+    cell: BrokerCell,
+) -> ItemHandler
 where
     T: DeserializeOwned + 'static,
     C: Codec,
     F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = HandlerResult> + 'static,
+    Fut: Future<Output = Result<(), E>> + 'static,
+    E: Into<HandlerError> + 'static,
 {
     Arc::new(move |bytes: &[u8], meta| {
         let value = decode_item::<T, C>(&codec, bytes)?;
         let d = ItemDelivery::of(meta, cell.broker());
-        Ok(Box::pin(f(value, d)) as LocalBoxFuture<'static, HandlerResult>)
+        Ok(erase(f(value, d)))
     })
 }

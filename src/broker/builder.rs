@@ -15,7 +15,7 @@ use super::{Broker, Inner, Phase};
 use crate::connection::{Connector, Timeouts, Tls, Topology};
 use crate::delivery::MAX_DURATION;
 use crate::error::{BoxError, ConfigError};
-use crate::handler::{ErasedHandler, HandlerResult, ItemHandler, Message};
+use crate::handler::{ErasedHandler, HandlerError, ItemHandler, Message};
 use crate::source::Source;
 use crate::source::channel::{Channel, ChannelOptions, ChannelSub};
 use crate::source::list::{List, ListOptions, ListSub};
@@ -87,7 +87,7 @@ impl BrokerBuilder {
     /// dead-letter stream now. An entry whose data field is missing, empty or
     /// does not decode never reaches the handler: it goes to the dead-letter
     /// stream at once.
-    pub fn subscribe<T, C, F, Fut>(
+    pub fn subscribe<T, C, F, Fut, E>(
         mut self,
         stream: &Stream<C>,
         options: ConsumerOptions,
@@ -97,7 +97,8 @@ impl BrokerBuilder {
         T: DeserializeOwned + 'static,
         C: Codec,
         F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
     {
         let h = bind::typed(stream.codec().clone(), handler);
         self.subs.push(stream_source(stream.names(), options, h));
@@ -110,7 +111,7 @@ impl BrokerBuilder {
     /// Decoding and dead-lettering are as for [`subscribe`](Self::subscribe):
     /// an entry that does not decode into `T` goes to the dead-letter stream
     /// without reaching the handler.
-    pub fn subscribe_with_context<T, C, F, Fut>(
+    pub fn subscribe_with_context<T, C, F, Fut, E>(
         mut self,
         stream: &Stream<C>,
         options: ConsumerOptions,
@@ -120,7 +121,8 @@ impl BrokerBuilder {
         T: DeserializeOwned + 'static,
         C: Codec,
         F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
     {
         let h = bind::typed_with_context(stream.codec().clone(), handler, self.cell.clone());
         self.subs.push(stream_source(stream.names(), options, h));
@@ -131,7 +133,7 @@ impl BrokerBuilder {
     /// stream, group, consumer, the server's delivery count and every raw field.
     /// It is called for every entry, also those without a valid data field
     /// (decode with [`Message::decode`]).
-    pub fn subscribe_message<C, F, Fut>(
+    pub fn subscribe_message<C, F, Fut, E>(
         mut self,
         stream: &Stream<C>,
         options: ConsumerOptions,
@@ -140,7 +142,8 @@ impl BrokerBuilder {
     where
         C: Codec,
         F: Fn(Message) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
     {
         self.subs
             .push(stream_source(stream.names(), options, bind::whole(handler)));
@@ -153,7 +156,7 @@ impl BrokerBuilder {
     /// [`ListOptions`] for retries, dead letters, crash recovery and the at
     /// most once mode. An item that does not decode goes to the dead-letter
     /// list at once.
-    pub fn subscribe_list<T, C, F, Fut>(
+    pub fn subscribe_list<T, C, F, Fut, E>(
         mut self,
         list: &List<C>,
         options: ListOptions,
@@ -163,7 +166,8 @@ impl BrokerBuilder {
         T: DeserializeOwned + 'static,
         C: Codec,
         F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
     {
         self.subs.push(list_source(list, options, handler));
         self
@@ -172,7 +176,7 @@ impl BrokerBuilder {
     /// As [`subscribe_list`](Self::subscribe_list), and the handler also
     /// receives an [`ItemDelivery`](crate::ItemDelivery): the list, the
     /// consumer, which run this is, and a broker to publish onward with.
-    pub fn subscribe_list_with_context<T, C, F, Fut>(
+    pub fn subscribe_list_with_context<T, C, F, Fut, E>(
         mut self,
         list: &List<C>,
         options: ListOptions,
@@ -182,7 +186,8 @@ impl BrokerBuilder {
         T: DeserializeOwned + 'static,
         C: Codec,
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
     {
         let h = typed_item_with_context(list.codec().clone(), handler, self.cell.clone());
         self.subs.push(list_source_erased(list, options, h));
@@ -193,7 +198,7 @@ impl BrokerBuilder {
     /// also receives an [`ItemDelivery`](crate::ItemDelivery): the channel
     /// the message came on (for a pattern, the one that matched), the
     /// pattern, and a broker to publish onward with.
-    pub fn subscribe_channel_with_context<T, C, F, Fut>(
+    pub fn subscribe_channel_with_context<T, C, F, Fut, E>(
         mut self,
         channel: &Channel<C>,
         options: ChannelOptions,
@@ -203,7 +208,8 @@ impl BrokerBuilder {
         T: DeserializeOwned + 'static,
         C: Codec,
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
     {
         let h = typed_item_with_context(channel.codec().clone(), handler, self.cell.clone());
         self.subs.push(channel_source_erased(channel, options, h));
@@ -214,7 +220,7 @@ impl BrokerBuilder {
     /// message is decoded with the channel's codec into `T`. At most once:
     /// see [`Channel`] and [`ChannelOptions`]. A message that does not
     /// decode, or whose handler fails, is logged and dropped.
-    pub fn subscribe_channel<T, C, F, Fut>(
+    pub fn subscribe_channel<T, C, F, Fut, E>(
         mut self,
         channel: &Channel<C>,
         options: ChannelOptions,
@@ -224,7 +230,8 @@ impl BrokerBuilder {
         T: DeserializeOwned + 'static,
         C: Codec,
         F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
     {
         self.subs.push(channel_source(channel, options, handler));
         self
@@ -482,12 +489,13 @@ pub(crate) fn stream_source(
     })
 }
 
-pub(crate) fn list_source<T, C, F, Fut>(list: &List<C>, opts: ListOptions, handler: F) -> Pending
+pub(crate) fn list_source<T, C, F, Fut, E>(list: &List<C>, opts: ListOptions, handler: F) -> Pending
 where
     T: DeserializeOwned + 'static,
     C: Codec,
     F: Fn(T) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = HandlerResult> + 'static,
+    Fut: Future<Output = Result<(), E>> + 'static,
+    E: Into<HandlerError> + 'static,
 {
     list_source_erased(list, opts, typed_item(list.codec().clone(), handler))
 }
@@ -503,7 +511,7 @@ pub(crate) fn list_source_erased<C: Codec>(
     })
 }
 
-pub(crate) fn channel_source<T, C, F, Fut>(
+pub(crate) fn channel_source<T, C, F, Fut, E>(
     channel: &Channel<C>,
     opts: ChannelOptions,
     handler: F,
@@ -512,7 +520,8 @@ where
     T: DeserializeOwned + 'static,
     C: Codec,
     F: Fn(T) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = HandlerResult> + 'static,
+    Fut: Future<Output = Result<(), E>> + 'static,
+    E: Into<HandlerError> + 'static,
 {
     channel_source_erased(channel, opts, typed_item(channel.codec().clone(), handler))
 }

@@ -28,10 +28,10 @@ use crate::stream::EntryId;
 ///         let receipts = receipts.clone();
 ///         async move {
 ///             if d.is_redelivery() {
-///                 println!("{} again (run {})", d.id, d.delivery_count);
+///                 println!("{} again (run {})", d.id(), d.delivery_count());
 ///             }
 ///             d.broker().publish(&receipts, &amount).await?;
-///             Ok(())
+///             HandlerResult::Ok(())
 ///         }
 ///     },
 /// );
@@ -39,21 +39,42 @@ use crate::stream::EntryId;
 /// ```
 #[derive(Clone)]
 pub struct Delivery {
-    /// The entry id.
-    pub id: EntryId,
-    /// The stream key.
-    pub stream: Arc<str>,
-    /// The consumer group it was read in.
-    pub group: Arc<str>,
-    /// The consumer that holds it in the pending entries list.
-    pub consumer: Arc<str>,
-    /// How many times Redis has delivered it to a consumer of this group,
-    /// counting this delivery (1 on the first run): the server's count.
-    pub delivery_count: u64,
+    id: EntryId,
+    stream: Arc<str>,
+    group: Arc<str>,
+    consumer: Arc<str>,
+    delivery_count: u64,
     broker: Broker,
 }
 
 impl Delivery {
+    /// The entry id.
+    pub fn id(&self) -> &EntryId {
+        &self.id
+    }
+
+    /// The stream key.
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// The consumer group the entry was read in.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// The consumer that holds the entry in the pending entries list.
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// How many times Redis has delivered the entry to a consumer of this
+    /// group, counting this delivery (1 on the first run): the server's
+    /// count (XPENDING), so it also counts deliveries to other processes.
+    pub fn delivery_count(&self) -> u64 {
+        self.delivery_count
+    }
+
     /// The broker that delivered the entry, to publish onward with.
     pub fn broker(&self) -> &Broker {
         &self.broker
@@ -104,25 +125,18 @@ impl fmt::Debug for Delivery {
 ///     &Channel::pattern("prices.*"),
 ///     ChannelOptions::default(),
 ///     |price: f64, d: ItemDelivery| async move {
-///         println!("{} on {}", price, d.source);
-///         Ok(())
+///         println!("{} on {}", price, d.source());
+///         HandlerResult::Ok(())
 ///     },
 /// );
 /// # let _ = builder;
 /// ```
 #[derive(Clone)]
 pub struct ItemDelivery {
-    /// The list the item was popped from, or the channel the message was
-    /// published on (for a pattern subscription, the matching channel).
-    pub source: Arc<str>,
-    /// The pattern that matched (`PSUBSCRIBE`), else `None`.
-    pub pattern: Option<Arc<str>>,
-    /// This subscription's consumer name.
-    pub consumer: Arc<str>,
-    /// Which run of the item this is (1 on the first), from the list's
-    /// attempts hash (see the README for its limits); always 1 for a
-    /// channel message or an item popped at most once.
-    pub attempt: u64,
+    source: Arc<str>,
+    pattern: Option<Arc<str>>,
+    consumer: Arc<str>,
+    attempt: u64,
     broker: Broker,
 }
 
@@ -135,6 +149,29 @@ impl ItemDelivery {
             attempt: meta.attempt,
             broker,
         }
+    }
+
+    /// The list the item was popped from, or the channel the message was
+    /// published on (for a pattern subscription, the matching channel).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The pattern that matched (`PSUBSCRIBE`), else `None`.
+    pub fn pattern(&self) -> Option<&str> {
+        self.pattern.as_deref()
+    }
+
+    /// This subscription's consumer name.
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// Which run of the item this is (1 on the first), from the list's
+    /// attempts hash (see the README for its limits); always 1 for a
+    /// channel message or an item popped at most once.
+    pub fn attempt(&self) -> u64 {
+        self.attempt
     }
 
     /// The broker that delivered the item, to publish onward with.

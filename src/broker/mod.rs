@@ -59,7 +59,7 @@ struct Inner {
 /// See [`Phase`] for the lifecycle and [`BrokerBuilder`] for the options.
 ///
 /// ```no_run
-/// use rillkit::{Broker, ConsumerOptions, Stream};
+/// use rillkit::{Broker, ConsumerOptions, HandlerResult, Stream};
 ///
 /// #[derive(serde::Deserialize, serde::Serialize)]
 /// struct Order { id: u64 }
@@ -70,7 +70,7 @@ struct Inner {
 ///     let broker = Broker::builder("redis://127.0.0.1:6379")
 ///         .subscribe(&orders, ConsumerOptions::default(), |order: Order| async move {
 ///             println!("order {}", order.id);
-///             Ok(())
+///             HandlerResult::Ok(())
 ///         })
 ///         .build()
 ///         .expect("valid configuration");
@@ -147,12 +147,26 @@ impl Broker {
     /// * [`Error::AlreadyStarted`], [`Error::ShutDown`]: the broker was
     ///   started or stopped before.
     /// * [`Error::StartAborted`]: a stop was requested during startup.
-    /// * [`Error::NoActixSystem`]: called outside an actix `System` (under
-    ///   `#[tokio::main]`, use [`start_on_own_thread`](Self::start_on_own_thread)).
+    ///
+    /// # Where it runs
+    /// Inside an actix `System` (`#[actix::main]`, `#[actix_web::main]`,
+    /// `actix::System::new().block_on(…)`), the consumers, hooks and handlers
+    /// run on that System's arbiter, the current thread. Anywhere else (a
+    /// `#[tokio::main]` program, multi-threaded or not, or a plain thread)
+    /// the broker starts as [`start_on_own_thread`](Self::start_on_own_thread)
+    /// does: in an actix System of its own on a thread named `rillkit`. Either
+    /// way handlers run on one single-threaded arbiter: the futures they
+    /// return need not be `Send`, and one subscription's handlers never run
+    /// in parallel with each other on two threads.
     pub async fn start(&self) -> Result<(), Error> {
         if actix_rt::System::try_current().is_none() {
-            return Err(Error::NoActixSystem);
+            return self.start_on_own_thread().await;
         }
+        self.start_in_system().await
+    }
+
+    /// [`start`](Self::start) inside the current actix System.
+    async fn start_in_system(&self) -> Result<(), Error> {
         let mut from = Phase::Configured;
         self.inner.phase.send_if_modified(|p| {
             from = *p;
@@ -195,33 +209,35 @@ impl Broker {
     }
 
     /// Starts the broker in an actix `System` of its own, on a thread of its
-    /// own (named `rillkit`), for programs that are not actix programs
-    /// (`#[tokio::main]`, or no async runtime at all). Returns once
-    /// [`start`](Self::start) has finished there; the thread ends when the
+    /// own (named `rillkit`): what [`start`](Self::start) does outside an
+    /// actix System (`#[tokio::main]`, or no async runtime at all), and what
+    /// an actix program may choose to keep handlers off its own arbiter.
+    /// Returns once the start has finished there; the thread ends when the
     /// broker has stopped.
     ///
     /// The `Broker` handle is `Send + Sync`: publish, stop and read the phase
     /// from any thread or runtime. Handlers, hooks and everything they
     /// capture move to that thread (the builder already asks them to be
     /// `Send + Sync`); the futures they return run there and need not be
-    /// `Send`. Signals are not watched: stop the broker from your program
-    /// (for instance on `tokio::signal::ctrl_c()`).
+    /// `Send`. Signals are not watched here: [`run`](Self::run) watches
+    /// them, or stop the broker from your program (for instance on
+    /// [`shutdown_signal`](crate::shutdown_signal)).
     ///
     /// ```no_run
     /// use rillkit::prelude::*;
     ///
-    /// #[tokio::main(flavor = "current_thread")]
+    /// #[tokio::main]
     /// async fn main() -> Result<(), rillkit::Error> {
     ///     let orders = Stream::new("orders", "billing");
     ///     let broker = Broker::builder("redis://127.0.0.1:6379")
     ///         .subscribe(&orders, ConsumerOptions::default(), |id: u64| async move {
     ///             println!("order {id}");
-    ///             Ok(())
+    ///             HandlerResult::Ok(())
     ///         })
     ///         .build()?;
     ///     broker.start_on_own_thread().await?;
     ///     broker.publish(&orders, &1u64).await?;
-    ///     tokio::signal::ctrl_c().await.ok();
+    ///     rillkit::shutdown_signal().await;
     ///     let outcome = broker.stop().await?;
     ///     std::process::exit(outcome.exit_code());
     /// }
@@ -237,7 +253,7 @@ impl Broker {
             .name("rillkit".into())
             .spawn(move || {
                 actix::System::new().block_on(async move {
-                    let started = broker.start().await;
+                    let started = broker.start_in_system().await;
                     let ok = started.is_ok();
                     let _ = tx.send(started);
                     if ok {
@@ -358,10 +374,11 @@ impl Broker {
         // Signals are watched from the first instruction: a SIGTERM while
         // Redis is still loading stops the start, it does not kill the
         // process unlogged.
-        let signals = self
-            .inner
-            .handle_signals
-            .then(|| actix_rt::spawn(watch_signals(self.clone())));
+        let signals = if self.inner.handle_signals {
+            spawn_signal_watch(self.clone())
+        } else {
+            None
+        };
         match self.start().await {
             Ok(()) => {}
             Err(Error::StartAborted) => {
@@ -654,20 +671,32 @@ fn encode<T: Serialize + ?Sized, C: Codec>(
         })
 }
 
+/// Watches signals for `run()`: on the current actix arbiter inside an
+/// actix System, else as a tokio task (`#[tokio::main]`). `None` outside
+/// both, after an ERROR: nothing could receive a signal there.
+fn spawn_signal_watch(broker: Broker) -> Option<tokio::task::JoinHandle<()>> {
+    if actix_rt::System::try_current().is_some() {
+        Some(actix_rt::spawn(watch_signals(broker)))
+    } else if tokio::runtime::Handle::try_current().is_ok() {
+        Some(tokio::spawn(watch_signals(broker)))
+    } else {
+        tracing::error!(
+            "run() outside an async runtime: SIGINT and SIGTERM are not watched; stop the broker yourself"
+        );
+        None
+    }
+}
+
 /// First SIGINT/SIGTERM: request a graceful stop. Second: exit with status 1.
 async fn watch_signals(broker: Broker) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("could not install SIGINT/SIGTERM handlers");
-        return;
+    let mut signals = match crate::lifecycle::Signals::install() {
+        Ok(signals) => signals,
+        Err(e) => {
+            tracing::error!(error = %e, "could not install the SIGINT/SIGTERM handlers");
+            return;
+        }
     };
-    let name = tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    };
+    let name = signals.next().await;
     // The phase when the signal came, not when the watch began.
     if broker.phase() == Phase::Starting {
         tracing::info!(
@@ -678,10 +707,7 @@ async fn watch_signals(broker: Broker) {
         tracing::info!(signal = name, "signal received; draining");
     }
     broker.request_stop();
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    signals.next().await;
     tracing::warn!("second signal received; exiting with status 1");
     std::process::exit(1);
 }

@@ -14,7 +14,7 @@ use crate::broker::builder::{
     Pending, channel_source, channel_source_erased, list_source, list_source_erased, stream_source,
 };
 use crate::error::{ConfigError, Error};
-use crate::handler::HandlerResult;
+use crate::handler::HandlerError;
 use crate::lifecycle::Phase;
 use crate::lifecycle::SupervisorOutcome;
 use crate::redis::CreateGroup;
@@ -125,7 +125,7 @@ impl Broker {
     /// [`Error::Config`] for invalid options or a consumer name already
     /// subscribed here; [`Error::NotStarted`] before `start()` has finished;
     /// [`Error::ShutDown`] once a stop began; an error of `XGROUP CREATE`.
-    pub async fn subscribe<T, C, F, Fut>(
+    pub async fn subscribe<T, C, F, Fut, E>(
         &self,
         stream: &Stream<C>,
         options: ConsumerOptions,
@@ -135,7 +135,8 @@ impl Broker {
         T: DeserializeOwned + 'static,
         C: Codec,
         F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
     {
         let h = bind::typed(stream.codec().clone(), handler);
         self.add(stream_source(stream.names(), options, h)).await
@@ -147,7 +148,7 @@ impl Broker {
     ///
     /// # Errors
     /// As [`subscribe`](Self::subscribe).
-    pub async fn subscribe_list<T, C, F, Fut>(
+    pub async fn subscribe_list<T, C, F, Fut, E>(
         &self,
         list: &List<C>,
         options: ListOptions,
@@ -157,7 +158,8 @@ impl Broker {
         T: DeserializeOwned + 'static,
         C: Codec,
         F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
     {
         self.add(list_source(list, options, handler)).await
     }
@@ -168,7 +170,7 @@ impl Broker {
     ///
     /// # Errors
     /// As [`subscribe`](Self::subscribe).
-    pub async fn subscribe_channel<T, C, F, Fut>(
+    pub async fn subscribe_channel<T, C, F, Fut, E>(
         &self,
         channel: &Channel<C>,
         options: ChannelOptions,
@@ -178,7 +180,8 @@ impl Broker {
         T: DeserializeOwned + 'static,
         C: Codec,
         F: Fn(T) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
     {
         self.add(channel_source(channel, options, handler)).await
     }
@@ -188,7 +191,7 @@ impl Broker {
     ///
     /// # Errors
     /// As [`subscribe`](Self::subscribe).
-    pub async fn subscribe_list_with_context<T, C, F, Fut>(
+    pub async fn subscribe_list_with_context<T, C, F, Fut, E>(
         &self,
         list: &List<C>,
         options: ListOptions,
@@ -198,7 +201,8 @@ impl Broker {
         T: DeserializeOwned + 'static,
         C: Codec,
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
     {
         let h = bind::typed_item_with_context(list.codec().clone(), handler, BrokerCell::of(self));
         self.add(list_source_erased(list, options, h)).await
@@ -209,7 +213,7 @@ impl Broker {
     ///
     /// # Errors
     /// As [`subscribe`](Self::subscribe).
-    pub async fn subscribe_channel_with_context<T, C, F, Fut>(
+    pub async fn subscribe_channel_with_context<T, C, F, Fut, E>(
         &self,
         channel: &Channel<C>,
         options: ChannelOptions,
@@ -219,7 +223,8 @@ impl Broker {
         T: DeserializeOwned + 'static,
         C: Codec,
         F: Fn(T, ItemDelivery) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = HandlerResult> + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
     {
         let h =
             bind::typed_item_with_context(channel.codec().clone(), handler, BrokerCell::of(self));

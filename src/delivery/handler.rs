@@ -44,7 +44,7 @@ impl Ran {
                 panicked: false,
             },
             Err(panic) => Ran::Failed {
-                error: format!("handler panicked: {panic}"),
+                error: crate::handler::bounded(format!("handler panicked: {panic}")),
                 reject: false,
                 panicked: true,
             },

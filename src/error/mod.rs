@@ -83,14 +83,6 @@ pub enum Error {
     /// stop. [`run`](crate::Broker::run) returns the (clean) outcome instead.
     #[error("a stop was requested during startup; the start was abandoned")]
     StartAborted,
-    /// `start()` (or `run()`) was called outside an actix `System`: under
-    /// `#[tokio::main]` or a plain thread. Use `#[actix::main]`,
-    /// `#[actix_web::main]`, `actix::System::new().block_on(…)`, or
-    /// [`Broker::start_on_own_thread`](crate::Broker::start_on_own_thread).
-    #[error(
-        "start() needs an actix System (use #[actix::main], or Broker::start_on_own_thread from a tokio program)"
-    )]
-    NoActixSystem,
     /// `start()` was called on a broker that was already started.
     #[error("the broker was already started")]
     AlreadyStarted,

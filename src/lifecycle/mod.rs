@@ -1,9 +1,13 @@
 //! The lifecycle's vocabulary: where a broker is ([`Phase`]), where a hook
-//! runs ([`Stage`]), and how a drain ended ([`SupervisorOutcome`]).
+//! runs ([`Stage`]), how a drain ended ([`SupervisorOutcome`]), and the
+//! operator's request to stop ([`shutdown_signal`]).
 
 mod outcome;
+mod signal;
 
 pub use outcome::SupervisorOutcome;
+pub(crate) use signal::Signals;
+pub use signal::shutdown_signal;
 
 use std::fmt;
 use std::future::Future;

@@ -20,7 +20,7 @@
 //! // A Delivery needs a Broker handle: building one does no I/O.
 //! let broker = Broker::builder("redis://127.0.0.1:6379").build().unwrap();
 //! let d = test_util::message("payments", "1-0", b"42").delivery(&broker);
-//! assert_eq!(d.delivery_count, 1);
+//! assert_eq!(d.delivery_count(), 1);
 //! # });
 //! ```
 

@@ -457,13 +457,18 @@ impl Worker {
 
     /// Starts the worker without waiting for anything.
     pub fn spawn_starting(url: &str, env: &[(&str, &str)]) -> Worker {
-        use std::io::BufRead;
         let mut cmd = Command::new(worker_bin());
         cmd.env("REDIS_URL", url)
             .env("RUST_LOG", "rillkit=info")
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .envs(env.iter().copied());
+        Worker::spawn_command(cmd)
+    }
+
+    /// Starts another program the same way (its stdout and stderr
+    /// collected line by line), without waiting for anything.
+    pub fn spawn_command(mut cmd: Command) -> Worker {
+        use std::io::BufRead;
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("start the worker example");
         let lines: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
         let stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
