@@ -248,7 +248,7 @@ async fn overview_dead_letters_redrive_and_escaping_in_a_browser() {
     })
     .await;
     let done = text_of(&c, "p.done").await;
-    assert!(done.contains("redriven: 1"), "{done}");
+    assert!(done.contains("Redriven: 1."), "{done}");
     assert_eq!(support::stream_len(&mut conn, "orders-dlq"), 1);
 
     // A POST without the cookie's token is refused.

@@ -1,12 +1,17 @@
-//! Signed double-submit CSRF tokens: no server-side session.
+//! Signed double-submit CSRF tokens with an expiry: no server-side session.
 //!
-//! A token is `<nonce>.<mac>`: 16 random bytes in hex, and the hex of
-//! HMAC-SHA256 over the nonce with the dashboard's secret. A page sets it
-//! as the cookie `rillkit_csrf` (`SameSite=Strict; HttpOnly`, path of the
-//! dashboard) and puts the same value in each form. A `POST` is accepted
-//! only when the form's token equals the cookie's and its MAC verifies: a
-//! cross-site page can neither read the cookie nor send it (`SameSite`), and
-//! a cookie planted by a sibling subdomain fails the MAC.
+//! A token is `<nonce>.<expires>.<mac>`: 16 random bytes in hex, the Unix
+//! time (s) after which it is refused, and the hex of HMAC-SHA256 over
+//! `<nonce>.<expires>` with the dashboard's secret. A page sets it as the
+//! cookie `rillkit_csrf` (`SameSite=Strict; HttpOnly`, `Secure` over TLS,
+//! path of the dashboard, as long-lived as the token) and puts the same
+//! value in each form. A `POST` is accepted only when the form's token
+//! equals the cookie's, its MAC verifies and it has not expired: a
+//! cross-site page can neither read the cookie nor send it (`SameSite`), a
+//! cookie planted by a sibling subdomain fails the MAC, and a token copied
+//! out of a browser stops working within [`TTL`]. (The actions also check
+//! the request's `Origin`, so a copied token replayed from elsewhere is
+//! refused at once.)
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -31,32 +36,47 @@ fn mac(secret: &[u8], nonce: &str) -> Hmac<Sha256> {
     m
 }
 
-/// A fresh token.
-pub(super) fn issue(secret: &[u8]) -> String {
-    let mut nonce = [0u8; 16];
-    getrandom::fill(&mut nonce).expect("the operating system's random source");
-    let nonce = hex(&nonce);
-    let tag = hex(&mac(secret, &nonce).finalize().into_bytes());
-    format!("{nonce}.{tag}")
+/// How long a token is accepted after it was issued.
+pub(super) const TTL: std::time::Duration = std::time::Duration::from_secs(8 * 3600);
+
+/// Seconds since the Unix epoch.
+pub(super) fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
-/// Whether `token` is one this secret signed.
-pub(super) fn valid(secret: &[u8], token: &str) -> bool {
-    let Some((nonce, tag)) = token.split_once('.') else {
+/// A fresh token, accepted until `now + TTL`.
+pub(super) fn issue(secret: &[u8], now: u64) -> String {
+    let mut nonce = [0u8; 16];
+    getrandom::fill(&mut nonce).expect("the operating system's random source");
+    let signed = format!("{}.{}", hex(&nonce), now + TTL.as_secs());
+    let tag = hex(&mac(secret, &signed).finalize().into_bytes());
+    format!("{signed}.{tag}")
+}
+
+/// Whether `token` is one this secret signed and it has not expired at
+/// `now`.
+pub(super) fn valid(secret: &[u8], token: &str, now: u64) -> bool {
+    let Some((signed, tag)) = token.rsplit_once('.') else {
+        return false;
+    };
+    let Some((nonce, expires)) = signed.split_once('.') else {
         return false;
     };
     if nonce.len() != 32 || tag.len() != 64 {
         return false;
     }
-    let Some(tag) = unhex(tag) else {
+    let (Some(tag), Ok(expires)) = (unhex(tag), expires.parse::<u64>()) else {
         return false;
     };
-    mac(secret, nonce).verify_slice(&tag).is_ok()
+    mac(secret, signed).verify_slice(&tag).is_ok() && now <= expires
 }
 
-/// Whether a form's token may act: it equals the cookie's, and is signed.
-pub(super) fn accepts(secret: &[u8], cookie: Option<&str>, form: &str) -> bool {
-    cookie.is_some_and(|c| c == form) && valid(secret, form)
+/// Whether a form's token may act at `now`: it equals the cookie's, is
+/// signed and has not expired.
+pub(super) fn accepts(secret: &[u8], cookie: Option<&str>, form: &str, now: u64) -> bool {
+    cookie.is_some_and(|c| c == form) && valid(secret, form, now)
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
@@ -73,16 +93,34 @@ mod tests {
     #[test]
     fn a_token_verifies_under_its_secret_only_and_must_match_the_cookie() {
         let (a, b) = (random_secret(), random_secret());
-        let t = issue(&a);
-        assert!(valid(&a, &t));
-        assert!(!valid(&b, &t), "another secret");
-        assert!(accepts(&a, Some(&t), &t));
-        assert!(!accepts(&a, None, &t), "no cookie");
-        let other = issue(&a);
-        assert!(!accepts(&a, Some(&other), &t), "cookie and form differ");
-        let (nonce, _) = t.split_once('.').unwrap();
-        let forged = format!("{nonce}.{}", "0".repeat(64));
-        assert!(!accepts(&a, Some(&forged), &forged), "a forged MAC");
-        assert!(!valid(&a, "garbage"));
+        let now = now();
+        let t = issue(&a, now);
+        assert!(valid(&a, &t, now));
+        assert!(!valid(&b, &t, now), "another secret");
+        assert!(accepts(&a, Some(&t), &t, now));
+        assert!(!accepts(&a, None, &t, now), "no cookie");
+        let other = issue(&a, now);
+        assert!(
+            !accepts(&a, Some(&other), &t, now),
+            "cookie and form differ"
+        );
+        let (signed, _) = t.rsplit_once('.').unwrap();
+        let forged = format!("{signed}.{}", "0".repeat(64));
+        assert!(!accepts(&a, Some(&forged), &forged, now), "a forged MAC");
+        assert!(!valid(&a, "garbage", now));
+    }
+
+    #[test]
+    fn a_token_expires_and_its_expiry_cannot_be_moved() {
+        let a = random_secret();
+        let issued = 1_000_000;
+        let t = issue(&a, issued);
+        let end = issued + TTL.as_secs();
+        assert!(valid(&a, &t, end), "valid up to its expiry");
+        assert!(!valid(&a, &t, end + 1), "refused after it");
+        let (nonce, rest) = t.split_once('.').unwrap();
+        let (_, tag) = rest.split_once('.').unwrap();
+        let moved = format!("{nonce}.{}.{tag}", end + 3600);
+        assert!(!valid(&a, &moved, end + 1), "the expiry is signed");
     }
 }

@@ -27,9 +27,12 @@
 //! authentication (a middleware or guard on the scope); never expose it
 //! unauthenticated: it can redrive and delete dead letters.
 
+mod actions;
 mod csrf;
 mod pages;
 mod rates;
+
+pub use actions::Operator;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +43,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use tokio::sync::Mutex;
 
-use crate::admin::{Admin, DeadLetterFilter};
+use crate::admin::Admin;
 use crate::{Broker, Error};
 
 /// Dead letters per page.
@@ -165,8 +168,8 @@ impl Dashboard {
             .route("/", web::get().to(overview))
             .route("/stream/{stream}", web::get().to(stream_page))
             .route("/dlq/{stream}", web::get().to(dlq_page))
-            .route("/dlq/{stream}/redrive", web::post().to(redrive))
-            .route("/dlq/{stream}/purge", web::post().to(purge))
+            .route("/dlq/{stream}/redrive", web::post().to(actions::redrive))
+            .route("/dlq/{stream}/purge", web::post().to(actions::purge))
     }
 
     async fn admin(&self) -> Result<Admin, Error> {
@@ -220,6 +223,31 @@ impl Dashboard {
         Ok(out)
     }
 
+    /// Whether the dashboard shows `stream`: subscribed or declared, or
+    /// with [`all_streams`](Self::all_streams) any stream on the server, or
+    /// whose dead-letter stream is.
+    /// Pages and actions on any other key answer 404.
+    async fn shows(&self, admin: &Admin, stream: &str) -> Result<bool, Error> {
+        let listed = self
+            .broker
+            .status()
+            .subscriptions
+            .iter()
+            .any(|s| s.kind == crate::SourceKind::Stream && s.key == stream)
+            || self.declared.iter().any(|d| d == stream);
+        if listed {
+            return Ok(true);
+        }
+        if !self.all_streams {
+            return Ok(false);
+        }
+        // Discovered: the stream, or only its dead letters (a stream
+        // deleted since).
+        let found = admin.streams("*").await?;
+        let dlq = self.dlq_of(admin, stream);
+        Ok(found.iter().any(|f| f == stream || *f == dlq))
+    }
+
     /// The dead-letter stream of `stream`: the subscription's (it may be
     /// named), else the default for the topology.
     fn dlq_of(&self, admin: &Admin, stream: &str) -> String {
@@ -250,11 +278,13 @@ impl Ctx {
     /// The CSRF token of this browser (the cookie's, when it verifies) and
     /// whether it must be set.
     fn token(&self, req: &HttpRequest) -> (String, bool) {
+        let now = csrf::now();
         match req.cookie(csrf::COOKIE) {
-            Some(c) if csrf::valid(&self.dash.shared.secret, c.value()) => {
+            // Still good for the next hour: a form on this page can be sent.
+            Some(c) if csrf::valid(&self.dash.shared.secret, c.value(), now + 3600) => {
                 (c.value().to_owned(), false)
             }
-            _ => (csrf::issue(&self.dash.shared.secret), true),
+            _ => (csrf::issue(&self.dash.shared.secret, now), true),
         }
     }
 
@@ -281,10 +311,44 @@ impl Ctx {
                     .path(path.to_owned())
                     .same_site(SameSite::Strict)
                     .http_only(true)
+                    // Served over TLS (directly, or behind a proxy that says
+                    // so in `Forwarded`/`X-Forwarded-Proto`): never sent in
+                    // the clear.
+                    .secure(req.connection_info().scheme() == "https")
+                    .max_age(actix_web::cookie::time::Duration::seconds(
+                        csrf::TTL.as_secs() as i64,
+                    ))
                     .finish(),
             );
         }
         resp.body(render(&token).into_string())
+    }
+
+    /// 404 for a stream the dashboard does not show.
+    fn not_listed(&self, stream: &str) -> HttpResponse {
+        HttpResponse::NotFound()
+            .content_type("text/html; charset=utf-8")
+            .body(
+                pages::error(
+                    &self.base,
+                    &format!("the dashboard does not show a stream named {stream:?}"),
+                    false,
+                )
+                .into_string(),
+            )
+    }
+
+    /// Whether the dashboard shows `stream`; else the response to send
+    /// (404, or the error that kept it from telling).
+    async fn check_listed(&self, admin: &Admin, stream: &str) -> Result<(), HttpResponse> {
+        match self.dash.shows(admin, stream).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(self.not_listed(stream)),
+            Err(e) => {
+                self.dash.forget(&e).await;
+                Err(self.error(&e))
+            }
+        }
     }
 
     /// A page for an error: 503 (refreshing) when Redis could not be
@@ -429,6 +493,9 @@ async fn stream_page(
         Ok(a) => a,
         Err(e) => return ctx.error(&e),
     };
+    if let Err(resp) = ctx.check_listed(&admin, &stream).await {
+        return resp;
+    }
     let data = async {
         let groups = admin.groups(&stream).await.unwrap_or_default();
         let mut detail = Vec::new();
@@ -464,8 +531,14 @@ async fn stream_page(
 struct DlqQuery {
     /// Show dead letters after this id (exclusive).
     after: Option<String>,
-    /// A message from the last action.
+    /// What the last action did (`redrive`, `purge`): the banner is one of
+    /// a fixed set of sentences, never text from the URL (anything else
+    /// shows none).
     done: Option<String>,
+    /// How many dead letters it moved or deleted.
+    n: Option<u64>,
+    /// How many it left in place.
+    skipped: Option<u64>,
 }
 
 async fn dlq_page(
@@ -479,6 +552,9 @@ async fn dlq_page(
         Ok(a) => a,
         Err(e) => return ctx.error(&e),
     };
+    if let Err(resp) = ctx.check_listed(&admin, &stream).await {
+        return resp;
+    }
     let dlq = ctx.dash.dlq_of(&admin, &stream);
     let start = q
         .after
@@ -504,6 +580,7 @@ async fn dlq_page(
     let more = list.len() > PAGE;
     let list = &list[..list.len().min(PAGE)];
     let read_only = ctx.dash.read_only;
+    let done = actions::banner(q.done.as_deref(), q.n.unwrap_or(0), q.skipped.unwrap_or(0));
     ctx.page(&req, |token| {
         pages::dead_letters(&pages::DlqPage {
             base: &ctx.base,
@@ -513,7 +590,7 @@ async fn dlq_page(
             list,
             more,
             after: q.after.as_deref(),
-            done: q.done.as_deref(),
+            done: done.as_deref(),
             token: (!read_only).then_some(token),
         })
     })
@@ -527,132 +604,4 @@ fn next_id(id: &str) -> Option<String> {
         Some(s) => format!("{ms}-{s}"),
         None => format!("{}-0", ms.checked_add(1)?),
     })
-}
-
-#[derive(Deserialize)]
-struct Action {
-    csrf: String,
-    /// One dead letter…
-    id: Option<String>,
-    /// …or an inclusive range (the page shown).
-    start: Option<String>,
-    end: Option<String>,
-}
-
-impl Action {
-    fn filter(&self) -> Option<DeadLetterFilter> {
-        match (&self.id, &self.start, &self.end) {
-            (Some(id), None, None) => Some(DeadLetterFilter::new().with_id(id.clone())),
-            (None, Some(s), Some(e)) => Some(
-                DeadLetterFilter::new()
-                    .with_start(s.clone())
-                    .with_end(e.clone()),
-            ),
-            _ => None,
-        }
-    }
-}
-
-/// Checks a `POST`: not read-only, a valid CSRF token, a selection.
-fn admit(ctx: &Ctx, req: &HttpRequest, form: &Action) -> Result<DeadLetterFilter, HttpResponse> {
-    if ctx.dash.read_only {
-        return Err(HttpResponse::Forbidden().body("the dashboard is read-only"));
-    }
-    let cookie = req.cookie(csrf::COOKIE);
-    if !csrf::accepts(
-        &ctx.dash.shared.secret,
-        cookie.as_ref().map(|c| c.value()),
-        &form.csrf,
-    ) {
-        return Err(
-            HttpResponse::Forbidden().body("missing or invalid CSRF token; reload the page")
-        );
-    }
-    form.filter()
-        .ok_or_else(|| HttpResponse::BadRequest().body("give id, or start and end"))
-}
-
-fn back(ctx: &Ctx, stream: &str, done: &str) -> HttpResponse {
-    let query = serde_urlencoded_pair("done", done);
-    HttpResponse::SeeOther()
-        .insert_header((
-            header::LOCATION,
-            format!("{}/dlq/{}?{query}", ctx.base, pages::path_segment(stream)),
-        ))
-        .finish()
-}
-
-fn serde_urlencoded_pair(key: &str, value: &str) -> String {
-    url::form_urlencoded::Serializer::new(String::new())
-        .append_pair(key, value)
-        .finish()
-}
-
-/// The two actions on dead letters.
-#[derive(Clone, Copy)]
-enum Verb {
-    Redrive,
-    Purge,
-}
-
-async fn redrive(
-    ctx: web::Data<Ctx>,
-    req: HttpRequest,
-    path: web::Path<String>,
-    form: web::Form<Action>,
-) -> HttpResponse {
-    act(Verb::Redrive, &ctx, &req, path.into_inner(), &form).await
-}
-
-async fn purge(
-    ctx: web::Data<Ctx>,
-    req: HttpRequest,
-    path: web::Path<String>,
-    form: web::Form<Action>,
-) -> HttpResponse {
-    act(Verb::Purge, &ctx, &req, path.into_inner(), &form).await
-}
-
-/// Checks the POST, runs the action on the stream's dead-letter stream, and
-/// sends the browser back to its page with what was done.
-async fn act(
-    verb: Verb,
-    ctx: &Ctx,
-    req: &HttpRequest,
-    stream: String,
-    form: &Action,
-) -> HttpResponse {
-    let filter = match admit(ctx, req, form) {
-        Ok(f) => f,
-        Err(resp) => return resp,
-    };
-    let admin = match ctx.dash.admin().await {
-        Ok(a) => a,
-        Err(e) => return ctx.error(&e),
-    };
-    let dlq = ctx.dash.dlq_of(&admin, &stream);
-    let done = match verb {
-        Verb::Redrive => admin.redrive(&dlq, &filter).await.map(|report| {
-            tracing::info!(stream = %stream, dlq = %dlq, redriven = report.redriven.len(), skipped = report.skipped.len(), "dashboard: dead letters redriven");
-            let mut msg = format!("redriven: {}", report.redriven.len());
-            if !report.skipped.is_empty() {
-                msg.push_str(&format!(", skipped: {}", report.skipped.len()));
-                for s in report.skipped.iter().take(3) {
-                    msg.push_str(&format!(" ({}: {})", s.id, s.reason));
-                }
-            }
-            msg
-        }),
-        Verb::Purge => admin.purge(&dlq, &filter).await.map(|n| {
-            tracing::info!(stream = %stream, dlq = %dlq, purged = n, "dashboard: dead letters purged");
-            format!("purged: {n}")
-        }),
-    };
-    match done {
-        Ok(msg) => back(ctx, &stream, &msg),
-        Err(e) => {
-            ctx.dash.forget(&e).await;
-            ctx.error(&e)
-        }
-    }
 }

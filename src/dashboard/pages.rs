@@ -152,7 +152,7 @@ pub(super) fn overview(base: &str, status: &Status, rows: &[StreamRow]) -> Marku
                                 }
                                 @if i == 0 {
                                     td.n rowspan=(span) {
-                                        a.dlq class=[(r.dead_letters > 0).then_some("warn")] title=(r.dlq) href={ (base) "/dlq/" (path_segment(&r.name)) } { (r.dead_letters) }
+                                        a class={ "dlq" @if r.dead_letters > 0 { " warn" } } title=(r.dlq) href={ (base) "/dlq/" (path_segment(&r.name)) } { (r.dead_letters) }
                                     }
                                     td rowspan=(span) {
                                         @if r.consumed_here { (sparkline(&r.rates)) }
@@ -298,12 +298,13 @@ pub(super) fn dead_letters(p: &DlqPage<'_>) -> Markup {
             @if let Some(done) = p.done { p.done { (done) } }
             p { (p.dlq) ": " (p.total) " dead letters." " " a href={ (base) "/stream/" (path_segment(stream)) } { "the stream" } }
             @if let (Some(token), Some((first, last))) = (p.token, range) {
+                @let count = p.list.len().to_string();
                 p.bulk {
-                    (action(base, stream, "redrive", token, &[("start", first), ("end", last)],
-                        &format!("Redrive the {} dead letters shown, each back to its origin stream?", p.list.len())))
+                    (action(base, stream, "redrive", token, &[("start", first), ("end", last), ("count", &count)],
+                        &format!("Redrive the {count} dead letters shown, each back to its origin stream?")))
                     " "
-                    (action(base, stream, "purge", token, &[("start", first), ("end", last)],
-                        &format!("Delete the {} dead letters shown for good?", p.list.len())))
+                    (action(base, stream, "purge", token, &[("start", first), ("end", last), ("count", &count)],
+                        &format!("Delete the {count} dead letters shown for good?")))
                 }
             }
             table id="dead-letters" {

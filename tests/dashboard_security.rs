@@ -1,0 +1,361 @@
+//! The dashboard's actions over plain HTTP, as an attacker would send them:
+//! a valid token replayed from another origin, or with no origin at all,
+//! is refused and deletes nothing; a hand-made range (`-`..`+`) or one that
+//! holds more than the page showed acts on nothing; keys the dashboard was
+//! not given answer 404; the banner says only what rillkit wrote; the
+//! CSRF cookie is `Secure` behind TLS.
+#![cfg(feature = "dashboard")]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use actix_web::{App, HttpServer};
+use rillkit::dashboard::Dashboard;
+use rillkit::prelude::*;
+use support::{RedisServer, stream_len};
+
+/// A raw HTTP/1.1 request; answers the status, the headers and the body.
+fn http(
+    base: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    let host = base.trim_start_matches("http://");
+    let mut s = TcpStream::connect(host).unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if method == "POST" {
+        head.push_str(&format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    write!(s, "{head}\r\n{body}").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, head.to_owned(), body.to_owned())
+}
+
+/// `http` off the test's thread (the server runs on this runtime).
+async fn call(
+    base: &str,
+    method: &'static str,
+    path: &str,
+    headers: Vec<(&'static str, String)>,
+    body: &str,
+) -> (u16, String, String) {
+    let (base, path, body) = (base.to_owned(), path.to_owned(), body.to_owned());
+    actix_rt::task::spawn_blocking(move || {
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        http(&base, method, &path, &headers, &body)
+    })
+    .await
+    .unwrap()
+}
+
+fn serve(dashboard: Dashboard) -> String {
+    let server = HttpServer::new(move || App::new().service(dashboard.scope("/d")))
+        .workers(1)
+        .bind(("127.0.0.1", 0))
+        .unwrap();
+    let addr = server.addrs()[0];
+    actix_rt::spawn(server.run());
+    format!("http://{addr}")
+}
+
+/// The CSRF cookie a page set (`rillkit_csrf=<token>`).
+fn csrf_cookie(headers: &str) -> String {
+    headers
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.eq_ignore_ascii_case("set-cookie") && v.trim().starts_with("rillkit_csrf="))
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no CSRF cookie in\n{headers}"))
+}
+
+#[actix_rt::test]
+async fn actions_are_refused_from_elsewhere_and_pages_limited_to_the_streams_given() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            redis::cmd("XADD")
+                .arg("orders-dlq")
+                .arg("*")
+                .arg("data")
+                .arg(i.to_string())
+                .query(&mut conn)
+                .unwrap()
+        })
+        .collect();
+    let _: String = redis::cmd("XADD")
+        .arg("secret-dlq")
+        .arg("*")
+        .arg("data")
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    broker.start().await.unwrap();
+    let base = serve(Dashboard::new(broker.clone()).streams(["orders"]));
+    let host = base.trim_start_matches("http://").to_owned();
+    let own = format!("http://{host}");
+
+    let (code, headers, page) = call(&base, "GET", "/d/dlq/orders", vec![], "").await;
+    assert_eq!(code, 200, "{page}");
+    let cookie = csrf_cookie(&headers);
+    assert!(
+        !cookie.contains("Secure"),
+        "plain HTTP: no Secure flag: {cookie}"
+    );
+    let token = cookie
+        .trim_start_matches("rillkit_csrf=")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(page.contains(&token), "the forms carry the cookie's token");
+    let jar = format!("rillkit_csrf={token}");
+    let purge_one = format!("csrf={token}&id={}", ids[0]);
+
+    // A valid token and cookie, replayed from another origin: 403, nothing
+    // deleted. Without Origin or Referer: the same.
+    for from in [
+        vec![("Origin", "https://evil.example".to_owned())],
+        vec![("Referer", "https://evil.example/page".to_owned())],
+        vec![("Origin", "null".to_owned())],
+        vec![],
+    ] {
+        let mut headers = vec![("Cookie", jar.clone())];
+        headers.extend(from.clone());
+        let (code, _, body) = call(&base, "POST", "/d/dlq/orders/purge", headers, &purge_one).await;
+        assert_eq!(code, 403, "{from:?}: {body}");
+        assert_eq!(stream_len(&mut conn, "orders-dlq"), 3, "{from:?}");
+    }
+
+    // A hand-made range over the whole stream, or one without the count
+    // the page showed: refused, nothing deleted.
+    for body in [
+        format!("csrf={token}&start=-&end=%2B&count=3"),
+        format!("csrf={token}&start={}&end={}", ids[0], ids[2]),
+    ] {
+        let headers = vec![("Cookie", jar.clone()), ("Origin", own.clone())];
+        let (code, _, _) = call(&base, "POST", "/d/dlq/orders/purge", headers, &body).await;
+        assert_eq!(code, 400, "{body}");
+        assert_eq!(stream_len(&mut conn, "orders-dlq"), 3, "{body}");
+    }
+    // A range that holds more than the page showed: 409, nothing deleted.
+    let body = format!("csrf={token}&start={}&end={}&count=2", ids[0], ids[2]);
+    let headers = vec![("Cookie", jar.clone()), ("Origin", own.clone())];
+    let (code, _, _) = call(&base, "POST", "/d/dlq/orders/purge", headers, &body).await;
+    assert_eq!(code, 409);
+    assert_eq!(stream_len(&mut conn, "orders-dlq"), 3);
+
+    // From its own page: one, then the two left as a range with their count.
+    let headers = vec![("Cookie", jar.clone()), ("Origin", own.clone())];
+    let (code, head, _) = call(&base, "POST", "/d/dlq/orders/purge", headers, &purge_one).await;
+    assert_eq!(code, 303, "{head}");
+    assert_eq!(stream_len(&mut conn, "orders-dlq"), 2);
+    let body = format!("csrf={token}&start={}&end={}&count=2", ids[1], ids[2]);
+    let headers = vec![
+        ("Cookie", jar.clone()),
+        ("Referer", format!("{own}/d/dlq/orders")),
+    ];
+    let (code, head, _) = call(&base, "POST", "/d/dlq/orders/purge", headers, &body).await;
+    assert_eq!(code, 303, "a Referer of this site will do: {head}");
+    assert_eq!(stream_len(&mut conn, "orders-dlq"), 0);
+    let location = head
+        .lines()
+        .find_map(|l| l.strip_prefix("location: "))
+        .unwrap_or_else(|| panic!("{head}"))
+        .to_owned();
+    let (_, _, page) = call(&base, "GET", &location, vec![], "").await;
+    assert!(page.contains("Purged: 2."), "the banner: {page}");
+
+    // The banner never shows text from the URL.
+    let (code, _, page) = call(
+        &base,
+        "GET",
+        "/d/dlq/orders?done=Your+account+is+locked",
+        vec![],
+        "",
+    )
+    .await;
+    assert!(
+        !page.contains("Your account is locked"),
+        "{code}: the URL's text painted in the banner"
+    );
+
+    // Keys the dashboard was not given: 404, and their actions too.
+    for path in ["/d/dlq/secret", "/d/stream/secret"] {
+        let (code, _, _) = call(&base, "GET", path, vec![], "").await;
+        assert_eq!(code, 404, "{path}");
+    }
+    let (_, _, secret_id) = {
+        let id: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+            .arg("secret-dlq")
+            .arg("-")
+            .arg("+")
+            .query(&mut conn)
+            .unwrap();
+        (0, 0, id[0].0.clone())
+    };
+    let headers = vec![("Cookie", jar.clone()), ("Origin", own.clone())];
+    let (code, _, _) = call(
+        &base,
+        "POST",
+        "/d/dlq/secret/purge",
+        headers,
+        &format!("csrf={token}&id={secret_id}"),
+    )
+    .await;
+    assert_eq!(code, 404);
+    assert_eq!(stream_len(&mut conn, "secret-dlq"), 1);
+
+    // Behind TLS (a proxy that says so), the cookie is Secure.
+    let (_, headers, _) = call(
+        &base,
+        "GET",
+        "/d/dlq/orders",
+        vec![("X-Forwarded-Proto", "https".to_owned())],
+        "",
+    )
+    .await;
+    assert!(csrf_cookie(&headers).contains("Secure"), "{headers}");
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
+/// The README's dashboard ACL lines (`dashboard-ro`, `dashboard`) as words,
+/// with `+client|setinfo` where the server knows it.
+fn readme_dashboard_acl(redis: &RedisServer) -> Vec<Vec<String>> {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let (open, close) = ("<!-- dashboard-acl -->", "<!-- /dashboard-acl -->");
+    let start = readme.find(open).expect("the README's dashboard ACL") + open.len();
+    let len = readme[start..].find(close).unwrap();
+    let setinfo = support::ServerVersion::of(&mut redis.conn()).has_client_setinfo();
+    readme[start..start + len]
+        .lines()
+        .filter(|l| l.starts_with("ACL SETUSER"))
+        .map(|l| {
+            let mut words: Vec<String> = l.split_whitespace().map(str::to_owned).collect();
+            if setinfo {
+                words.push("+client|setinfo".into());
+            }
+            words
+        })
+        .collect()
+}
+
+/// Commands `ACL LOG` says were refused.
+fn refused(conn: &mut redis::Connection) -> Vec<String> {
+    let log: Vec<Vec<redis::Value>> = redis::cmd("ACL").arg("LOG").query(conn).unwrap();
+    log.iter()
+        .filter_map(|entry| {
+            let words: Vec<String> = entry
+                .iter()
+                .map(|v| redis::from_redis_value_ref::<String>(v).unwrap_or_default())
+                .collect();
+            let at = words.iter().position(|w| w == "object")?;
+            Some(words.get(at + 1)?.clone())
+        })
+        .collect()
+}
+
+#[actix_rt::test]
+async fn the_readmes_dashboard_acls_are_enough_for_every_page_and_action() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let lines = readme_dashboard_acl(&redis);
+    assert_eq!(lines.len(), 2, "a read-only line and one with actions");
+    for words in &lines {
+        let _: () = redis::cmd(&words[0])
+            .arg(&words[1..])
+            .query(&mut conn)
+            .unwrap_or_else(|e| panic!("{}: {e}", words.join(" ")));
+    }
+    // A stream with a group, a pending entry and a dead letter written by a
+    // worker (as the default user).
+    let orders = Stream::new("orders", "billing");
+    let worker = Broker::builder(redis.url())
+        .subscribe(
+            &orders,
+            ConsumerOptions::default()
+                .with_max_retries(0)
+                .with_block(std::time::Duration::from_millis(50)),
+            |_: u64| async { Err::<(), _>("no") },
+        )
+        .build()
+        .unwrap();
+    worker.start().await.unwrap();
+    worker.publish(&orders, &1u64).await.unwrap();
+    support::eventually("a dead letter", std::time::Duration::from_secs(30), || {
+        stream_len(&mut conn, "orders-dlq") == 1
+    })
+    .await;
+    assert_eq!(worker.stop().await.unwrap().exit_code(), 0);
+    let _: () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query(&mut conn)
+        .unwrap();
+
+    for (user, read_only) in [("dashboard-ro", true), ("dashboard", false)] {
+        let url = format!("redis://{user}:change-me@127.0.0.1:{}", redis.port);
+        let broker = Broker::builder(url).build().unwrap();
+        broker.start().await.unwrap();
+        let base = serve(
+            Dashboard::new(broker.clone())
+                .streams(["orders"])
+                .all_streams(true)
+                .read_only(read_only),
+        );
+        for path in ["/d/", "/d/stream/orders", "/d/dlq/orders"] {
+            let (code, _, body) = call(&base, "GET", path, vec![], "").await;
+            assert_eq!(code, 200, "{user} {path}: {body}");
+        }
+        if !read_only {
+            let (_, headers, _) = call(&base, "GET", "/d/dlq/orders", vec![], "").await;
+            let cookie = csrf_cookie(&headers);
+            let token = cookie
+                .trim_start_matches("rillkit_csrf=")
+                .split(';')
+                .next()
+                .unwrap()
+                .to_owned();
+            let id: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+                .arg("orders-dlq")
+                .arg("-")
+                .arg("+")
+                .query(&mut conn)
+                .unwrap();
+            let own = base.clone();
+            let headers = vec![("Cookie", format!("rillkit_csrf={token}")), ("Origin", own)];
+            let (code, _, body) = call(
+                &base,
+                "POST",
+                "/d/dlq/orders/redrive",
+                headers,
+                &format!("csrf={token}&id={}", id[0].0),
+            )
+            .await;
+            assert_eq!(code, 303, "{body}");
+            assert_eq!(stream_len(&mut conn, "orders-dlq"), 0, "redriven");
+        }
+        assert_eq!(refused(&mut conn), Vec::<String>::new(), "{user}");
+        assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    }
+}
