@@ -40,6 +40,12 @@ pub(crate) const OLDEST_PENDING_AGE: &str = "rillkit_oldest_pending_age_seconds"
 pub(crate) const DEAD_LETTERS: &str = "rillkit_dead_letters";
 /// 1 for the state a subscription is in, 0 for the others.
 pub(crate) const STATE: &str = "rillkit_subscription_state";
+/// Consumers of a group (server-wide collector).
+pub(crate) const CONSUMERS: &str = "rillkit_consumers";
+/// Groups the server-wide collector exported at its last pass.
+pub(crate) const SERVER_GROUPS: &str = "rillkit_server_metrics_groups";
+/// Groups it left out at its last pass (its cap).
+pub(crate) const SERVER_SKIPPED: &str = "rillkit_server_metrics_groups_skipped";
 
 /// Every series' `# HELP` text and unit, given to the installed recorder
 /// (an exporter prints them). Called at each start: a recorder installed
@@ -110,9 +116,37 @@ pub(crate) fn describe() {
         "Entries in the dead-letter stream (polled)."
     );
     describe_gauge!(
+        CONSUMERS,
+        Unit::Count,
+        "Consumers of the group (server-wide collector; XINFO GROUPS)."
+    );
+    describe_gauge!(
+        SERVER_GROUPS,
+        Unit::Count,
+        "Groups the server-wide collector exported at its last pass."
+    );
+    describe_gauge!(
+        SERVER_SKIPPED,
+        Unit::Count,
+        "Groups the server-wide collector left out at its last pass (max_groups)."
+    );
+    describe_gauge!(
         STATE,
         "1 for the state the subscription is in (label state: starting, running, reconnecting, restarting, waiting_for_lease, failed, stopped), 0 for the others."
     );
+}
+
+/// Sets a group's consumer count (server-wide collector).
+pub(crate) fn consumers(stream: &str, group: &str, consumers: u64) {
+    metrics::gauge!(CONSUMERS, "stream" => stream.to_owned(), "group" => group.to_owned())
+        .set(consumers as f64);
+}
+
+/// Records a server-wide collector's pass.
+pub(crate) fn server_metrics_pass(groups: usize, skipped: usize) {
+    describe();
+    metrics::gauge!(SERVER_GROUPS).set(groups as f64);
+    metrics::gauge!(SERVER_SKIPPED).set(skipped as f64);
 }
 
 /// Sets a subscription's state gauges: 1 for `current`, 0 for every other

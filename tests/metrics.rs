@@ -252,3 +252,93 @@ fn the_alert_rules_name_only_metrics_that_exist() {
         );
     }
 }
+
+/// The server-wide collector exports groups this process does not consume
+/// (here: no broker consumes at all), skips dead-letter streams as streams,
+/// and keeps to its cap.
+#[actix::test]
+async fn the_server_wide_collector_exports_every_group_within_its_cap() {
+    use rillkit::admin::{Admin, ServerMetrics};
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let scrape = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let run = |c: &mut redis::Connection, args: &[&str]| {
+        let _: redis::Value = redis::cmd(args[0]).arg(&args[1..]).query(c).unwrap();
+    };
+    run(
+        &mut c,
+        &["XGROUP", "CREATE", "orders", "billing", "0", "MKSTREAM"],
+    );
+    run(&mut c, &["XADD", "orders", "*", "data", "1"]);
+    run(&mut c, &["XADD", "orders", "*", "data", "2"]);
+    // One delivered to a consumer and not acked; one not delivered yet.
+    run(
+        &mut c,
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "billing",
+            "w1",
+            "COUNT",
+            "1",
+            "STREAMS",
+            "orders",
+            ">",
+        ],
+    );
+    run(&mut c, &["XADD", "orders-dlq", "*", "data", "x"]);
+    run(&mut c, &["XGROUP", "CREATE", "audit", "a", "$", "MKSTREAM"]);
+    run(&mut c, &["XGROUP", "CREATE", "audit", "b", "$"]);
+
+    let admin = Admin::connect(&redis.url()).await.unwrap();
+    let capped = ServerMetrics::new().with_max_groups(2);
+    let done = capped.collect(&admin).await.unwrap();
+    assert_eq!(
+        (done.streams, done.groups, done.skipped),
+        (2, 2, 1),
+        "{done:?}"
+    );
+    let all = ServerMetrics::new().collect(&admin).await.unwrap();
+    assert_eq!((all.groups, all.skipped), (3, 0));
+
+    let text = scrape.render();
+    let orders = r#"{stream="orders",group="billing"}"#;
+    assert_eq!(
+        value(&text, &format!("rillkit_pending{orders}")),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(value(&text, &format!("rillkit_lag{orders}")), Some(1.0));
+    assert_eq!(
+        value(&text, &format!("rillkit_consumers{orders}")),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, &format!("rillkit_dead_letters{orders}")),
+        Some(1.0)
+    );
+    assert!(
+        value(
+            &text,
+            &format!("rillkit_oldest_pending_age_seconds{orders}")
+        )
+        .is_some(),
+        "{text}"
+    );
+    for g in ["a", "b"] {
+        let audit = format!(r#"{{stream="audit",group="{g}"}}"#);
+        assert_eq!(
+            value(&text, &format!("rillkit_pending{audit}")),
+            Some(0.0),
+            "{text}"
+        );
+    }
+    assert!(
+        !text.contains(r#"stream="orders-dlq""#),
+        "a dead-letter stream is not a stream of its own:\n{text}"
+    );
+    assert_eq!(value(&text, "rillkit_server_metrics_groups"), Some(3.0));
+    assert!(text.contains("# HELP rillkit_consumers "), "{text}");
+}
