@@ -339,6 +339,6 @@ async fn the_server_wide_collector_exports_every_group_within_its_cap() {
         !text.contains(r#"stream="orders-dlq""#),
         "a dead-letter stream is not a stream of its own:\n{text}"
     );
-    assert_eq!(value(&text, "rillkit_server_metrics_groups"), Some(3.0));
+    assert_eq!(value(&text, "rillkit_server_metrics_groups "), Some(3.0));
     assert!(text.contains("# HELP rillkit_consumers "), "{text}");
 }
