@@ -23,7 +23,8 @@ fn block(readme: &str, name: &str) -> String {
 
 #[test]
 fn the_first_program_builds_with_the_listed_dependencies_and_ends_as_documented() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The workspace root: rillkit's package, its README and Cargo.lock.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let deps = block(&readme, "first-program-deps");
     let program = block(&readme, "first-program");
