@@ -442,11 +442,11 @@ fn built(kind: &str, name: &str) -> PathBuf {
     // script reruns when CARGO_MANIFEST_DIR or CARGO_PKG_* change, so with
     // them this build would rebuild ring and every crate above it (rillkit
     // too), and the next `cargo test` all of them again.
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if key.starts_with("CARGO_PKG_")
+    for (var, _) in std::env::vars_os() {
+        let var = var.to_string_lossy();
+        if var.starts_with("CARGO_PKG_")
             || matches!(
-                &*key,
+                &*var,
                 "CARGO_MANIFEST_DIR"
                     | "CARGO_MANIFEST_PATH"
                     | "CARGO_MANIFEST_LINKS"
@@ -456,7 +456,7 @@ fn built(kind: &str, name: &str) -> PathBuf {
                     | "OUT_DIR"
             )
         {
-            build.env_remove(&*key);
+            build.env_remove(&*var);
         }
     }
     let status = build
