@@ -13,7 +13,7 @@ use support::{RedisServer, stream_len, xadd};
 
 /// Runs the binary against `url` (the caller's `REDIS_*` variables removed).
 fn rillkit(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rillkit"))
+    Command::new(support::rillkit_bin())
         .env_remove("REDIS_URL")
         .env_remove("REDIS_USER")
         .env_remove("REDIS_PASSWORD")
