@@ -361,7 +361,6 @@ impl Admin {
     }
 }
 
-
 impl Admin {
     /// Like [`add`](Self::add), but only to a stream that exists: `XADD
     /// <stream> NOMKSTREAM * <field> <value> …`. Answers `None`, and adds
@@ -398,7 +397,12 @@ impl Admin {
     /// # Errors
     /// [`Error::GroupCreate`] when Redis refuses (the key is not a stream,
     /// the ACL, a malformed `start`); a connection error.
-    pub async fn create_group(&self, stream: &str, group: &str, start: &str) -> Result<bool, Error> {
+    pub async fn create_group(
+        &self,
+        stream: &str,
+        group: &str,
+        start: &str,
+    ) -> Result<bool, Error> {
         let mut cmd = redis::cmd("XGROUP");
         cmd.arg("CREATE")
             .arg(stream)

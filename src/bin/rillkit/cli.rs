@@ -330,13 +330,23 @@ mod tests {
         let select = p.select.expect("a selection");
         assert_eq!((select.stream.as_str(), select.count), ("s", 3));
         let cli = Cli::try_parse_from([
-            "rillkit", "pending", "ack", "s", "g", "--min-idle", "10m", "--yes",
+            "rillkit",
+            "pending",
+            "ack",
+            "s",
+            "g",
+            "--min-idle",
+            "10m",
+            "--yes",
         ])
         .unwrap();
         let Command::Pending(p) = cli.command else {
             panic!("pending")
         };
-        assert!(matches!(p.action, Some(PendingAction::Ack { yes: true, .. })));
+        assert!(matches!(
+            p.action,
+            Some(PendingAction::Ack { yes: true, .. })
+        ));
         assert!(Cli::try_parse_from(["rillkit", "pending", "s"]).is_err());
     }
 }

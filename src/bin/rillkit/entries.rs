@@ -7,7 +7,7 @@ use rillkit::admin::StreamEntry;
 use serde_json::json;
 
 use crate::operator::Interrupt;
-use crate::output::{entry_json, fields_line, print_json, text};
+use crate::output::{entry_json, fields_line, json_text, print_json, text};
 use crate::{Ctx, Failure, existing};
 
 /// How long one `XREAD` of `tail --follow` waits for an entry.
@@ -18,12 +18,7 @@ const FOLLOW_COUNT: usize = 100;
 /// `publish`: `XADD <stream> * data <document>`. Without `create`, only to
 /// a stream that exists (`NOMKSTREAM`): a misspelt name fails (exit 1)
 /// rather than create a stream nothing reads.
-pub async fn publish(
-    ctx: &Ctx,
-    stream: &str,
-    document: &str,
-    create: bool,
-) -> Result<(), Failure> {
+pub async fn publish(ctx: &Ctx, stream: &str, document: &str, create: bool) -> Result<(), Failure> {
     let fields = [("data", document)];
     let id = if create {
         ctx.admin.add(stream, &fields).await?
@@ -89,7 +84,11 @@ pub async fn tail(ctx: &Ctx, stream: &str, count: usize, follow: bool) -> Result
 
 /// `<id>  name=value  …`.
 fn line(e: &StreamEntry) -> String {
-    format!("{}  {}", text(e.id.as_str().as_bytes()), fields_line(&e.fields))
+    format!(
+        "{}  {}",
+        text(e.id.as_str().as_bytes()),
+        fields_line(&e.fields)
+    )
 }
 
 /// Entries as `tail --follow` prints them, flushed at once (stdout may be a
@@ -101,7 +100,7 @@ fn print_lines(ctx: &Ctx, stream: &str, entries: &[StreamEntry]) {
         let printed = if ctx.json {
             let mut doc = entry_json(e);
             doc["stream"] = json!(stream);
-            writeln!(out, "{doc}")
+            writeln!(out, "{}", json_text(&doc, false))
         } else {
             writeln!(out, "{}", line(e))
         };

@@ -184,12 +184,95 @@ pub fn dead_letter_json(d: &DeadLetter) -> Value {
     json!({ "id": d.id.as_str(), "fields": fields_json(&d.fields), "origin": origin })
 }
 
-/// The JSON document, pretty-printed.
+/// The JSON document, pretty-printed, with the characters [`text`] escapes
+/// written as JSON escapes (`\u202e`): the same strings to a JSON parser,
+/// nothing raw on a terminal.
 pub fn print_json(v: &Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).expect("a JSON value prints")
-    );
+    println!("{}", json_text(v, true));
+}
+
+/// `v` as JSON text (pretty or on one line), invisible characters escaped.
+pub fn json_text(v: &Value, pretty: bool) -> String {
+    use serde::Serialize;
+    let mut out = Vec::new();
+    let written = if pretty {
+        let mut ser = serde_json::Serializer::with_formatter(
+            &mut out,
+            Escaping(serde_json::ser::PrettyFormatter::new()),
+        );
+        v.serialize(&mut ser)
+    } else {
+        let mut ser = serde_json::Serializer::with_formatter(
+            &mut out,
+            Escaping(serde_json::ser::CompactFormatter),
+        );
+        v.serialize(&mut ser)
+    };
+    written.expect("a JSON value prints");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// A JSON formatter that writes hidden characters of strings as `\uXXXX`
+/// escapes (a surrogate pair above U+FFFF); serde_json escapes only the
+/// controls below U+0020.
+struct Escaping<F>(F);
+
+impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for Escaping<F> {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut plain = 0;
+        for (at, c) in fragment.char_indices() {
+            if !hidden(c) {
+                continue;
+            }
+            writer.write_all(&fragment.as_bytes()[plain..at])?;
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                write!(writer, "\\u{unit:04x}")?;
+            }
+            plain = at + c.len_utf8();
+        }
+        writer.write_all(&fragment.as_bytes()[plain..])
+    }
+
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(w)
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array(w)
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_array_value(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(w)
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(w)
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object(w)
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_object_key(w, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object_value(w)
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(w)
+    }
 }
 
 #[cfg(test)]
@@ -221,20 +304,45 @@ mod tests {
     fn bidi_and_invisible_characters_are_escaped() {
         assert_eq!(text("a\u{202e}b".as_bytes()), "a\\u{202e}b");
         for c in [
-            '\u{200b}', '\u{200e}', '\u{200f}', '\u{202a}', '\u{2066}', '\u{2069}', '\u{61c}',
-            '\u{feff}', '\u{2028}', '\u{3164}', '\u{e0041}',
+            '\u{200b}',
+            '\u{200e}',
+            '\u{200f}',
+            '\u{202a}',
+            '\u{2066}',
+            '\u{2069}',
+            '\u{61c}',
+            '\u{feff}',
+            '\u{2028}',
+            '\u{3164}',
+            '\u{e0041}',
         ] {
             let t = text(c.to_string().as_bytes());
             assert_eq!(t, format!("\\u{{{:x}}}", c as u32), "{c:?}");
         }
-        assert_eq!(text("注文 🚀 é".as_bytes()), "注文 🚀 é", "printable text stays");
+        assert_eq!(
+            text("注文 🚀 é".as_bytes()),
+            "注文 🚀 é",
+            "printable text stays"
+        );
+        let v = json!({ "k\u{202e}": "a\u{200b}b\u{e0041}\u{1b}注" });
+        let t = json_text(&v, false);
+        assert_eq!(t, r#"{"k\u202e":"a\u200bb\udb40\udc41\u001b注"}"#);
+        assert_eq!(
+            serde_json::from_str::<Value>(&t).unwrap(),
+            v,
+            "the same strings"
+        );
+        assert!(json_text(&v, true).contains("\\u202e"));
     }
 
     #[test]
     fn columns_are_display_columns_and_long_cells_are_cut() {
         let t = table(
             &["NAME", "N"],
-            &[vec!["注文".into(), "1".into()], vec!["abcd".into(), "2".into()]],
+            &[
+                vec!["注文".into(), "1".into()],
+                vec!["abcd".into(), "2".into()],
+            ],
             Some(CELL_CAP),
         );
         assert_eq!(t, "NAME  N\n注文  1\nabcd  2\n");

@@ -350,7 +350,10 @@ pub async fn consumers(
             .iter()
             .map(|c| vec![c.name.clone(), c.pending.to_string(), duration(c.idle_ms)])
             .collect();
-        print!("{}", table(&["CONSUMER", "PENDING", "IDLE"], &rows, ctx.cap));
+        print!(
+            "{}",
+            table(&["CONSUMER", "PENDING", "IDLE"], &rows, ctx.cap)
+        );
     }
     Ok(())
 }
