@@ -69,7 +69,9 @@ pub async fn tail(ctx: &Ctx, stream: &str, count: usize, follow: bool) -> Result
     let mut last = entries
         .last()
         .map_or_else(|| "0-0".to_owned(), |e| e.id.as_str().to_owned());
-    print_lines(ctx, stream, &entries);
+    if !print_lines(ctx, stream, &entries) {
+        return Ok(());
+    }
     loop {
         let read = tokio::select! {
             () = interrupt.wait() => return Ok(()),
@@ -78,7 +80,10 @@ pub async fn tail(ctx: &Ctx, stream: &str, count: usize, follow: bool) -> Result
         if let Some(e) = read.last() {
             last = e.id.as_str().to_owned();
         }
-        print_lines(ctx, stream, &read);
+        if !print_lines(ctx, stream, &read) {
+            // Nobody reads stdout any more (a closed pipe): done.
+            return Ok(());
+        }
     }
 }
 
@@ -92,8 +97,8 @@ fn line(e: &StreamEntry) -> String {
 }
 
 /// Entries as `tail --follow` prints them, flushed at once (stdout may be a
-/// pipe).
-fn print_lines(ctx: &Ctx, stream: &str, entries: &[StreamEntry]) {
+/// pipe); `false` when stdout is closed.
+fn print_lines(ctx: &Ctx, stream: &str, entries: &[StreamEntry]) -> bool {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     for e in entries {
@@ -105,8 +110,8 @@ fn print_lines(ctx: &Ctx, stream: &str, entries: &[StreamEntry]) {
             writeln!(out, "{}", line(e))
         };
         if printed.is_err() {
-            return;
+            return false;
         }
     }
-    let _ = out.flush();
+    out.flush().is_ok()
 }
