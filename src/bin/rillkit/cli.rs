@@ -39,8 +39,10 @@ const OUTPUT: &str = "Output";
 #[derive(Parser)]
 #[command(name = "rillkit", version, about = "Look at and repair rillkit's streams, groups and dead letters", long_about = LONG_ABOUT)]
 pub struct Cli {
-    /// Redis server URL: redis://[user:password@]host:port[/db], rediss:// for TLS.
-    /// Ignored with --sentinel or --cluster.
+    /// Redis server URL.
+    ///
+    /// redis://[user:password@]host:port[/db], rediss:// for TLS. Ignored
+    /// with --sentinel or --cluster.
     #[arg(
         long,
         env = "REDIS_URL",
@@ -65,7 +67,9 @@ pub struct Cli {
     )]
     pub cluster: Option<String>,
 
-    /// Username (with --password) for the master (--sentinel) or every node
+    /// Username for --sentinel or --cluster (with --url: in the URL).
+    ///
+    /// With --password, for the master (--sentinel) or every node
     /// (--cluster); with --url, write credentials in the URL.
     #[arg(
         long,
@@ -76,8 +80,10 @@ pub struct Cli {
     )]
     pub user: Option<String>,
 
-    /// Password for the master (--sentinel) or every node (--cluster); with
-    /// --url, write credentials in the URL.
+    /// Password for --sentinel or --cluster (with --url: in the URL).
+    ///
+    /// For the master (--sentinel) or every node (--cluster); with --url,
+    /// write credentials in the URL.
     #[arg(
         long,
         env = "REDIS_PASSWORD",
@@ -87,18 +93,22 @@ pub struct Cli {
     )]
     pub password: Option<String>,
 
-    /// Trust this CA (PEM file) for TLS; with --url the URL must be rediss://,
-    /// with --sentinel or --cluster every connection uses TLS.
+    /// Trust this CA (PEM file) for TLS.
+    ///
+    /// With --url the URL must be rediss://; with --sentinel or --cluster
+    /// every connection uses TLS.
     #[arg(long, value_name = "PEM FILE", global = true, help_heading = CONNECTION)]
     pub tls_ca: Option<PathBuf>,
 
-    /// TLS with the system's trust store (for --sentinel or --cluster; with
-    /// --url, rediss:// alone does it).
+    /// TLS with the system's trust store (--sentinel, --cluster).
+    ///
+    /// With --url, rediss:// alone does it.
     #[arg(long, global = true, help_heading = CONNECTION)]
     pub tls: bool,
 
-    /// Print one JSON document instead of text (tail --follow: one JSON
-    /// line per entry).
+    /// Print one JSON document instead of text.
+    ///
+    /// tail --follow: one JSON line per entry.
     #[arg(long, global = true, help_heading = OUTPUT)]
     pub json: bool,
 
@@ -112,15 +122,21 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Streams (discovered with SCAN, or the one named) and their groups:
-    /// length, consumers, pending, lag, the oldest pending entry's age (since
-    /// it was added) and time since its last delivery, dead letters.
+    /// Streams and their groups: length, consumers, pending, lag, oldest
+    /// pending entry, dead letters.
+    ///
+    /// Streams discovered with SCAN, or the one named. Of each group's oldest
+    /// pending entry: its age (OLDEST-AGE, since it was added, from its id)
+    /// and the time since its last delivery (SINCE-DELIVERY, XPENDING idle).
     Status {
         /// A stream name, or a glob pattern (default: every stream).
         stream: Option<String>,
     },
-    /// The oldest pending entries of a group (XPENDING): consumer, age, time
-    /// since delivery, delivery count; `claim` and `ack` repair stuck ones.
+    /// The oldest pending entries of a group; `claim` and `ack` repair stuck
+    /// ones.
+    ///
+    /// XPENDING: for each entry its consumer, age (since it was added), time
+    /// since its last delivery and delivery count.
     Pending(PendingCommand),
     /// The consumers of a group (XINFO CONSUMERS): pending entries, idle time.
     Consumers {
@@ -138,6 +154,7 @@ pub enum Command {
     #[command(subcommand)]
     Dlq(Dlq),
     /// Add an entry with one field data=JSON (XADD), as rillkit publishes.
+    ///
     /// The stream must exist (a misspelt name is not created) unless --create.
     Publish {
         /// Stream key.
@@ -149,8 +166,10 @@ pub enum Command {
         #[arg(long)]
         create: bool,
     },
-    /// The newest entries of a stream (XREVRANGE), oldest of them first;
-    /// with --follow, then every new entry as it arrives.
+    /// The newest entries of a stream; with --follow, then each new one.
+    ///
+    /// XREVRANGE, printed oldest first; --follow then reads with XREAD BLOCK
+    /// until Ctrl-C.
     Tail {
         /// Stream key.
         stream: String,
@@ -176,9 +195,10 @@ pub struct PendingCommand {
 
 #[derive(Subcommand)]
 pub enum PendingAction {
-    /// Hand the selected pending entries to a consumer (XCLAIM … JUSTID:
-    /// their delivery count stays). With --min-idle, an entry delivered
-    /// again meanwhile is left alone. Asks first, unless --yes.
+    /// Hand the selected pending entries to another consumer.
+    ///
+    /// XCLAIM … JUSTID: their delivery count stays. With --min-idle, an entry
+    /// delivered again meanwhile is left alone. Asks first, unless --yes.
     Claim {
         #[command(flatten)]
         select: PendingSelect,
@@ -189,8 +209,9 @@ pub enum PendingAction {
         #[arg(long)]
         yes: bool,
     },
-    /// Acknowledge the selected pending entries (XACK) without running
-    /// them: they leave the pending list, and stay in the stream. Asks
+    /// Acknowledge the selected pending entries without running them.
+    ///
+    /// XACK: they leave the pending list, and stay in the stream. Asks
     /// first, unless --yes.
     Ack {
         #[command(flatten)]
@@ -237,12 +258,14 @@ pub enum Dlq {
         #[arg(long)]
         dlq: Option<String>,
     },
-    /// Put dead letters back on their origin stream as new entries with their
-    /// original fields plus redriven_from=<origin id>, deleting them from the
-    /// dead-letter stream (one script each). Refuses when an origin stream
-    /// is gone or has no consumer group (nothing would read them) unless
-    /// --create-group. Asks first, unless --yes; Ctrl-C stops after the dead
-    /// letter in hand and prints the count (exit 130).
+    /// Put dead letters back on their origin stream.
+    ///
+    /// Each goes back as a new entry with its original fields plus
+    /// redriven_from=<origin id>, and is deleted from the dead-letter stream
+    /// (one script each). Refuses when an origin stream is gone or has no
+    /// consumer group (nothing would read them) unless --create-group. Asks
+    /// first, unless --yes; Ctrl-C stops after the dead letter in hand and
+    /// prints the count (exit 130).
     Redrive {
         #[command(flatten)]
         select: Select,
@@ -250,16 +273,20 @@ pub enum Dlq {
         #[arg(long)]
         dry_run: bool,
         /// Where an origin stream is gone or has no group, create this group
-        /// on it first (XGROUP CREATE <origin> <GROUP> $ MKSTREAM), so the
-        /// redriven entries are read.
+        /// on it first, so the redriven entries are read.
+        ///
+        /// XGROUP CREATE <origin> <GROUP> $ MKSTREAM: at $, the group reads what
+        /// the redrive adds after it.
         #[arg(long, value_name = "GROUP")]
         create_group: Option<String>,
         /// Do it without asking.
         #[arg(long)]
         yes: bool,
     },
-    /// Delete dead letters (XDEL). Asks first, unless --yes; with no
-    /// terminal to ask on, only says how many it would delete, and exits 2.
+    /// Delete dead letters (XDEL).
+    ///
+    /// Asks first, unless --yes; with no terminal to ask on, only says how
+    /// many it would delete, and exits 2.
     Purge {
         #[command(flatten)]
         select: Select,
