@@ -775,6 +775,24 @@ fn a_redrive_is_previewed_confirmed_and_refused_where_nothing_would_read() {
     assert!(text.contains(&first) && text.contains(&second), "{text}");
     assert!(text.contains("would redrive 2 dead letter(s)"), "{text}");
     assert!(text.contains("does not exist"), "{text}");
+    assert!(text.contains("refused without --create-group"), "{text}");
+    let text = ok(
+        &url,
+        &[
+            "dlq",
+            "redrive",
+            "orders",
+            "--dry-run",
+            "--create-group",
+            "billing",
+        ],
+    );
+    assert!(
+        text.contains("group \"billing\" would be created"),
+        "{text}"
+    );
+    let exists: i64 = redis::cmd("EXISTS").arg("orders").query(&mut c).unwrap();
+    assert_eq!(exists, 0, "a dry run creates nothing");
     let doc = json(&url, &["dlq", "redrive", "orders", "--dry-run"]);
     assert_eq!(doc["would_redrive"], 2);
     assert_eq!(doc["dead_letters"][1]["origin_id"], "2-0");

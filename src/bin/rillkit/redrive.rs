@@ -103,7 +103,7 @@ pub async fn redrive(ctx: &Ctx, select: &Select, opts: Options<'_>) -> Result<()
         o.readers = Readers::of(admin, name).await?;
     }
     if opts.dry_run {
-        print_dry_run(ctx, &dlq, &selected, &origins);
+        print_dry_run(ctx, &dlq, &selected, &origins, opts.create_group);
         return Ok(());
     }
     if selected.is_empty() {
@@ -140,8 +140,7 @@ pub async fn redrive(ctx: &Ctx, select: &Select, opts: Options<'_>) -> Result<()
     }
     let interrupt = Interrupt::watch()?;
     let mut done = Done::default();
-    let started = Instant::now();
-    let mut said = started;
+    let mut said = Instant::now();
     for d in &selected {
         if interrupt.requested() {
             break;
@@ -297,6 +296,7 @@ fn print_dry_run(
     dlq: &str,
     selected: &[DeadLetter],
     origins: &BTreeMap<String, Origin>,
+    create_group: Option<&str>,
 ) {
     if ctx.json {
         let letters: Vec<_> = selected
@@ -346,12 +346,20 @@ fn print_dry_run(
         );
     }
     for (name, o) in origins {
-        println!(
-            "to {}: {} dead letter(s); {}",
-            text(name.as_bytes()),
+        let then = match (o.readers.unread(), create_group) {
+            (false, _) => String::new(),
+            (true, Some(g)) => format!("; group {g:?} would be created (at $)"),
+            (true, None) => format!(
+                "; refused without --create-group (its dead letters failed in {:?})",
+                o.group
+            ),
+        };
+        let line = format!(
+            "to {name:?}: {} dead letter(s); {}{then}",
             o.count,
             o.readers.describe()
         );
+        println!("{}", text(line.as_bytes()));
     }
     println!(
         "dry run: would redrive {} dead letter(s) from {}; nothing changed",
