@@ -125,6 +125,17 @@ async fn main() -> std::io::Result<()> {
         .build()
         .expect("valid configuration");
 
+    // RILLKIT_SERVER_METRICS=1: also export every stream and group on the
+    // server (other services' too), every 30 s, at most 200 groups.
+    if std::env::var("RILLKIT_SERVER_METRICS").as_deref() == Ok("1") {
+        let b = broker.clone();
+        actix_web::rt::spawn(async move {
+            match rillkit::admin::Admin::for_broker(&b).await {
+                Ok(admin) => rillkit::admin::ServerMetrics::new().run(admin).await,
+                Err(e) => eprintln!("server-wide metrics off: {e}"),
+            }
+        });
+    }
     let (b, s) = (broker.clone(), orders.clone());
     let dashboard = rillkit::dashboard::Dashboard::new(broker.clone());
     let server = HttpServer::new(move || {

@@ -38,6 +38,125 @@ pub(crate) const PENDING: &str = "rillkit_pending";
 pub(crate) const OLDEST_PENDING_AGE: &str = "rillkit_oldest_pending_age_seconds";
 /// Entries in the dead-letter stream (polled).
 pub(crate) const DEAD_LETTERS: &str = "rillkit_dead_letters";
+/// 1 for the state a subscription is in, 0 for the others.
+pub(crate) const STATE: &str = "rillkit_subscription_state";
+/// Consumers of a group (server-wide collector).
+pub(crate) const CONSUMERS: &str = "rillkit_consumers";
+/// Groups the server-wide collector exported at its last pass.
+pub(crate) const SERVER_GROUPS: &str = "rillkit_server_metrics_groups";
+/// Groups it left out at its last pass (its cap).
+pub(crate) const SERVER_SKIPPED: &str = "rillkit_server_metrics_groups_skipped";
+
+/// Every series' `# HELP` text and unit, given to the installed recorder
+/// (an exporter prints them). Called at each start: a recorder installed
+/// after the broker was built still gets them.
+pub(crate) fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        HANDLED,
+        Unit::Count,
+        "Entries whose handler returned Ok (then acked)."
+    );
+    describe_counter!(
+        FAILED,
+        Unit::Count,
+        "Handler runs that returned an error or panicked (the entry is retried or dead-lettered)."
+    );
+    describe_counter!(
+        DEAD_LETTERED,
+        Unit::Count,
+        "Entries moved to the dead-letter stream."
+    );
+    describe_counter!(
+        REDELIVERED,
+        Unit::Count,
+        "Runs of entries delivered before (delivery count > 1)."
+    );
+    describe_counter!(
+        DEAD_LETTERS_TRIMMED,
+        Unit::Count,
+        "Old dead letters removed by the dead-letter stream's length cap."
+    );
+    describe_counter!(
+        RECONNECTS,
+        Unit::Count,
+        "Read connections dropped to be opened again (a loss, a failover, a slot move)."
+    );
+    describe_counter!(
+        RESTARTS,
+        Unit::Count,
+        "Consumers restarted by the supervisor after an unrecoverable error or a panic."
+    );
+    describe_histogram!(HANDLER_DURATION, Unit::Seconds, "How long handlers ran.");
+    describe_histogram!(
+        END_TO_END,
+        Unit::Seconds,
+        "From the entry id's timestamp (when Redis added it) to the end of a successful run."
+    );
+    describe_histogram!(ACK_ROUND_TRIP, Unit::Seconds, "XACK round trips.");
+    describe_gauge!(IN_FLIGHT, Unit::Count, "Handlers running now.");
+    describe_gauge!(
+        LAG,
+        Unit::Count,
+        "Entries not yet delivered to the group (XINFO GROUPS lag; polled; absent while Redis cannot tell)."
+    );
+    describe_gauge!(
+        PENDING,
+        Unit::Count,
+        "Entries delivered to the group and not acked (polled)."
+    );
+    describe_gauge!(
+        OLDEST_PENDING_AGE,
+        Unit::Seconds,
+        "Age of the oldest pending entry, from its id (polled; 0 when none)."
+    );
+    describe_gauge!(
+        DEAD_LETTERS,
+        Unit::Count,
+        "Entries in the dead-letter stream (polled)."
+    );
+    describe_gauge!(
+        CONSUMERS,
+        Unit::Count,
+        "Consumers of the group (server-wide collector; XINFO GROUPS)."
+    );
+    describe_gauge!(
+        SERVER_GROUPS,
+        Unit::Count,
+        "Groups the server-wide collector exported at its last pass."
+    );
+    describe_gauge!(
+        SERVER_SKIPPED,
+        Unit::Count,
+        "Groups the server-wide collector left out at its last pass (max_groups)."
+    );
+    describe_gauge!(
+        STATE,
+        "1 for the state the subscription is in (label state: starting, running, reconnecting, restarting, waiting_for_lease, failed, stopped), 0 for the others."
+    );
+}
+
+/// Sets a group's consumer count (server-wide collector).
+pub(crate) fn consumers(stream: &str, group: &str, consumers: u64) {
+    metrics::gauge!(CONSUMERS, "stream" => stream.to_owned(), "group" => group.to_owned())
+        .set(consumers as f64);
+}
+
+/// Records a server-wide collector's pass.
+pub(crate) fn server_metrics_pass(groups: usize, skipped: usize) {
+    describe();
+    metrics::gauge!(SERVER_GROUPS).set(groups as f64);
+    metrics::gauge!(SERVER_SKIPPED).set(skipped as f64);
+}
+
+/// Sets a subscription's state gauges: 1 for `current`, 0 for every other
+/// state of `all`, so each state's series exists from the start.
+pub(crate) fn state(stream: &str, group: &str, current: &str, all: &[&'static str]) {
+    for &name in all {
+        metrics::gauge!(STATE, "stream" => stream.to_owned(), "group" => group.to_owned(), "state" => name)
+            .set(if name == current { 1.0 } else { 0.0 });
+    }
+}
 
 /// One subscription's figures as polled from the server.
 pub(crate) struct Polled {
@@ -89,6 +208,15 @@ impl ConsumerMetrics {
             in_flight: metrics::gauge!(IN_FLIGHT, &labels),
             reconnects: metrics::counter!(RECONNECTS, &labels),
         }
+        .with_restarts_at_zero(&labels)
+    }
+
+    /// Registers the restart counter too (incremented elsewhere, by the
+    /// supervisor), so an alert on its `increase()` sees a 0 before the
+    /// first restart.
+    fn with_restarts_at_zero(self, labels: &[(&'static str, String); 2]) -> Self {
+        metrics::counter!(RESTARTS, labels).increment(0);
+        self
     }
 
     /// The series of a list or channel subscription (labelled with its
@@ -108,6 +236,7 @@ impl ConsumerMetrics {
             in_flight: Gauge::noop(),
             reconnects: Counter::noop(),
         }
+        .with_restarts_at_zero(&labels)
     }
 
     /// Records a successful run's end-to-end latency: the age of its entry

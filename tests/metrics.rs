@@ -140,3 +140,205 @@ async fn the_in_flight_gauge_counts_the_running_handlers() {
     .await;
     assert!(broker.stop().await.unwrap().is_clean());
 }
+
+/// Every rillkit series has its `# HELP`; the restart counter and the
+/// subscription's state gauges exist from the start (0 restarts, `running`
+/// 1 and the other states 0); readiness turns false while Redis stalls
+/// (`CLIENT PAUSE … ALL`) and true again after.
+#[actix::test]
+async fn help_text_series_from_the_start_and_readiness_while_redis_stalls() {
+    use rillkit::prelude::*;
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let scrape = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let redis = RedisServer::start();
+    let stream = Stream::new("described", "g");
+    let broker = Broker::builder(redis.url())
+        .status_period(Duration::from_millis(200))
+        .subscribe(&stream, ConsumerOptions::default(), |_: u64| async {
+            HandlerResult::Ok(())
+        })
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker.publish(&stream, &1u64).await.unwrap();
+    let labels = r#"{stream="described",group="g"}"#;
+    support::eventually("handled and polled", Duration::from_secs(30), || {
+        let text = scrape.render();
+        value(&text, &format!("rillkit_entries_handled_total{labels}")) == Some(1.0)
+            && value(&text, &format!("rillkit_pending{labels}")).is_some()
+    })
+    .await;
+    let text = scrape.render();
+    let names: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .filter(|n| n.starts_with("rillkit_"))
+        .map(|n| {
+            n.trim_end_matches("_bucket")
+                .trim_end_matches("_sum")
+                .trim_end_matches("_count")
+        })
+        .collect();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in &names {
+        assert!(
+            text.contains(&format!("# HELP {name} ")),
+            "no HELP for {name}:\n{text}"
+        );
+    }
+    assert_eq!(
+        value(&text, &format!("rillkit_consumer_restarts_total{labels}")),
+        Some(0.0),
+        "the restart counter is there before any restart:\n{text}"
+    );
+    let state = |s: &str| {
+        value(
+            &scrape.render(),
+            &format!(r#"rillkit_subscription_state{{stream="described",group="g",state="{s}"}}"#),
+        )
+    };
+    assert_eq!(state("running"), Some(1.0));
+    assert_eq!(state("reconnecting"), Some(0.0));
+    assert_eq!(state("failed"), Some(0.0));
+    assert!(broker.status().is_ready());
+
+    // A stalled server: every command waits. Readiness follows.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3000)
+        .arg("ALL")
+        .query(&mut redis.conn())
+        .unwrap();
+    support::eventually(
+        "unready while Redis stalls",
+        Duration::from_secs(30),
+        || {
+            let s = broker.status();
+            !s.redis_reachable && !s.is_ready()
+        },
+    )
+    .await;
+    support::eventually("ready again after", Duration::from_secs(30), || {
+        broker.status().is_ready()
+    })
+    .await;
+    assert!(broker.stop().await.unwrap().is_clean());
+}
+
+/// The alert rules in `deploy/prometheus/` name only metrics rillkit
+/// exports (the README's table) and only their states.
+#[test]
+fn the_alert_rules_name_only_metrics_that_exist() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let rules = std::fs::read_to_string(root.join("deploy/prometheus/rillkit-alerts.yml")).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut named = 0;
+    for word in rules.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if word.starts_with("rillkit_") {
+            named += 1;
+            assert!(
+                readme.contains(&format!("| `{word}` |")),
+                "{word} is not in the README's metrics table"
+            );
+        }
+    }
+    assert!(named >= 7, "the rules name rillkit's metrics");
+    for state in ["reconnecting", "restarting", "waiting_for_lease", "failed"] {
+        assert!(
+            rillkit::SubscriptionState::NAMES.contains(&state),
+            "{state}"
+        );
+    }
+}
+
+/// The server-wide collector exports groups this process does not consume
+/// (here: no broker consumes at all), skips dead-letter streams as streams,
+/// and keeps to its cap.
+#[actix::test]
+async fn the_server_wide_collector_exports_every_group_within_its_cap() {
+    use rillkit::admin::{Admin, ServerMetrics};
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let scrape = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let run = |c: &mut redis::Connection, args: &[&str]| {
+        let _: redis::Value = redis::cmd(args[0]).arg(&args[1..]).query(c).unwrap();
+    };
+    run(
+        &mut c,
+        &["XGROUP", "CREATE", "orders", "billing", "0", "MKSTREAM"],
+    );
+    run(&mut c, &["XADD", "orders", "*", "data", "1"]);
+    run(&mut c, &["XADD", "orders", "*", "data", "2"]);
+    // One delivered to a consumer and not acked; one not delivered yet.
+    run(
+        &mut c,
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "billing",
+            "w1",
+            "COUNT",
+            "1",
+            "STREAMS",
+            "orders",
+            ">",
+        ],
+    );
+    run(&mut c, &["XADD", "orders-dlq", "*", "data", "x"]);
+    run(&mut c, &["XGROUP", "CREATE", "audit", "a", "$", "MKSTREAM"]);
+    run(&mut c, &["XGROUP", "CREATE", "audit", "b", "$"]);
+
+    let admin = Admin::connect(&redis.url()).await.unwrap();
+    let capped = ServerMetrics::new().with_max_groups(2);
+    let done = capped.collect(&admin).await.unwrap();
+    assert_eq!(
+        (done.streams, done.groups, done.skipped),
+        (2, 2, 1),
+        "{done:?}"
+    );
+    let all = ServerMetrics::new().collect(&admin).await.unwrap();
+    assert_eq!((all.groups, all.skipped), (3, 0));
+
+    let text = scrape.render();
+    let orders = r#"{stream="orders",group="billing"}"#;
+    assert_eq!(
+        value(&text, &format!("rillkit_pending{orders}")),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(value(&text, &format!("rillkit_lag{orders}")), Some(1.0));
+    assert_eq!(
+        value(&text, &format!("rillkit_consumers{orders}")),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&text, &format!("rillkit_dead_letters{orders}")),
+        Some(1.0)
+    );
+    assert!(
+        value(
+            &text,
+            &format!("rillkit_oldest_pending_age_seconds{orders}")
+        )
+        .is_some(),
+        "{text}"
+    );
+    for g in ["a", "b"] {
+        let audit = format!(r#"{{stream="audit",group="{g}"}}"#);
+        assert_eq!(
+            value(&text, &format!("rillkit_pending{audit}")),
+            Some(0.0),
+            "{text}"
+        );
+    }
+    assert!(
+        !text.contains(r#"stream="orders-dlq""#),
+        "a dead-letter stream is not a stream of its own:\n{text}"
+    );
+    assert_eq!(value(&text, "rillkit_server_metrics_groups "), Some(3.0));
+    assert!(text.contains("# HELP rillkit_consumers "), "{text}");
+}

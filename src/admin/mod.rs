@@ -31,6 +31,7 @@
 //! [`Broker`]: crate::Broker
 
 mod dead_letters;
+mod metrics;
 mod pending;
 #[cfg(feature = "dashboard")]
 mod preview;
@@ -52,6 +53,7 @@ use crate::redis::info as reply;
 pub use crate::redis::info::{ConsumerInfo, GroupInfo, PendingEntry};
 use crate::stream::EntryId;
 use crate::{Tls, Topology};
+pub use metrics::{Collected, ServerMetrics};
 
 /// Keys asked for per `SCAN` call.
 const SCAN_COUNT: usize = 1000;

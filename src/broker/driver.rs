@@ -43,6 +43,11 @@ pub(super) async fn lifecycle(
     // stop() caller still wakes, with the panic counted.
     let _guard = Unfinished(broker.clone());
     let _supervisor = StopSupervisor(me.clone());
+    // The recorder may have been installed after the broker was built.
+    crate::telemetry::describe();
+    for board in broker.boards().list() {
+        board.publish_state();
+    }
     let mut started = started;
     let mut report_start = |r: Result<(), Error>| {
         if let Some(tx) = started.take() {

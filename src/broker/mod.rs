@@ -581,6 +581,7 @@ impl Broker {
         Status {
             phase: self.phase(),
             subscriptions: self.boards().list().iter().map(|b| b.snapshot()).collect(),
+            redis_reachable: self.phase() == Phase::Running && self.boards().in_contact(),
         }
     }
 

@@ -11,36 +11,64 @@ pub(crate) use poller::{StatusPoller, Stop};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::Phase;
 use crate::kind::SourceKind;
 
 /// The live subscriptions' boards, in the order they were added: what
-/// `Broker::status` reads and the status poller fills. Cloning shares them.
+/// `Broker::status` reads and the status poller fills, and when Redis last
+/// answered the poller. Cloning shares them.
 #[derive(Clone, Default)]
-pub(crate) struct Boards(Arc<Mutex<Vec<Arc<Board>>>>);
+pub(crate) struct Boards(Arc<Shared>);
+
+#[derive(Default)]
+struct Shared {
+    boards: Mutex<Vec<Arc<Board>>>,
+    /// When Redis last answered the status poller's `PING`, and how long
+    /// an answer stays good (two polling periods).
+    contact: Mutex<Option<(Instant, Duration)>>,
+}
 
 impl Boards {
     pub(crate) fn new(boards: Vec<Arc<Board>>) -> Self {
-        Boards(Arc::new(Mutex::new(boards)))
+        Boards(Arc::new(Shared {
+            boards: Mutex::new(boards),
+            contact: Mutex::new(None),
+        }))
     }
 
     /// A copy of the list as it is now.
     pub(crate) fn list(&self) -> Vec<Arc<Board>> {
-        self.0.lock().expect("boards lock").clone()
+        self.0.boards.lock().expect("boards lock").clone()
     }
 
     pub(crate) fn add(&self, board: Arc<Board>) {
-        self.0.lock().expect("boards lock").push(board);
+        self.0.boards.lock().expect("boards lock").push(board);
     }
 
     /// A removed subscription leaves the status.
     pub(crate) fn forget(&self, board: &Arc<Board>) {
         self.0
+            .boards
             .lock()
             .expect("boards lock")
             .retain(|b| !Arc::ptr_eq(b, board));
+    }
+
+    /// Redis answered now; the answer stays good for `valid_for`.
+    pub(crate) fn contact(&self, valid_for: Duration) {
+        *self.0.contact.lock().expect("contact lock") = Some((Instant::now(), valid_for));
+    }
+
+    /// Whether Redis answered recently enough (never before the first
+    /// answer).
+    pub(crate) fn in_contact(&self) -> bool {
+        self.0
+            .contact
+            .lock()
+            .expect("contact lock")
+            .is_some_and(|(at, valid_for)| at.elapsed() <= valid_for)
     }
 }
 
@@ -60,13 +88,20 @@ pub struct Status {
     pub phase: Phase,
     /// One per subscription, in the order they were added.
     pub subscriptions: Vec<SubscriptionStatus>,
+    /// Redis answered the status poller's `PING` within the last two
+    /// [`status_period`](crate::BrokerBuilder::status_period)s (10 s by
+    /// default). `false` while it is unreachable or stalled (a paused or
+    /// stopped server, a network partition), and before the broker started.
+    pub redis_reachable: bool,
 }
 
 impl Status {
-    /// Ready to serve: the broker is running and every subscription is
-    /// [`Running`](SubscriptionState::Running) (for a readiness probe).
+    /// Ready to serve: the broker is running, Redis answers
+    /// ([`redis_reachable`](Self::redis_reachable)) and every subscription
+    /// is [`Running`](SubscriptionState::Running) (for a readiness probe).
     pub fn is_ready(&self) -> bool {
         self.phase == Phase::Running
+            && self.redis_reachable
             && self
                 .subscriptions
                 .iter()
@@ -114,6 +149,34 @@ pub enum SubscriptionState {
     Failed,
     /// Stopped with the broker.
     Stopped,
+}
+
+impl SubscriptionState {
+    /// Every state's name, as [`name`](Self::name) gives it.
+    pub const NAMES: [&'static str; 7] = [
+        "starting",
+        "running",
+        "reconnecting",
+        "restarting",
+        "waiting_for_lease",
+        "failed",
+        "stopped",
+    ];
+
+    /// The state's name, without its details: `starting`, `running`,
+    /// `reconnecting`, `restarting`, `waiting_for_lease`, `failed` or
+    /// `stopped` (the `state` label of `rillkit_subscription_state`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            SubscriptionState::Starting => "starting",
+            SubscriptionState::Running => "running",
+            SubscriptionState::Reconnecting { .. } => "reconnecting",
+            SubscriptionState::Restarting { .. } => "restarting",
+            SubscriptionState::WaitingForLease { .. } => "waiting_for_lease",
+            SubscriptionState::Failed => "failed",
+            SubscriptionState::Stopped => "stopped",
+        }
+    }
 }
 
 /// One subscription's status.
@@ -197,6 +260,7 @@ impl Board {
         consumer: Arc<str>,
         dlq: Arc<str>,
     ) -> Self {
+        crate::telemetry::state(&stream, &group, "starting", &SubscriptionState::NAMES);
         Board {
             kind,
             stream,
@@ -212,7 +276,24 @@ impl Board {
         }
     }
 
+    /// Sets the state gauges to the state as it is.
+    pub(crate) fn publish_state(&self) {
+        let state = self.state.lock().expect("status lock");
+        crate::telemetry::state(
+            &self.stream,
+            &self.group,
+            state.name(),
+            &SubscriptionState::NAMES,
+        );
+    }
+
     pub(crate) fn set_state(&self, state: SubscriptionState) {
+        crate::telemetry::state(
+            &self.stream,
+            &self.group,
+            state.name(),
+            &SubscriptionState::NAMES,
+        );
         *self.state.lock().expect("status lock") = state;
     }
 
@@ -223,6 +304,14 @@ impl Board {
             SubscriptionState::Reconnecting { since, .. } => *since,
             _ => SystemTime::now(),
         };
+        if !matches!(*s, SubscriptionState::Reconnecting { .. }) {
+            crate::telemetry::state(
+                &self.stream,
+                &self.group,
+                "reconnecting",
+                &SubscriptionState::NAMES,
+            );
+        }
         *s = SubscriptionState::Reconnecting {
             since,
             last_error: error.to_owned(),
@@ -233,6 +322,12 @@ impl Board {
     pub(crate) fn read_ok(&self) {
         let mut s = self.state.lock().expect("status lock");
         if !matches!(*s, SubscriptionState::Running) {
+            crate::telemetry::state(
+                &self.stream,
+                &self.group,
+                "running",
+                &SubscriptionState::NAMES,
+            );
             *s = SubscriptionState::Running;
         }
     }

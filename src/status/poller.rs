@@ -32,12 +32,29 @@ impl StatusPoller {
         }
     }
 
+    /// How long an answer from Redis keeps the broker ready: two periods.
+    fn valid_for(&self) -> Duration {
+        self.period * 2
+    }
+
     fn poll(&self) {
         if self.busy.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (boards, redis, busy) = (self.boards.list(), self.redis.clone(), self.busy.clone());
+        let (all, redis, busy) = (self.boards.clone(), self.redis.clone(), self.busy.clone());
+        let valid_for = self.valid_for();
         actix_rt::spawn(async move {
+            // Liveness first: a stalled or paused server answers nothing,
+            // and readiness turns false once the last answer is too old.
+            match query(&redis, "ping", redis::cmd("PING")).await {
+                Ok(_) => all.contact(valid_for),
+                Err(Error::ShutDown) => {
+                    busy.store(false, Ordering::SeqCst);
+                    return;
+                }
+                Err(e) => tracing::debug!(error = %e, "status PING failed"),
+            }
+            let boards = all.list();
             for b in boards.iter().filter(|b| b.kind != SourceKind::Channel) {
                 match figures(&redis, b).await {
                     Ok(f) => {
@@ -149,6 +166,8 @@ impl Actor for StatusPoller {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        // The broker's start has just talked to Redis.
+        self.boards.contact(self.valid_for());
         self.poll();
         ctx.run_interval(self.period, |act, _| act.poll());
     }
