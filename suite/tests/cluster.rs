@@ -547,7 +547,7 @@ async fn a_worker_with_the_readmes_minimal_acl_runs_on_a_cluster() {
     support::init_tracing();
     let cluster = RedisCluster::start();
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
     assert!(
         readme.contains(&format!("`{}`", CLUSTER_ACL_EXTRA.join(" "))),
         "the README names what a cluster adds to the ACL"

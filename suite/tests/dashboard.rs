@@ -493,7 +493,7 @@ async fn screenshot_of_the_overview() {
     }
     c.goto(&format!("{base}/rillkit/")).await.unwrap();
     let png = c.screenshot().await.unwrap();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dashboard.png");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/dashboard.png");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, png).unwrap();
     c.close().await.unwrap();

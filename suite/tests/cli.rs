@@ -13,7 +13,7 @@ use support::{RedisServer, stream_len, xadd};
 
 /// Runs the binary against `url` (the caller's `REDIS_*` variables removed).
 fn rillkit(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rillkit"))
+    Command::new(support::rillkit_bin())
         .env_remove("REDIS_URL")
         .env_remove("REDIS_USER")
         .env_remove("REDIS_PASSWORD")
@@ -746,7 +746,7 @@ fn with_terminal(url: &str, args: &[&str], answer: &str) -> Output {
         )
     };
     master.write_all(answer.as_bytes()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rillkit"))
+    let out = Command::new(support::rillkit_bin())
         .env_remove("REDIS_URL")
         .env_remove("REDIS_USER")
         .env_remove("REDIS_PASSWORD")
@@ -1016,7 +1016,7 @@ fn tail_follow_prints_new_entries_until_ctrl_c() {
     let url = redis.url();
     let mut c = redis.conn();
     let first = xadd(&mut c, "orders", r#"{"id":1}"#);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rillkit"));
+    let mut cmd = Command::new(support::rillkit_bin());
     cmd.env_remove("REDIS_URL")
         .args(["--url", &url, "tail", "orders", "--follow"]);
     let mut p = support::Worker::spawn_command(cmd);
@@ -1043,7 +1043,7 @@ fn help_never_prints_the_values_of_the_environment() {
         vec!["dlq", "redrive", "--help"],
         vec!["help", "pending"],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_rillkit"))
+        let out = Command::new(support::rillkit_bin())
             .env("REDIS_PASSWORD", "hunter2")
             .env("REDIS_USER", "sekrit-user")
             .env("REDIS_URL", "redis://u:pa55word@127.0.0.1:1")
@@ -1099,7 +1099,7 @@ fn a_long_redrive_shows_progress_and_ctrl_c_stops_it_with_the_count() {
         .arg(&["CREATE", "orders", "billing", "$", "MKSTREAM"])
         .query(&mut c)
         .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rillkit"));
+    let mut cmd = Command::new(support::rillkit_bin());
     cmd.env_remove("REDIS_URL")
         .args(["--url", &url, "dlq", "redrive", "orders", "--yes"]);
     let mut p = support::Worker::spawn_command(cmd);

@@ -239,9 +239,10 @@ async fn actions_are_refused_from_elsewhere_and_pages_limited_to_the_streams_giv
 /// The README's dashboard ACL lines (`dashboard-ro`, `dashboard`) as words,
 /// with `+client|setinfo` where the server knows it.
 fn readme_dashboard_acl(redis: &RedisServer) -> Vec<Vec<String>> {
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .unwrap();
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+    )
+    .unwrap();
     let (open, close) = ("<!-- dashboard-acl -->", "<!-- /dashboard-acl -->");
     let start = readme.find(open).expect("the README's dashboard ACL") + open.len();
     let len = readme[start..].find(close).unwrap();

@@ -40,7 +40,7 @@ struct FirstProgram {
 
 impl FirstProgram {
     fn read() -> FirstProgram {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
         let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
         let deps = block(&readme, "first-program-deps");
         let program = block(&readme, "first-program");
@@ -56,7 +56,7 @@ impl FirstProgram {
     /// Builds `program` with the README's dependencies and `extra` ones as
     /// the package `name`; answers its binary.
     fn build(&self, name: &str, extra: &str, program: &str) -> PathBuf {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("Cargo.toml"),

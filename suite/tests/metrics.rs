@@ -231,7 +231,9 @@ async fn help_text_series_from_the_start_and_readiness_while_redis_stalls() {
 /// exports (the README's table) and only their states.
 #[test]
 fn the_alert_rules_name_only_metrics_that_exist() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
     let rules = std::fs::read_to_string(root.join("deploy/prometheus/rillkit-alerts.yml")).unwrap();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let mut named = 0;

@@ -12,7 +12,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -410,23 +410,78 @@ pub fn worker_bin() -> PathBuf {
 /// An example's binary, built once per test process (and example) with the
 /// same cargo and profile.
 pub fn example_bin(name: &str) -> PathBuf {
+    built("--example", name)
+}
+
+/// The `rillkit` command-line tool (feature `cli`), built once per test
+/// process with the same cargo and profile: it belongs to the root package,
+/// so cargo sets no `CARGO_BIN_EXE_rillkit` for the tests here.
+pub fn rillkit_bin() -> PathBuf {
+    built("--bin", "rillkit")
+}
+
+/// Builds one target (`--example worker`, `--bin rillkit`) of the workspace
+/// with every feature, as `cargo test --all-features` at the root does (the
+/// same feature set, so nothing is built twice), and answers its path.
+/// Examples live in both packages (`worker` in rillkit, `actix_web` here), so
+/// the build selects the whole workspace and cargo finds the target's owner.
+fn built(kind: &str, name: &str) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let key = format!("{kind} {name}");
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = built.iter().find(|(n, _)| n == name) {
+    if let Some((_, p)) = built.iter().find(|(k, _)| *k == key) {
         return p.clone();
     }
+    // The workspace root, one above this package (suite/).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--quiet", "--all-features", "--example", name])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+    let mut build = Command::new(cargo);
+    // Without the variables cargo sets for this test process: ring's build
+    // script reruns when CARGO_MANIFEST_DIR or CARGO_PKG_* change, so with
+    // them this build would rebuild ring and every crate above it (rillkit
+    // too), and the next `cargo test` all of them again.
+    for (var, _) in std::env::vars_os() {
+        let var = var.to_string_lossy();
+        if var.starts_with("CARGO_PKG_")
+            || matches!(
+                &*var,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_MANIFEST_LINKS"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "OUT_DIR"
+            )
+        {
+            build.env_remove(&*var);
+        }
+    }
+    let status = build
+        .args([
+            "build",
+            "--quiet",
+            "--workspace",
+            "--all-features",
+            kind,
+            name,
+        ])
+        .current_dir(root)
         .status()
-        .expect("run cargo build --example");
-    assert!(status.success(), "building the {name} example failed");
+        .unwrap_or_else(|e| panic!("run cargo build {key}: {e}"));
+    assert!(status.success(), "cargo build {key} failed");
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let path = target.join("debug").join("examples").join(name);
-    built.push((name.to_owned(), path.clone()));
+        .unwrap_or_else(|_| root.join("target"));
+    let debug = target.join("debug");
+    let path = if kind == "--example" {
+        debug.join("examples").join(name)
+    } else {
+        debug.join(name)
+    };
+    built.push((key, path.clone()));
     path
 }
 
@@ -677,7 +732,7 @@ pub fn worker_env<'a>(consumer: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&
 /// 7.0 rejects the rule's name). The two must differ by that rule alone.
 pub fn readme_acl_words(server: &ServerVersion) -> Vec<String> {
     const SETINFO: &str = "+client|setinfo";
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
     let text = std::fs::read_to_string(&path).expect("read README.md");
     let (open, close) = ("<!-- minimal-acl -->", "<!-- /minimal-acl -->");
     let start = text
