@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, Semaphore, oneshot};
 
 use crate::handler::{BatchEntry, BatchOutcome, HandlerError, HandlerResult};
 
@@ -71,6 +71,9 @@ pub(crate) struct Gatherer<T> {
     options: BatchOptions,
     /// The batch still taking entries.
     open: Mutex<Option<Arc<Batch<T>>>>,
+    /// One permit per batch that may run at once: the next batch gathers
+    /// (its entries fetched) while these run.
+    running: Arc<Semaphore>,
 }
 
 /// One batch being gathered: its entries with the way back to each run.
@@ -81,10 +84,12 @@ struct Batch<T> {
 }
 
 impl<T: 'static> Gatherer<T> {
-    pub(crate) fn new(options: BatchOptions) -> Self {
+    /// A gatherer whose batches run `concurrency` at a time.
+    pub(crate) fn new(options: BatchOptions, concurrency: usize) -> Self {
         Gatherer {
             options,
             open: Mutex::new(None),
+            running: Arc::new(Semaphore::new(concurrency.max(1))),
         }
     }
 
@@ -143,6 +148,8 @@ impl<T: 'static> Gatherer<T> {
                         *open = None;
                     }
                 }
+                // Closed to newcomers now; it waits for its turn to run.
+                let _turn = me.running.clone().acquire_owned().await;
                 let taken = std::mem::take(&mut *batch.entries.lock().expect("batch lock"));
                 let (entries, answers): (Vec<_>, Vec<_>) = taken.into_iter().unzip();
                 let n = entries.len();

@@ -133,7 +133,12 @@ where
 /// A batch handler of stream entries: each entry decoded into `T` joins a
 /// batch (see `batch.rs`); an entry that does not decode is dead-lettered
 /// and never joins one.
-pub(crate) fn typed_batch<T, C, F, Fut, O>(codec: C, options: BatchOptions, f: F) -> ErasedHandler
+pub(crate) fn typed_batch<T, C, F, Fut, O>(
+    codec: C,
+    options: BatchOptions,
+    concurrency: usize,
+    f: F,
+) -> ErasedHandler
 where
     T: DeserializeOwned + Send + 'static,
     C: Codec,
@@ -141,7 +146,7 @@ where
     Fut: Future<Output = O> + 'static,
     O: Into<BatchOutcome>,
 {
-    let (f, gatherer) = (Arc::new(f), Arc::new(Gatherer::new(options)));
+    let (f, gatherer) = (Arc::new(f), Arc::new(Gatherer::new(options, concurrency)));
     Arc::new(move |msg: &Message| match decode_data(&codec, msg) {
         Ok(value) => {
             let entry = BatchEntry::new(value, Some(msg.id.clone()), msg.delivery_count);
@@ -156,6 +161,7 @@ where
 pub(crate) fn typed_batch_with_context<T, C, F, Fut, O>(
     codec: C,
     options: BatchOptions,
+    concurrency: usize,
     f: F,
     cell: BrokerCell,
 ) -> ErasedHandler
@@ -167,7 +173,7 @@ where
     O: Into<BatchOutcome>,
 {
     let bound = move |entries: Vec<BatchEntry<T>>| f(entries, cell.broker());
-    typed_batch(codec, options, bound)
+    typed_batch(codec, options, concurrency, bound)
 }
 
 /// A batch handler of list items: as [`typed_batch`], an item's run count
@@ -175,6 +181,7 @@ where
 pub(crate) fn typed_item_batch<T, C, F, Fut, O>(
     codec: C,
     options: BatchOptions,
+    concurrency: usize,
     f: F,
 ) -> ItemHandler
 where
@@ -184,7 +191,7 @@ where
     Fut: Future<Output = O> + 'static,
     O: Into<BatchOutcome>,
 {
-    let (f, gatherer) = (Arc::new(f), Arc::new(Gatherer::new(options)));
+    let (f, gatherer) = (Arc::new(f), Arc::new(Gatherer::new(options, concurrency)));
     Arc::new(move |bytes: &[u8], meta| {
         let value = decode_item::<T, C>(&codec, bytes)?;
         Ok(gatherer.join(BatchEntry::new(value, None, meta.attempt), f.clone()))

@@ -181,7 +181,12 @@ impl BrokerBuilder {
         Fut: Future<Output = O> + 'static,
         O: Into<BatchOutcome>,
     {
-        let h = bind::typed_batch(stream.codec().clone(), batch, handler);
+        let h = bind::typed_batch(
+            stream.codec().clone(),
+            batch,
+            options.concurrency(),
+            handler,
+        );
         let options = batched(options, batch);
         self.subs.push(stream_source(stream.names(), options, h));
         self
@@ -206,6 +211,7 @@ impl BrokerBuilder {
         let h = bind::typed_batch_with_context(
             stream.codec().clone(),
             batch,
+            options.concurrency(),
             handler,
             self.cell.clone(),
         );
@@ -234,9 +240,13 @@ impl BrokerBuilder {
         Fut: Future<Output = O> + 'static,
         O: Into<BatchOutcome>,
     {
-        let h = bind::typed_item_batch(list.codec().clone(), batch, handler);
-        let concurrency = options.concurrency().saturating_mul(batch.max_entries());
-        let options = options.with_concurrency(concurrency);
+        let batches = options.concurrency();
+        let h = bind::typed_item_batch(list.codec().clone(), batch, batches, handler);
+        // Room for one more batch to gather while the others run.
+        let runs = batches
+            .saturating_add(1)
+            .saturating_mul(batch.max_entries());
+        let options = options.with_concurrency(runs);
         self.subs.push(list_source_erased(list, options, h));
         self
     }
@@ -591,9 +601,14 @@ impl BrokerBuilder {
 pub(crate) type Pending = Box<dyn FnOnce(bool, Duration) -> Result<Source, ConfigError> + Send>;
 
 /// A batch subscription's options: room for `concurrency` batches of
-/// `max_entries` handler runs, and reads of a batch at once.
+/// `max_entries` handler runs and one more gathering (fetched ahead while
+/// the others run; the gatherer lets only `concurrency` run), and reads of a
+/// batch at once.
 fn batched(options: ConsumerOptions, batch: BatchOptions) -> ConsumerOptions {
-    let runs = options.concurrency().saturating_mul(batch.max_entries());
+    let runs = options
+        .concurrency()
+        .saturating_add(1)
+        .saturating_mul(batch.max_entries());
     let count = options.count().max(batch.max_entries());
     options.with_concurrency(runs).with_count(count)
 }
