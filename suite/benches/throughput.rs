@@ -195,6 +195,19 @@ async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
         )
         .build()
         .unwrap();
+    timed_run(url, &broker, stream, group, n, &handled).await
+}
+
+/// Starts `broker` and times it until `handled` reaches `n` and the group
+/// has nothing pending; stops it. Answers entries/s.
+async fn timed_run(
+    url: &str,
+    broker: &Broker,
+    stream: &str,
+    group: &str,
+    n: u64,
+    handled: &AtomicUsize,
+) -> f64 {
     let mut conn = connect(url).await;
     let t0 = Instant::now();
     broker.start().await.unwrap();
@@ -235,19 +248,7 @@ async fn rillkit_batch_consume(url: &str, stream: &str, group: &str, n: u64) -> 
         )
         .build()
         .unwrap();
-    let mut conn = connect(url).await;
-    let t0 = Instant::now();
-    broker.start().await.unwrap();
-    wait_for("rillkit handled all", Duration::from_secs(600), || {
-        handled.load(Ordering::Relaxed) as u64 >= n
-    })
-    .await;
-    while pending(&mut conn, stream, group).await > 0 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let rate = n as f64 / t0.elapsed().as_secs_f64();
-    assert!(broker.stop().await.unwrap().is_clean());
-    rate
+    timed_run(url, &broker, stream, group, n, &handled).await
 }
 
 /// A list subscription consuming `n` items pushed beforehand (`LPUSH` in
