@@ -30,7 +30,7 @@
 //!
 //! [`Broker`]: crate::Broker
 
-mod dead_letters;
+pub(crate) mod dead_letters;
 mod metrics;
 #[cfg(feature = "dashboard")]
 mod preview;
@@ -320,6 +320,79 @@ impl Admin {
         let mut cmd = redis::cmd("XPENDING");
         cmd.arg(stream).arg(group).arg("-").arg("+").arg(count);
         reply::pending(self.query(&cmd).await?).map_err(|m| Error::unparsable("XPENDING reply", m))
+    }
+
+    /// The pending entries of `group` with ids from `start` to `end`
+    /// (`XPENDING <stream> <group> <start> <end> <count> [<consumer>]`),
+    /// oldest id first, at most `count`, only those `consumer` holds when
+    /// given. `start` and `end` are ids, `-` and `+`, or `(<id>` for an
+    /// exclusive bound (Redis 6.2+): a page after the last id shown starts
+    /// at `(<last id>`; one entry's row is `start` = `end` = its id.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key does not exist, is not a stream, has
+    /// no such group (`NOGROUP`) or a bound is malformed; a connection error.
+    pub async fn pending_range(
+        &self,
+        stream: &str,
+        group: &str,
+        (start, end): (&str, &str),
+        count: usize,
+        consumer: Option<&str>,
+    ) -> Result<Vec<PendingEntry>, Error> {
+        let mut cmd = redis::cmd("XPENDING");
+        cmd.arg(stream).arg(group).arg(start).arg(end).arg(count);
+        if let Some(c) = consumer {
+            cmd.arg(c);
+        }
+        reply::pending(self.query(&cmd).await?).map_err(|m| Error::unparsable("XPENDING reply", m))
+    }
+
+    /// The entry of `stream` with this id, whole (`XRANGE <stream> <id>
+    /// <id>`); `None` when there is none (deleted, trimmed, or no such key).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key is not a stream or `id` is malformed; a
+    /// connection error.
+    pub async fn entry(&self, stream: &str, id: &str) -> Result<Option<StreamEntry>, Error> {
+        let mut cmd = redis::cmd("XRANGE");
+        cmd.arg(stream).arg(id).arg(id).arg("COUNT").arg(1);
+        Ok(stream_entries(self.query(&cmd).await?, "XRANGE reply")?.pop())
+    }
+
+    /// Hands the pending entries `ids` of `group` to `consumer`: `XCLAIM
+    /// <stream> <group> <consumer> 0 <ids…> JUSTID`. Their idle time starts
+    /// again at 0 and their delivery count is unchanged; an id no longer
+    /// pending is left out. Answers the ids claimed. `XCLAIM` creates
+    /// `consumer` in the group when it does not exist: name one that does.
+    ///
+    /// A rillkit consumer does not re-read its pending entries while it
+    /// runs: entries handed to a live one run when its reclaimer takes them
+    /// over, once they have been idle for its `claim_idle`.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key does not exist, is not a stream, has
+    /// no such group (`NOGROUP`), or the ACL user may not run `XCLAIM`; a
+    /// connection error.
+    pub async fn claim(
+        &self,
+        stream: &str,
+        group: &str,
+        consumer: &str,
+        ids: &[EntryId],
+    ) -> Result<Vec<EntryId>, Error> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut cmd = redis::cmd("XCLAIM");
+        cmd.arg(stream).arg(group).arg(consumer).arg(0);
+        for id in ids {
+            cmd.arg(id.as_str());
+        }
+        cmd.arg("JUSTID");
+        let claimed: Vec<String> = redis::from_redis_value(self.query(&cmd).await?)
+            .map_err(|e| Error::unparsable("XCLAIM reply", e.to_string()))?;
+        Ok(claimed.into_iter().map(EntryId).collect())
     }
 
     /// The newest `count` entries of `stream`, newest first (`XREVRANGE

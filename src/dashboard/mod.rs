@@ -29,8 +29,12 @@
 
 mod actions;
 mod csrf;
+mod dlq;
+mod entry;
+mod handover;
 mod pages;
 mod rates;
+mod stream;
 
 pub use actions::Operator;
 
@@ -40,18 +44,10 @@ use std::time::Duration;
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::Deserialize;
 use tokio::sync::Mutex;
 
 use crate::admin::Admin;
 use crate::{Broker, Error};
-
-/// Dead letters per page.
-const PAGE: usize = 20;
-/// Newest entries shown on a stream's page.
-const NEWEST: usize = 10;
-/// Pending entries shown per group.
-const PENDING: usize = 50;
 
 /// A dashboard over one broker's streams; cheap to clone (one per actix-web
 /// worker shares the same state). See the [module docs](self).
@@ -61,6 +57,7 @@ pub struct Dashboard {
     read_only: bool,
     declared: Vec<String>,
     all_streams: bool,
+    dead_after: Duration,
     shared: Arc<Shared>,
 }
 
@@ -92,6 +89,7 @@ impl Dashboard {
             read_only: false,
             declared: Vec::new(),
             all_streams: false,
+            dead_after: Duration::from_secs(300),
             shared: Arc::new(Shared {
                 secret: csrf::random_secret().to_vec(),
                 admin: Mutex::new(None),
@@ -126,6 +124,16 @@ impl Dashboard {
         self
     }
 
+    /// How long a consumer that holds pending entries may go without
+    /// reading before the stream page flags it as dead and offers to hand
+    /// its entries over (default 5 minutes). The time is `XINFO CONSUMERS`'
+    /// `inactive` (since its last read or claim that got entries, Redis 7.2
+    /// and later), else its `idle`.
+    pub fn dead_consumer_after(mut self, after: Duration) -> Self {
+        self.dead_after = after;
+        self
+    }
+
     /// Sets the key the CSRF tokens are signed with (at least 32 bytes), so
     /// that several replicas behind one address accept each other's
     /// tokens.
@@ -154,7 +162,9 @@ impl Dashboard {
     /// |---|---|
     /// | `GET {path}/` | overview: streams, groups, lag, pending, oldest pending, consumers, dead letters, handled/s |
     /// | `GET {path}/stream/{stream}` | its groups' consumers and pending entries, its newest entries |
+    /// | `GET {path}/stream/{stream}/entry/{id}` | one entry, whole, and where it is pending |
     /// | `GET {path}/dlq/{stream}` | its dead letters, paged (`?after=<id>`) |
+    /// | `GET {path}/dlq/{stream}/entry/{id}` | one dead letter, whole, with its origin and actions |
     /// | `POST {path}/dlq/{stream}/redrive` | redrive one (`id`) or a range (`start`, `end`) |
     /// | `POST {path}/dlq/{stream}/purge` | delete one or a range |
     pub fn scope(&self, path: &str) -> actix_web::Scope {
@@ -166,10 +176,22 @@ impl Dashboard {
             }))
             .route("", web::get().to(overview))
             .route("/", web::get().to(overview))
-            .route("/stream/{stream}", web::get().to(stream_page))
-            .route("/dlq/{stream}", web::get().to(dlq_page))
+            .route("/stream/{stream}", web::get().to(stream::page))
+            .route(
+                "/stream/{stream}/entry/{id}",
+                web::get().to(entry::stream_entry),
+            )
+            .route("/dlq/{stream}", web::get().to(dlq::page))
+            .route(
+                "/dlq/{stream}/entry/{id}",
+                web::get().to(entry::dead_letter),
+            )
             .route("/dlq/{stream}/redrive", web::post().to(actions::redrive))
             .route("/dlq/{stream}/purge", web::post().to(actions::purge))
+            .route(
+                "/stream/{stream}/handover",
+                web::post().to(handover::handover),
+            )
     }
 
     async fn admin(&self) -> Result<Admin, Error> {
@@ -481,127 +503,4 @@ async fn row(dash: &Dashboard, admin: &Admin, s: Shown) -> Result<StreamRow, Err
 /// have groups).
 async fn exists(admin: &Admin, key: &str) -> Result<bool, Error> {
     Ok(!admin.groups(key).await.unwrap_or_default().is_empty())
-}
-
-async fn stream_page(
-    ctx: web::Data<Ctx>,
-    req: HttpRequest,
-    path: web::Path<String>,
-) -> HttpResponse {
-    let stream = path.into_inner();
-    let admin = match ctx.dash.admin().await {
-        Ok(a) => a,
-        Err(e) => return ctx.error(&e),
-    };
-    if let Err(resp) = ctx.check_listed(&admin, &stream).await {
-        return resp;
-    }
-    let data = async {
-        let groups = admin.groups(&stream).await.unwrap_or_default();
-        let mut detail = Vec::new();
-        for g in groups {
-            let consumers = admin.consumers(&stream, &g.name).await?;
-            let pending = admin.pending(&stream, &g.name, PENDING).await?;
-            detail.push((g, consumers, pending));
-        }
-        let newest = admin
-            .preview(&stream, ("+", "-"), NEWEST, true, pages::SHOWN_BYTES)
-            .await?;
-        Ok::<_, Error>((detail, newest))
-    }
-    .await;
-    match data {
-        Ok((groups, newest)) => ctx.page(&req, |_| {
-            pages::stream(
-                &ctx.base,
-                &stream,
-                &ctx.dash.dlq_of(&admin, &stream),
-                &groups,
-                &newest,
-            )
-        }),
-        Err(e) => {
-            ctx.dash.forget(&e).await;
-            ctx.error(&e)
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct DlqQuery {
-    /// Show dead letters after this id (exclusive).
-    after: Option<String>,
-    /// What the last action did (`redrive`, `purge`): the banner is one of
-    /// a fixed set of sentences, never text from the URL (anything else
-    /// shows none).
-    done: Option<String>,
-    /// How many dead letters it moved or deleted.
-    n: Option<u64>,
-    /// How many it left in place.
-    skipped: Option<u64>,
-}
-
-async fn dlq_page(
-    ctx: web::Data<Ctx>,
-    req: HttpRequest,
-    path: web::Path<String>,
-    q: web::Query<DlqQuery>,
-) -> HttpResponse {
-    let stream = path.into_inner();
-    let admin = match ctx.dash.admin().await {
-        Ok(a) => a,
-        Err(e) => return ctx.error(&e),
-    };
-    if let Err(resp) = ctx.check_listed(&admin, &stream).await {
-        return resp;
-    }
-    let dlq = ctx.dash.dlq_of(&admin, &stream);
-    let start = q
-        .after
-        .as_deref()
-        .and_then(next_id)
-        .unwrap_or_else(|| "-".into());
-    let (list, total) = match async {
-        Ok::<_, Error>((
-            admin
-                .dead_letters_preview(&dlq, &start, PAGE + 1, pages::SHOWN_BYTES)
-                .await?,
-            admin.stream_len(&dlq).await?,
-        ))
-    }
-    .await
-    {
-        Ok(v) => v,
-        Err(e) => {
-            ctx.dash.forget(&e).await;
-            return ctx.error(&e);
-        }
-    };
-    let more = list.len() > PAGE;
-    let list = &list[..list.len().min(PAGE)];
-    let read_only = ctx.dash.read_only;
-    let done = actions::banner(q.done.as_deref(), q.n.unwrap_or(0), q.skipped.unwrap_or(0));
-    ctx.page(&req, |token| {
-        pages::dead_letters(&pages::DlqPage {
-            base: &ctx.base,
-            stream: &stream,
-            dlq: &dlq,
-            total,
-            list,
-            more,
-            after: q.after.as_deref(),
-            done: done.as_deref(),
-            token: (!read_only).then_some(token),
-        })
-    })
-}
-
-/// The id right after `id` (`<ms>-<seq + 1>`), as an inclusive start.
-fn next_id(id: &str) -> Option<String> {
-    let (ms, seq) = id.split_once('-')?;
-    let (ms, seq): (u64, u64) = (ms.parse().ok()?, seq.parse().ok()?);
-    Some(match seq.checked_add(1) {
-        Some(s) => format!("{ms}-{s}"),
-        None => format!("{}-0", ms.checked_add(1)?),
-    })
 }

@@ -298,8 +298,11 @@ async fn read_only_mode_has_no_buttons_and_refuses_a_forged_post() {
     c.goto(&format!("{base}/ro/dlq/orders")).await.unwrap();
     let table = text_of(&c, "#dead-letters").await;
     assert!(table.contains(&id), "{table}");
-    let buttons = c.find_all(Locator::Css("button")).await.unwrap();
-    assert!(buttons.is_empty(), "no buttons in read-only mode");
+    let buttons = c
+        .find_all(Locator::Css("form[method='post'] button"))
+        .await
+        .unwrap();
+    assert!(buttons.is_empty(), "no action buttons in read-only mode");
     // Even with a cookie and a token the page issued, a POST is refused.
     let cookie = c
         .get_named_cookie("rillkit_csrf")
@@ -448,6 +451,127 @@ async fn discovery_stream_page_and_dead_letter_pages() {
         "not the whole value: {} bytes",
         page.len()
     );
+}
+
+/// Writes a dead letter of `stream` as rillkit lays one out: the original
+/// `data` field, then the seven appended pairs. Answers its id.
+fn dead_letter(conn: &mut redis::Connection, stream: &str, data: &str, error: &str) -> String {
+    redis::cmd("XADD")
+        .arg(format!("{stream}-dlq"))
+        .arg("*")
+        .arg("data")
+        .arg(data)
+        .arg("origin_stream")
+        .arg(stream)
+        .arg("origin_id")
+        .arg("1-0")
+        .arg("origin_group")
+        .arg("billing")
+        .arg("origin_consumer")
+        .arg("worker-7")
+        .arg("delivery_count")
+        .arg("4")
+        .arg("error")
+        .arg(error)
+        .arg("failed_at_ms")
+        .arg("1700000000000")
+        .query(conn)
+        .unwrap()
+}
+
+/// The entry pages: a 5 KB JSON payload shown whole and pretty-printed,
+/// with the consumer holding it and its delivery count; a dead letter with
+/// its origin and error, redriven from its own page.
+#[actix_rt::test]
+async fn entry_pages_show_the_whole_payload_and_where_it_is() {
+    let Some(driver) = driver() else { return };
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let long = "x".repeat(5000);
+    let payload = format!(r#"{{"note":"{long}","n":1}}"#);
+    support::create_group(&mut conn, "orders", "billing", "0");
+    let id = support::xadd(&mut conn, "orders", &payload);
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("billing")
+        .arg("worker-1")
+        .arg("STREAMS")
+        .arg("orders")
+        .arg(">")
+        .query(&mut conn)
+        .unwrap();
+    let dl = dead_letter(&mut conn, "orders", &payload, "card <i>declined</i>");
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    broker.start().await.unwrap();
+    let base = serve(vec![(
+        "/rillkit",
+        Dashboard::new(broker.clone()).streams(["orders"]),
+    )]);
+    let c = browser(&driver).await;
+
+    // From the stream page's pending table to the entry's page.
+    c.goto(&format!("{base}/rillkit/stream/orders"))
+        .await
+        .unwrap();
+    c.find(Locator::Css("table.pending a.entry"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let fields = text_of(&c, "#fields").await;
+    assert!(
+        fields.contains(&format!(r#""note": "{long}""#)),
+        "the whole payload, pretty-printed: {} bytes shown",
+        fields.len()
+    );
+    assert!(fields.contains(r#""n": 1"#), "{fields}");
+    assert!(!fields.contains("bytes in all"), "not cut");
+    assert_eq!(text_of(&c, "#pending td.consumer").await, "worker-1");
+    assert_eq!(text_of(&c, "#pending td.deliveries").await, "1");
+    let url = c.current_url().await.unwrap();
+    assert!(
+        url.path().ends_with(&format!("/stream/orders/entry/{id}")),
+        "{url}"
+    );
+
+    // The dead letter's page: origin, error (as text), the payload whole.
+    c.goto(&format!("{base}/rillkit/dlq/orders")).await.unwrap();
+    c.find(Locator::Css("#dead-letters a.entry"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let origin = text_of(&c, "#origin").await;
+    for want in [
+        "orders 1-0",
+        "billing",
+        "worker-7",
+        "4",
+        "card <i>declined</i>",
+    ] {
+        assert!(origin.contains(want), "{want}: {origin}");
+    }
+    assert!(text_of(&c, "#fields").await.contains(&long));
+    // Redrive from its page, confirmed: back on the stream.
+    c.find(Locator::Css("div.actions button.redrive"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert!(c.get_alert_text().await.unwrap().contains(&dl));
+    c.accept_alert().await.unwrap();
+    eventually("the dead letter is redriven", WAIT, || {
+        support::stream_len(&mut conn, "orders-dlq") == 0
+    })
+    .await;
+    assert_eq!(support::stream_len(&mut conn, "orders"), 2);
+    let done = text_of(&c, "p.done").await;
+    assert!(done.contains("Redriven: 1."), "{done}");
+    c.close().await.unwrap();
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 
 /// Makes `docs/dashboard.png`, the README's screenshot of the overview:
