@@ -574,6 +574,195 @@ async fn entry_pages_show_the_whole_payload_and_where_it_is() {
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 
+/// The rows of the table whose opening tag holds `class`, as the entry
+/// links in it (`/entry/<id>"`), in order.
+fn linked_ids(page: &str, class: &str) -> Vec<String> {
+    let table = page
+        .split(&format!("class=\"{class}\""))
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_else(|| panic!("no table {class} in {page}"));
+    table
+        .split("/entry/")
+        .skip(1)
+        .map(|r| r.split('"').next().unwrap().to_owned())
+        .collect()
+}
+
+/// The link `class` on `page`, unescaped.
+fn link(page: &str, class: &str) -> Option<String> {
+    page.split(&format!("class=\"{class}\" href=\""))
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .map(|l| l.replace("&amp;", "&"))
+}
+
+/// Without a browser: the stream page pages its pending entries ("50 of
+/// 120 pending", next, next, previous) and its entries ("10 of 120
+/// entries", older, newer); the dead-letter page says "20 of 25".
+#[actix_rt::test]
+async fn pending_entries_and_dead_letters_page_with_their_totals() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    support::strand(&redis, "paged", "g", "ghost", 0..120);
+    let ids: Vec<String> = redis::cmd("XRANGE")
+        .arg("paged")
+        .arg("-")
+        .arg("+")
+        .query::<Vec<(String, Vec<(String, String)>)>>(&mut conn)
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    for i in 0..25 {
+        dead_letter(&mut conn, "paged", &i.to_string(), "boom");
+    }
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    let base = serve(vec![(
+        "/ops",
+        Dashboard::new(broker.clone()).streams(["paged"]),
+    )]);
+
+    let (code, first) = get(&base, "/ops/stream/paged").await;
+    assert_eq!(code, 200, "{first}");
+    assert!(first.contains("50 of 120 pending"), "{first}");
+    assert_eq!(linked_ids(&first, "pending"), ids[..50]);
+    assert!(link(&first, "prev").is_none(), "the first page");
+    let (_, second) = get(&base, &link(&first, "next").expect("a next page")).await;
+    assert_eq!(linked_ids(&second, "pending"), ids[50..100]);
+    let (_, third) = get(&base, &link(&second, "next").expect("a third page")).await;
+    assert_eq!(linked_ids(&third, "pending"), ids[100..]);
+    assert!(third.contains("20 of 120 pending"), "{third}");
+    assert!(link(&third, "next").is_none(), "the last page");
+    let (_, back) = get(&base, &link(&third, "prev").expect("a previous page")).await;
+    assert_eq!(linked_ids(&back, "pending"), ids[50..100]);
+    let (_, back) = get(&base, &link(&back, "prev").expect("the first page again")).await;
+    assert_eq!(linked_ids(&back, "pending"), ids[..50]);
+    assert!(link(&back, "prev").is_none());
+
+    // The entries, newest first, with the stream's length.
+    assert!(first.contains("10 of 120 entries"), "{first}");
+    let newest: Vec<String> = ids.iter().rev().cloned().collect();
+    assert_eq!(linked_ids(&first, "newest"), newest[..10]);
+    let (_, older) = get(&base, &link(&first, "older").expect("older entries")).await;
+    assert_eq!(linked_ids(&older, "newest"), newest[10..20]);
+    let (_, newer) = get(&base, &link(&older, "newer").expect("newer entries")).await;
+    assert_eq!(linked_ids(&newer, "newest"), newest[..10]);
+    assert!(link(&newer, "newer").is_none(), "the newest page");
+
+    let (_, dlq) = get(&base, "/ops/dlq/paged").await;
+    assert!(dlq.contains("20 of 25 dead letters"), "{dlq}");
+    let (_, rest) = get(&base, &link(&dlq, "next").expect("a next page")).await;
+    assert!(rest.contains("5 of 25 dead letters"), "{rest}");
+    let (_, again) = get(&base, &link(&rest, "prev").expect("a previous page")).await;
+    assert_eq!(again.matches("<tr data-id=").count(), 20);
+    for bad in [
+        "/ops/stream/paged?group=g&pending_after=x",
+        "/ops/dlq/paged?from=yesterday",
+    ] {
+        assert_eq!(get(&base, bad).await.0, 400, "{bad}");
+    }
+}
+
+/// Filters dead letters by error in the browser, then redrives the
+/// filtered set with the count the page previewed: only those move.
+#[actix_rt::test]
+async fn a_filtered_set_of_dead_letters_is_redriven_with_its_count() {
+    let Some(driver) = driver() else { return };
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let mut declined = Vec::new();
+    for i in 0..7 {
+        if i % 3 == 0 {
+            declined.push(dead_letter(
+                &mut conn,
+                "orders",
+                &i.to_string(),
+                "card declined",
+            ));
+        } else {
+            dead_letter(
+                &mut conn,
+                "orders",
+                &i.to_string(),
+                &format!("call {i} timed out"),
+            );
+        }
+    }
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    broker.start().await.unwrap();
+    let base = serve(vec![(
+        "/rillkit",
+        Dashboard::new(broker.clone()).streams(["orders"]),
+    )]);
+    let c = browser(&driver).await;
+    c.goto(&format!("{base}/rillkit/dlq/orders")).await.unwrap();
+    assert!(
+        text_of(&c, "p.count")
+            .await
+            .starts_with("7 of 7 dead letters")
+    );
+    c.find(Locator::Css("form.filter input[name='error']"))
+        .await
+        .unwrap()
+        .send_keys("timed out")
+        .await
+        .unwrap();
+    c.find(Locator::Css("button.filter"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let count = text_of(&c, "p.count").await;
+    assert!(
+        count.starts_with(r#"4 of 4 dead letters whose error contains "timed out""#),
+        "{count}"
+    );
+    let bulk = text_of(&c, "div.bulk-filter").await;
+    assert!(
+        bulk.contains(r#"Redrive the 4 dead letters whose error contains "timed out""#),
+        "{bulk}"
+    );
+    c.find(Locator::Css("div.bulk-filter button.redrive"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let alert = c.get_alert_text().await.unwrap();
+    assert!(alert.contains("Redrive the 4 dead letters"), "{alert}");
+    c.accept_alert().await.unwrap();
+    eventually("the four are redriven", WAIT, || {
+        support::stream_len(&mut conn, "orders-dlq") == 3
+    })
+    .await;
+    assert!(text_of(&c, "p.done").await.contains("Redriven: 4."));
+    let left: Vec<String> = redis::cmd("XRANGE")
+        .arg("orders-dlq")
+        .arg("-")
+        .arg("+")
+        .query::<Vec<(String, Vec<(String, String)>)>>(&mut conn)
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(left, declined, "only the filtered ones moved");
+    assert_eq!(support::stream_len(&mut conn, "orders"), 4);
+
+    // A range by id: from the second declined one on.
+    c.goto(&format!("{base}/rillkit/dlq/orders?from={}", declined[1]))
+        .await
+        .unwrap();
+    let count = text_of(&c, "p.count").await;
+    assert!(
+        count.starts_with(&format!("2 of 2 dead letters from {}", declined[1])),
+        "{count}"
+    );
+    c.close().await.unwrap();
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
 /// Makes `docs/dashboard.png`, the README's screenshot of the overview:
 /// `cargo test --features dashboard --test dashboard -- --ignored`.
 #[actix_rt::test]
