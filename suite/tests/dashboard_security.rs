@@ -561,7 +561,7 @@ async fn filtered_bulk_actions_and_the_hand_over_are_counted() {
             400,
         ),
         (
-            format!("csrf=forged&group=g&consumer=gone&to=alive&count=3"),
+            "csrf=forged&group=g&consumer=gone&to=alive&count=3".to_owned(),
             403,
         ),
     ] {
