@@ -161,12 +161,13 @@ impl Dashboard {
     /// | route | what |
     /// |---|---|
     /// | `GET {path}/` | overview: streams, groups, lag, pending, oldest pending, consumers, dead letters, handled/s |
-    /// | `GET {path}/stream/{stream}` | its groups' consumers and pending entries, its newest entries |
+    /// | `GET {path}/stream/{stream}` | its groups' consumers (dead ones flagged) and pending entries, its entries, each paged |
     /// | `GET {path}/stream/{stream}/entry/{id}` | one entry, whole, and where it is pending |
-    /// | `GET {path}/dlq/{stream}` | its dead letters, paged (`?after=<id>`) |
+    /// | `GET {path}/dlq/{stream}` | its dead letters, 20 a page (`?after=`, `?before=`), filtered (`?error=`, `?from=`, `?to=`) |
     /// | `GET {path}/dlq/{stream}/entry/{id}` | one dead letter, whole, with its origin and actions |
-    /// | `POST {path}/dlq/{stream}/redrive` | redrive one (`id`) or a range (`start`, `end`) |
-    /// | `POST {path}/dlq/{stream}/purge` | delete one or a range |
+    /// | `POST {path}/dlq/{stream}/redrive` | redrive one (`id`), a range (`start`, `end`, `count`) or what a filter selects (`error`, `from`, `to`, `count`) |
+    /// | `POST {path}/dlq/{stream}/purge` | delete one, a range or a filter's selection |
+    /// | `POST {path}/stream/{stream}/handover` | hand a dead consumer's pending entries to another consumer (`group`, `consumer`, `to`, `count`) |
     pub fn scope(&self, path: &str) -> actix_web::Scope {
         let base = path.trim_end_matches('/').to_owned();
         web::scope(path)
