@@ -245,4 +245,22 @@ impl Admin {
         }
         Ok(deleted)
     }
+
+    /// Appends an entry to `stream`, keeping about `keep` entries: `XADD
+    /// <stream> MAXLEN ~ <keep> * <field> <value> …`.
+    pub(crate) async fn add_capped(
+        &self,
+        stream: &str,
+        keep: usize,
+        fields: &[(&str, String)],
+    ) -> Result<EntryId, Error> {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(stream).arg("MAXLEN").arg("~").arg(keep).arg("*");
+        for (k, v) in fields {
+            cmd.arg(*k).arg(v);
+        }
+        let id: String = redis::from_redis_value(self.query(&cmd).await?)
+            .map_err(|e| Error::unparsable("XADD reply", e.to_string()))?;
+        Ok(EntryId(id))
+    }
 }

@@ -32,6 +32,7 @@ mod csrf;
 mod dlq;
 mod entry;
 mod handover;
+mod history;
 mod pages;
 mod rates;
 mod stream;
@@ -58,6 +59,8 @@ pub struct Dashboard {
     declared: Vec<String>,
     all_streams: bool,
     dead_after: Duration,
+    /// How often history rows are written; `None`: none.
+    history: Option<Duration>,
     shared: Arc<Shared>,
 }
 
@@ -68,6 +71,8 @@ struct Shared {
     /// connection error.
     admin: Mutex<Option<Admin>>,
     rates: Arc<rates::Rates>,
+    /// Whether the history writer runs.
+    history_started: std::sync::atomic::AtomicBool,
 }
 
 /// Returns the dashboard of `broker` as an actix-web scope mounted at
@@ -90,10 +95,12 @@ impl Dashboard {
             declared: Vec::new(),
             all_streams: false,
             dead_after: Duration::from_secs(300),
+            history: None,
             shared: Arc::new(Shared {
                 secret: csrf::random_secret().to_vec(),
                 admin: Mutex::new(None),
                 rates: Arc::default(),
+                history_started: Default::default(),
             }),
         }
     }
@@ -134,6 +141,25 @@ impl Dashboard {
         self
     }
 
+    /// Keeps a history of each shown stream in Redis and charts its last
+    /// hour on the stream page: per minute, the entries this process (and
+    /// every other with history on) handled, failed and dead-lettered, and
+    /// the stream's lag. Each process appends a row per stream every
+    /// minute to the stream `rillkit:history:<stream>` (`XADD … MAXLEN ~
+    /// 1440`), so the ACL user needs `+xadd` on `rillkit:history:*` and
+    /// a read-only dashboard keeps none. Off by default.
+    pub fn history(mut self, on: bool) -> Self {
+        self.history = on.then_some(Duration::from_secs(60));
+        self
+    }
+
+    /// Turns the [`history`](Self::history) on with a row every `every`
+    /// instead of every minute (the chart still sums per minute).
+    pub fn history_period(mut self, every: Duration) -> Self {
+        self.history = Some(every);
+        self
+    }
+
     /// Sets the key the CSRF tokens are signed with (at least 32 bytes), so
     /// that several replicas behind one address accept each other's
     /// tokens.
@@ -151,6 +177,7 @@ impl Dashboard {
                 secret: key,
                 admin: Mutex::new(None),
                 rates: self.shared.rates.clone(),
+                history_started: Default::default(),
             });
         }
         self
@@ -391,6 +418,7 @@ impl Ctx {
 async fn overview(ctx: web::Data<Ctx>, req: HttpRequest) -> HttpResponse {
     let dash = &ctx.dash;
     dash.shared.rates.start(&dash.broker);
+    history::start(dash);
     let admin = match dash.admin().await {
         Ok(a) => a,
         Err(e) => return ctx.error(&e),

@@ -216,6 +216,7 @@ pub(super) fn stream(p: &StreamPage<'_>) -> Markup {
         html! {
             @if let Some(done) = &p.done { p.done { (done) } }
             p { a href={ (base) "/dlq/" (path_segment(stream)) } { "dead letters (" (p.dlq) ")" } }
+            @if let Some(minutes) = &p.history { (super::history::chart(minutes)) }
             @if p.groups.is_empty() { p { "No consumer group." } }
             @for g in &p.groups {
                 h3 { "group " (g.info.name) }

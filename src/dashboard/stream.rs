@@ -59,6 +59,8 @@ pub(super) struct StreamPage<'a> {
     pub length: u64,
     pub groups: Vec<Group>,
     pub newest: Paged<StreamEntry>,
+    /// The last hour, a minute a bucket, when the history is on.
+    pub history: Option<Vec<super::history::Minute>>,
     pub done: Option<String>,
     /// The dead-consumer threshold, for the page's explanation.
     pub dead_after: std::time::Duration,
@@ -105,6 +107,7 @@ pub(super) async fn page(
         return resp;
     }
     let dead_after = ctx.dash.dead_after;
+    super::history::start(&ctx.dash);
     let data = async {
         let mut groups = Vec::new();
         for g in admin.groups(&stream).await.unwrap_or_default() {
@@ -140,10 +143,14 @@ pub(super) async fn page(
         )
         .await?;
         let length = admin.stream_len(&stream).await?;
-        Ok::<_, Error>((groups, newest, length))
+        let history = match ctx.dash.history {
+            Some(_) => Some(super::history::read(&admin, &stream).await?),
+            None => None,
+        };
+        Ok::<_, Error>((groups, newest, length, history))
     }
     .await;
-    let (groups, newest, length) = match data {
+    let (groups, newest, length, history) = match data {
         Ok(d) => d,
         Err(e) => {
             ctx.dash.forget(&e).await;
@@ -161,6 +168,7 @@ pub(super) async fn page(
             length,
             groups,
             newest,
+            history,
             done,
             dead_after,
             token: (!read_only).then_some(token),

@@ -763,6 +763,64 @@ async fn a_filtered_set_of_dead_letters_is_redriven_with_its_count() {
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 
+/// The history: rows in `rillkit:history:<stream>` (capped), charted per
+/// minute on the stream page with the sums the rows hold.
+#[actix_rt::test]
+async fn history_is_kept_in_redis_and_charted() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let orders = Stream::new("orders", "billing");
+    let broker = Broker::builder(redis.url())
+        .subscribe(&orders, ConsumerOptions::default(), |v: u64| async move {
+            if v % 5 == 0 {
+                return Err(HandlerError::reject(format!("{v}: bad")));
+            }
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let base = serve(vec![(
+        "/ops",
+        Dashboard::new(broker.clone()).history_period(Duration::from_millis(100)),
+    )]);
+    assert_eq!(get(&base, "/ops/").await.0, 200, "starts the writer");
+    broker.publish_batch(&orders, 1..=10u64).await.unwrap();
+    let sums = |conn: &mut redis::Connection| {
+        let rows: Vec<(String, std::collections::HashMap<String, u64>)> = redis::cmd("XRANGE")
+            .arg("rillkit:history:orders")
+            .arg("-")
+            .arg("+")
+            .query(conn)
+            .unwrap();
+        let sum = |f: &str| {
+            rows.iter()
+                .map(|(_, r)| r.get(f).copied().unwrap_or(0))
+                .sum::<u64>()
+        };
+        (sum("handled"), sum("dead_lettered"), rows.len())
+    };
+    eventually("the history holds the ten entries", WAIT, || {
+        let (handled, dead, _) = sums(&mut conn);
+        handled + dead >= 10 && dead == 2
+    })
+    .await;
+    let (_, page) = get(&base, "/ops/stream/orders").await;
+    let (handled, dead, rows) = sums(&mut conn);
+    assert!(rows > 1, "a row per period");
+    // The page may have been read a row later; rows after the ten hold 0.
+    assert!(
+        page.contains(&format!("data-handled=\"{handled}\"")),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("data-dead-lettered=\"{dead}\"")),
+        "{page}"
+    );
+    assert!(page.contains("<polyline class=\"handled\""), "{page}");
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
 /// Makes `docs/dashboard.png`, the README's screenshot of the overview:
 /// `cargo test --features dashboard --test dashboard -- --ignored`.
 #[actix_rt::test]
