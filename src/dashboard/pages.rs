@@ -23,7 +23,7 @@ main{padding:16px 20px}table{border-collapse:collapse;background:#fff;margin:8px
 th,td{border:1px solid #dde1e6;padding:4px 8px;text-align:left;vertical-align:top}th{background:#eef0f3}
 td.n{text-align:right;font-variant-numeric:tabular-nums}.warn{color:#b3261e;font-weight:600}
 pre{margin:0;white-space:pre-wrap;word-break:break-all;max-width:60em}.muted{color:#6b7280}
-form{display:inline}button{cursor:pointer}.done{background:#e6f4ea;border:1px solid #a8dab5;padding:6px 10px}
+form{display:inline}button{cursor:pointer}a.entry{white-space:nowrap}.bulk,.bulk-filter{margin:6px 0}.done{background:#e6f4ea;border:1px solid #a8dab5;padding:6px 10px}
 "#;
 
 /// The confirmation before an action: a few lines of plain JavaScript.
@@ -392,6 +392,7 @@ pub(super) fn dead_letters(p: &DlqPage<'_>) -> Markup {
                 } @else if let Some((first, last)) = range.filter(|_| p.filter.error.is_none()) {
                     @let count = p.list.len().to_string();
                     div.bulk {
+                        "All " (count) " shown: "
                         (action(base, stream, "redrive", token, &[("start", first), ("end", last), ("count", &count)],
                             &format!("Redrive the {count} dead letters shown, each back to its origin stream?")))
                         " "

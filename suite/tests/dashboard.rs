@@ -821,10 +821,13 @@ async fn history_is_kept_in_redis_and_charted() {
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 
-/// Makes `docs/dashboard.png`, the README's screenshot of the overview:
-/// `cargo test --features dashboard --test dashboard -- --ignored`.
+/// Makes the README's screenshots: `docs/dashboard.png` (the overview),
+/// `docs/dashboard-stream.png` (a stream: history, a dead consumer,
+/// pending entries), `docs/dashboard-entry.png` (a dead letter's page) and
+/// `docs/dashboard-dlq.png` (dead letters):
+/// `CI=true cargo test --all-features --test dashboard -- --ignored`.
 #[actix_rt::test]
-#[ignore = "writes docs/dashboard.png; run by hand"]
+#[ignore = "writes docs/dashboard*.png; run by hand"]
 async fn screenshot_of_the_overview() {
     let driver = driver().expect("chromedriver");
     let redis = RedisServer::start();
@@ -846,13 +849,26 @@ async fn screenshot_of_the_overview() {
     broker.start().await.unwrap();
     let mut conn = redis.conn();
     support::create_group(&mut conn, "audit", "auditors", "$");
+    // A second group on orders whose consumer read five entries and died.
+    support::create_group(&mut conn, "orders", "analytics", "$");
     let base = serve(vec![(
         "/rillkit",
-        Dashboard::new(broker.clone()).streams(["audit"]),
+        Dashboard::new(broker.clone())
+            .streams(["audit"])
+            .history_period(Duration::from_secs(5))
+            .dead_consumer_after(Duration::from_secs(30)),
     )]);
     let c = browser(&driver).await;
     c.goto(&format!("{base}/rillkit/")).await.unwrap();
-    // A minute of traffic, so the sparkline has samples.
+    // An order that is not a number: a decode failure, dead-lettered.
+    broker
+        .publish(
+            &orders,
+            &serde_json::json!({"order": 4711, "customer": "c-981", "items": [{"sku": "A-1", "qty": 2}, {"sku": "B-7", "qty": 1}], "total": "59.90"}),
+        )
+        .await
+        .unwrap();
+    // A minute of traffic, so the sparkline and the history have samples.
     for round in 0..14u64 {
         let values: Vec<u64> = (round * 40..round * 40 + 20 + round * 3).collect();
         broker.publish_batch(&orders, values).await.unwrap();
@@ -860,13 +876,57 @@ async fn screenshot_of_the_overview() {
             .publish_batch(&Stream::new("audit", "auditors"), [round, round + 1])
             .await
             .unwrap();
+        if round == 1 {
+            let _: redis::Value = redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg("analytics")
+                .arg("analytics-3")
+                .arg("COUNT")
+                .arg(5)
+                .arg("STREAMS")
+                .arg("orders")
+                .arg(">")
+                .query(&mut conn)
+                .unwrap();
+            let _: i64 = redis::cmd("XGROUP")
+                .arg("CREATECONSUMER")
+                .arg("orders")
+                .arg("analytics")
+                .arg("analytics-4")
+                .query(&mut conn)
+                .unwrap();
+        }
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    let shoot = |name: &'static str| {
+        let (c, docs) = (c.clone(), docs.clone());
+        async move {
+            let png = c.screenshot().await.unwrap();
+            std::fs::write(docs.join(name), png).unwrap();
+        }
+    };
     c.goto(&format!("{base}/rillkit/")).await.unwrap();
-    let png = c.screenshot().await.unwrap();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/dashboard.png");
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(&path, png).unwrap();
+    shoot("dashboard.png").await;
+    c.goto(&format!("{base}/rillkit/stream/orders"))
+        .await
+        .unwrap();
+    shoot("dashboard-stream.png").await;
+    c.goto(&format!("{base}/rillkit/dlq/orders")).await.unwrap();
+    shoot("dashboard-dlq.png").await;
+    let dead: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("orders-dlq")
+        .arg("-")
+        .arg("+")
+        .arg("COUNT")
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
+    c.goto(&format!("{base}/rillkit/dlq/orders/entry/{}", dead[0].0))
+        .await
+        .unwrap();
+    shoot("dashboard-entry.png").await;
     c.close().await.unwrap();
     let _ = broker.stop().await.unwrap();
 }
