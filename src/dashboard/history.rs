@@ -28,9 +28,12 @@ const KEEP: usize = 1440;
 /// Minutes the chart shows.
 const MINUTES: u64 = 60;
 
-/// Starts the writer on the current actix runtime, once per dashboard.
+/// Starts the writer on the current actix runtime, once per dashboard (a
+/// read-only dashboard writes nothing: it charts what others wrote).
 pub(super) fn start(dash: &Dashboard) {
-    let Some(period) = dash.history else { return };
+    let Some(period) = dash.history.filter(|_| !dash.read_only) else {
+        return;
+    };
     if dash
         .shared
         .history_started

@@ -146,8 +146,9 @@ impl Dashboard {
     /// every other with history on) handled, failed and dead-lettered, and
     /// the stream's lag. Each process appends a row per stream every
     /// minute to the stream `rillkit:history:<stream>` (`XADD … MAXLEN ~
-    /// 1440`), so the ACL user needs `+xadd` on `rillkit:history:*` and
-    /// a read-only dashboard keeps none. Off by default.
+    /// 1440`), so the ACL user needs `+xadd` on `rillkit:history:*`. A
+    /// [read-only](Self::read_only) dashboard writes no rows; it charts
+    /// those others wrote. Off by default.
     pub fn history(mut self, on: bool) -> Self {
         self.history = on.then_some(Duration::from_secs(60));
         self

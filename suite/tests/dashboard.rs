@@ -780,10 +780,25 @@ async fn history_is_kept_in_redis_and_charted() {
         .build()
         .unwrap();
     broker.start().await.unwrap();
-    let base = serve(vec![(
-        "/ops",
-        Dashboard::new(broker.clone()).history_period(Duration::from_millis(100)),
-    )]);
+    support::create_group(&mut conn, "audit", "auditors", "$");
+    let base = serve(vec![
+        (
+            "/ops",
+            Dashboard::new(broker.clone()).history_period(Duration::from_millis(100)),
+        ),
+        (
+            "/ro",
+            Dashboard::new(broker.clone())
+                .streams(["audit"])
+                .read_only(true)
+                .history_period(Duration::from_millis(100)),
+        ),
+    ]);
+    assert_eq!(
+        get(&base, "/ro/").await.0,
+        200,
+        "a read-only one writes none"
+    );
     assert_eq!(get(&base, "/ops/").await.0, 200, "starts the writer");
     broker.publish_batch(&orders, 1..=10u64).await.unwrap();
     let sums = |conn: &mut redis::Connection| {
@@ -818,6 +833,12 @@ async fn history_is_kept_in_redis_and_charted() {
         "{page}"
     );
     assert!(page.contains("<polyline class=\"handled\""), "{page}");
+    eventually("a few more rows", WAIT, || sums(&mut conn).2 > rows + 3).await;
+    let written: bool = redis::cmd("EXISTS")
+        .arg("rillkit:history:audit")
+        .query(&mut conn)
+        .unwrap();
+    assert!(!written, "the read-only dashboard wrote history");
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 
