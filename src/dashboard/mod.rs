@@ -1,6 +1,7 @@
 //! A web dashboard an actix-web application mounts (feature `dashboard`):
-//! streams and groups at a glance, a group's consumers and pending entries,
-//! and dead letters with redrive and purge.
+//! streams and groups at a glance, a group's consumers (dead ones flagged,
+//! with a hand-over of their entries) and pending entries, each entry whole
+//! on a page of its own, and dead letters, filtered, with redrive and purge.
 //!
 //! ```no_run
 //! use actix_web::{App, HttpServer};
@@ -25,7 +26,8 @@
 //!
 //! **The dashboard has no login.** Mount it behind the application's own
 //! authentication (a middleware or guard on the scope); never expose it
-//! unauthenticated: it can redrive and delete dead letters.
+//! unauthenticated: it can redrive and delete dead letters and move
+//! pending entries between consumers.
 
 mod actions;
 mod csrf;
