@@ -24,13 +24,15 @@
 //! | `RILLKIT_CONCURRENCY` | 1 | handlers at once |
 //! | `RILLKIT_LEASE_TTL_MS` | 10000 | the consumer name's lease ([`ConsumerOptions::with_lease_ttl`](rillkit::ConsumerOptions::with_lease_ttl)) |
 //! | `RILLKIT_PRUNE_IDLE_MS` | unset | prune the group's idle empty consumers ([`ConsumerOptions::with_prune_idle`](rillkit::ConsumerOptions::with_prune_idle)) |
+//! | `RILLKIT_BATCH` | unset | `<n>`: a batch handler of up to n entries (streams and lists; [`BrokerBuilder::subscribe_batch`](rillkit::BrokerBuilder::subscribe_batch)), printing `batch <size>` once per batch |
 //!
 //! Entries hold JSON objects `{"id": <u64>, "sleep_ms": <u64>?, "fail": <bool>?,
 //! "panic": <bool>?, "exit": <bool>?}`: the handler sleeps `sleep_ms`; `fail`
 //! returns an error (retry), `panic` panics, `exit` ends the process with
 //! status 9 in the middle of handling (a crash). On success it prints
-//! `handled <id> delivery <n>` on stdout (`n` is 0 for lists and channels,
-//! which have no server delivery count). Logs go to stderr. List items and
+//! `handled <id> delivery <n> at <ms since the Unix epoch>` on stdout (`n`
+//! is 0 for lists and channels, which have no server delivery count, except
+//! in a list's batch, where it is the item's run). Logs go to stderr. List items and
 //! channel messages are the same JSON objects.
 //!
 //! ```sh
@@ -78,9 +80,28 @@ async fn handle(task: Task, delivery: u64) -> HandlerResult {
         )));
     }
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "handled {} delivery {delivery}", task.id);
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let _ = writeln!(out, "handled {} delivery {delivery} at {at}", task.id);
     let _ = out.flush();
     Ok(())
+}
+
+/// A batch: `batch <size>`, then each task in turn as [`handle`] runs it,
+/// each with its own result.
+async fn handle_batch(batch: Vec<rillkit::BatchEntry<Task>>) -> rillkit::BatchOutcome {
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "batch {}", batch.len());
+        let _ = out.flush();
+    }
+    let mut results = Vec::with_capacity(batch.len());
+    for entry in batch {
+        let delivery = entry.delivery_count();
+        results.push(handle(entry.into_value(), delivery).await);
+    }
+    rillkit::BatchOutcome::each(results)
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -166,7 +187,15 @@ async fn main() {
         builder = builder.tls(Tls::new().ca_pem(pem));
     }
     let key = stream.name().to_owned();
+    let batch = std::env::var("RILLKIT_BATCH").ok().map(|n| {
+        let n: usize = n.parse().expect("RILLKIT_BATCH is a number of entries");
+        rillkit::BatchOptions::new().with_max_entries(n)
+    });
     let builder = match std::env::var("RILLKIT_SOURCE").as_deref() {
+        Err(_) | Ok("stream") if batch.is_some() => {
+            let batch = batch.expect("checked");
+            builder.subscribe_batch(&stream, opts, batch, handle_batch)
+        }
         Err(_) | Ok("stream") => {
             builder.subscribe_message(&stream, opts, |msg: Message| async move {
                 let task: Task = msg
@@ -190,7 +219,14 @@ async fn main() {
             if kind == "list-at-most-once" {
                 list_opts = list_opts.with_at_most_once(true);
             }
-            builder.subscribe_list(&List::new(key), list_opts, |task: Task| handle(task, 0))
+            match batch {
+                Some(batch) => {
+                    builder.subscribe_list_batch(&List::new(key), list_opts, batch, handle_batch)
+                }
+                None => {
+                    builder.subscribe_list(&List::new(key), list_opts, |task: Task| handle(task, 0))
+                }
+            }
         }
         Ok("channel") => builder.subscribe_channel(
             &Channel::new(key),

@@ -331,3 +331,130 @@ pub(crate) fn decode_item<T: DeserializeOwned, C: Codec>(
     }
     codec.decode::<T>(bytes)
 }
+
+/// One entry of a batch, as a batch handler sees it: the decoded value, its
+/// entry id (or, for a list item, none) and its own delivery count.
+#[derive(Debug, Clone)]
+pub struct BatchEntry<T> {
+    value: T,
+    id: Option<EntryId>,
+    delivery_count: u64,
+}
+
+impl<T> BatchEntry<T> {
+    pub(crate) fn new(value: T, id: Option<EntryId>, delivery_count: u64) -> Self {
+        BatchEntry {
+            value,
+            id,
+            delivery_count,
+        }
+    }
+
+    /// The decoded value.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// The decoded value, taken out.
+    pub fn into_value(self) -> T {
+        self.value
+    }
+
+    /// The stream entry's id; `None` for a list item.
+    pub fn id(&self) -> Option<&EntryId> {
+        self.id.as_ref()
+    }
+
+    /// How many times this entry has been delivered, counting this run (1
+    /// on the first): the server's count for a stream entry (XPENDING), the
+    /// run for a list item.
+    pub fn delivery_count(&self) -> u64 {
+        self.delivery_count
+    }
+}
+
+/// What a batch handler answers: one result for the whole batch, or one per
+/// entry, in the order the entries were given.
+///
+/// Entries whose result is `Ok` are acked; the others are retried (or
+/// dead-lettered) each by its own delivery count, exactly as if a handler
+/// of their own had failed; a [`Reject`] dead-letters only its entry. An
+/// entry that succeeded never runs again because another failed.
+///
+/// ```
+/// use rillkit::{BatchOutcome, HandlerError};
+///
+/// // One result for all (any `Result<(), E>` whose error converts).
+/// let all: BatchOutcome = Ok::<(), anyhow::Error>(()).into();
+/// // One per entry: the second failed.
+/// let each = BatchOutcome::each([Ok(()), Err(HandlerError::retry("timeout")), Ok(())]);
+/// # let _ = (all, each);
+/// ```
+#[derive(Debug)]
+pub struct BatchOutcome(Outcome);
+
+#[derive(Debug)]
+enum Outcome {
+    All(HandlerResult),
+    Each(Vec<HandlerResult>),
+}
+
+impl BatchOutcome {
+    /// Every entry succeeded.
+    pub fn ok() -> Self {
+        BatchOutcome(Outcome::All(Ok(())))
+    }
+
+    /// One result per entry, in the order the handler got them. An entry
+    /// without a result (the list is shorter) counts as failed.
+    pub fn each<I, E>(results: I) -> Self
+    where
+        I: IntoIterator<Item = Result<(), E>>,
+        E: Into<HandlerError>,
+    {
+        BatchOutcome(Outcome::Each(
+            results.into_iter().map(|r| r.map_err(Into::into)).collect(),
+        ))
+    }
+
+    /// The results, one per entry of a batch of `len`.
+    pub(crate) fn split(self, len: usize) -> Vec<HandlerResult> {
+        match self.0 {
+            Outcome::All(Ok(())) => (0..len).map(|_| Ok(())).collect(),
+            Outcome::All(Err(e)) => {
+                // Each entry gets the same failure, as text (an error is not
+                // `Clone`), its whole chain kept.
+                let (reject, text) = match &e {
+                    HandlerError::Retry(b) => (false, chain(&**b)),
+                    HandlerError::Reject(b) => (true, chain(&**b)),
+                };
+                (0..len)
+                    .map(|_| {
+                        let e: BoxError = text.clone().into();
+                        Err(if reject {
+                            HandlerError::Reject(e)
+                        } else {
+                            HandlerError::Retry(e)
+                        })
+                    })
+                    .collect()
+            }
+            Outcome::Each(mut each) => {
+                let missing = len.saturating_sub(each.len());
+                each.truncate(len);
+                each.extend((0..missing).map(|_| {
+                    Err(HandlerError::retry(
+                        "the batch handler gave no result for this entry",
+                    ))
+                }));
+                each
+            }
+        }
+    }
+}
+
+impl<E: Into<HandlerError>> From<Result<(), E>> for BatchOutcome {
+    fn from(r: Result<(), E>) -> Self {
+        BatchOutcome(Outcome::All(r.map_err(Into::into)))
+    }
+}

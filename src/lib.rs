@@ -74,12 +74,12 @@ pub mod test_util;
 mod traceparent;
 mod util;
 
-pub use broker::{Broker, BrokerBuilder};
+pub use broker::{BatchOptions, Broker, BrokerBuilder};
 pub use broker::{Delivery, ItemDelivery, Removed, SubscriptionHandle};
 pub use connection::{Tls, Topology};
 pub use delivery::RetryBackoff;
 pub use error::{BoxError, ConfigError, Error, HookError, HookFailures};
-pub use handler::{HandlerError, HandlerResult, Message, Reject};
+pub use handler::{BatchEntry, BatchOutcome, HandlerError, HandlerResult, Message, Reject};
 pub use kind::SourceKind;
 pub use lifecycle::{Phase, Stage, SupervisorOutcome, shutdown_signal};
 pub use source::channel::{Channel, ChannelOptions};

@@ -32,12 +32,14 @@
 
 pub(crate) mod dead_letters;
 mod metrics;
+mod pending;
 #[cfg(feature = "dashboard")]
 mod preview;
 
 pub use dead_letters::{
     DeadLetter, DeadLetterFilter, DeadLetterOrigin, RedriveReport, Redriven, Skipped,
 };
+pub use pending::PendingFilter;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -55,6 +57,10 @@ pub use metrics::{Collected, ServerMetrics};
 
 /// Keys asked for per `SCAN` call.
 const SCAN_COUNT: usize = 1000;
+
+/// The longest `BLOCK` [`Admin::read_after`] sends: well under the 10 s a
+/// reply may take.
+const MAX_BLOCK: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A connection for operations on streams, groups and dead letters. See the
 /// [module docs](self).
@@ -360,41 +366,6 @@ impl Admin {
         Ok(stream_entries(self.query(&cmd).await?, "XRANGE reply")?.pop())
     }
 
-    /// Hands the pending entries `ids` of `group` to `consumer`: `XCLAIM
-    /// <stream> <group> <consumer> 0 <ids…> JUSTID`. Their idle time starts
-    /// again at 0 and their delivery count is unchanged; an id no longer
-    /// pending is left out. Answers the ids claimed. `XCLAIM` creates
-    /// `consumer` in the group when it does not exist: name one that does.
-    ///
-    /// A rillkit consumer does not re-read its pending entries while it
-    /// runs: entries handed to a live one run when its reclaimer takes them
-    /// over, once they have been idle for its `claim_idle`.
-    ///
-    /// # Errors
-    /// [`Error::Redis`] when the key does not exist, is not a stream, has
-    /// no such group (`NOGROUP`), or the ACL user may not run `XCLAIM`; a
-    /// connection error.
-    pub async fn claim(
-        &self,
-        stream: &str,
-        group: &str,
-        consumer: &str,
-        ids: &[EntryId],
-    ) -> Result<Vec<EntryId>, Error> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut cmd = redis::cmd("XCLAIM");
-        cmd.arg(stream).arg(group).arg(consumer).arg(0);
-        for id in ids {
-            cmd.arg(id.as_str());
-        }
-        cmd.arg("JUSTID");
-        let claimed: Vec<String> = redis::from_redis_value(self.query(&cmd).await?)
-            .map_err(|e| Error::unparsable("XCLAIM reply", e.to_string()))?;
-        Ok(claimed.into_iter().map(EntryId).collect())
-    }
-
     /// The newest `count` entries of `stream`, newest first (`XREVRANGE
     /// <stream> + - COUNT <count>`); none when the key does not exist.
     ///
@@ -427,6 +398,102 @@ impl Admin {
         let id: String = redis::from_redis_value(self.query(&cmd).await?)
             .map_err(|e| Error::unparsable("XADD reply", e.to_string()))?;
         Ok(EntryId(id))
+    }
+}
+
+impl Admin {
+    /// Like [`add`](Self::add), but only to a stream that exists: `XADD
+    /// <stream> NOMKSTREAM * <field> <value> …`. Answers `None`, and adds
+    /// nothing, when there is no key `stream` (a misspelt name does not
+    /// create a stream nothing reads). Redis 6.2 or later.
+    ///
+    /// # Errors
+    /// As [`add`](Self::add).
+    pub async fn add_to_existing<K, V>(
+        &self,
+        stream: &str,
+        fields: &[(K, V)],
+    ) -> Result<Option<EntryId>, Error>
+    where
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(stream).arg("NOMKSTREAM").arg("*");
+        for (k, v) in fields {
+            cmd.arg(k.as_ref()).arg(v.as_ref());
+        }
+        let id: Option<String> = redis::from_redis_value(self.query(&cmd).await?)
+            .map_err(|e| Error::unparsable("XADD reply", e.to_string()))?;
+        Ok(id.map(EntryId))
+    }
+
+    /// Creates the consumer group `group` on `stream` at `start` (`$`: only
+    /// entries added from now on; `0`: every entry), creating an empty
+    /// stream if there is none: `XGROUP CREATE <stream> <group> <start>
+    /// MKSTREAM`. Answers `false`, changing nothing, when the group exists
+    /// (`BUSYGROUP`).
+    ///
+    /// # Errors
+    /// [`Error::GroupCreate`] when Redis refuses (the key is not a stream,
+    /// the ACL, a malformed `start`); a connection error.
+    pub async fn create_group(
+        &self,
+        stream: &str,
+        group: &str,
+        start: &str,
+    ) -> Result<bool, Error> {
+        let mut cmd = redis::cmd("XGROUP");
+        cmd.arg("CREATE")
+            .arg(stream)
+            .arg(group)
+            .arg(start)
+            .arg("MKSTREAM");
+        match self.query(&cmd).await {
+            Ok(_) => Ok(true),
+            Err(Error::Redis(e)) if e.code() == Some("BUSYGROUP") => Ok(false),
+            Err(Error::Redis(source)) => Err(Error::GroupCreate {
+                stream: stream.to_owned(),
+                group: group.to_owned(),
+                source,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Up to `count` entries of `stream` with ids after `after`, oldest
+    /// first, waiting up to `block` (at most 5 s) for one to arrive when
+    /// there is none yet: `XREAD COUNT <count> BLOCK <ms> STREAMS <stream>
+    /// <after>`. None when the wait ends empty. Not a group read: nothing
+    /// becomes pending. To follow a stream, pass the last id seen each time.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key is not a stream or `after` is
+    /// malformed; a connection error.
+    pub async fn read_after(
+        &self,
+        stream: &str,
+        after: &str,
+        count: usize,
+        block: std::time::Duration,
+    ) -> Result<Vec<StreamEntry>, Error> {
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT")
+            .arg(count)
+            .arg("BLOCK")
+            .arg(block.min(MAX_BLOCK).as_millis() as u64)
+            .arg("STREAMS")
+            .arg(stream)
+            .arg(after);
+        let rows = crate::redis::reply::read_reply(self.query(&cmd).await?)
+            .map_err(|m| Error::unparsable("XREAD reply", m))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| StreamEntry {
+                id: r.id,
+                fields: r.fields.unwrap_or_default(),
+            })
+            .collect())
     }
 }
 

@@ -8,11 +8,12 @@ use std::sync::{Arc, OnceLock, Weak};
 use futures::future::LocalBoxFuture;
 use serde::de::DeserializeOwned;
 
+use super::batch::{BatchOptions, Gatherer};
 use super::delivery::{Delivery, ItemDelivery};
 use super::{Broker, Inner};
 use crate::handler::{
-    ErasedHandler, HandlerError, HandlerResult, ItemHandler, Message, Prepared, decode_data,
-    decode_item,
+    BatchEntry, BatchOutcome, ErasedHandler, HandlerError, HandlerResult, ItemHandler, Message,
+    Prepared, decode_data, decode_item,
 };
 use crate::stream::Codec;
 
@@ -126,5 +127,73 @@ where
         let value = decode_item::<T, C>(&codec, bytes)?;
         let d = ItemDelivery::of(meta, cell.broker());
         Ok(erase(f(value, d)))
+    })
+}
+
+/// A batch handler of stream entries: each entry decoded into `T` joins a
+/// batch (see `batch.rs`); an entry that does not decode is dead-lettered
+/// and never joins one.
+pub(crate) fn typed_batch<T, C, F, Fut, O>(
+    codec: C,
+    options: BatchOptions,
+    concurrency: usize,
+    f: F,
+) -> ErasedHandler
+where
+    T: DeserializeOwned + Send + 'static,
+    C: Codec,
+    F: Fn(Vec<BatchEntry<T>>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = O> + 'static,
+    O: Into<BatchOutcome>,
+{
+    let (f, gatherer) = (Arc::new(f), Arc::new(Gatherer::new(options, concurrency)));
+    Arc::new(move |msg: &Message| match decode_data(&codec, msg) {
+        Ok(value) => {
+            let entry = BatchEntry::new(value, Some(msg.id.clone()), msg.delivery_count);
+            Prepared::Run(gatherer.join(entry, f.clone()))
+        }
+        Err(why) => Prepared::Undeliverable(why),
+    })
+}
+
+/// [`typed_batch`] whose handler also gets the [`Broker`], to publish
+/// onward.
+pub(crate) fn typed_batch_with_context<T, C, F, Fut, O>(
+    codec: C,
+    options: BatchOptions,
+    concurrency: usize,
+    f: F,
+    cell: BrokerCell,
+) -> ErasedHandler
+where
+    T: DeserializeOwned + Send + 'static,
+    C: Codec,
+    F: Fn(Vec<BatchEntry<T>>, Broker) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = O> + 'static,
+    O: Into<BatchOutcome>,
+{
+    let bound = move |entries: Vec<BatchEntry<T>>| f(entries, cell.broker());
+    typed_batch(codec, options, concurrency, bound)
+}
+
+/// A batch handler of list items: as [`typed_batch`], an item's run count
+/// as its delivery count.
+pub(crate) fn typed_item_batch<T, C, F, Fut, O>(
+    codec: C,
+    options: BatchOptions,
+    concurrency: usize,
+    f: F,
+) -> ItemHandler
+where
+    T: DeserializeOwned + Send + 'static,
+    C: Codec,
+    F: Fn(Vec<BatchEntry<T>>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = O> + 'static,
+    O: Into<BatchOutcome>,
+{
+    let (f, gatherer) = (Arc::new(f), Arc::new(Gatherer::new(options, concurrency)));
+    Arc::new(move |bytes: &[u8], meta| {
+        let value = decode_item::<T, C>(&codec, bytes)?;
+        Ok(gatherer.join(BatchEntry::new(value, None, meta.attempt), f.clone()))
     })
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use super::batch::BatchOptions;
 use super::bind::{self, BrokerCell, typed_item, typed_item_with_context};
 use super::delivery::{Delivery, ItemDelivery};
 use super::hooks::{self, Hooks};
@@ -15,7 +16,7 @@ use super::{Broker, Inner, Phase};
 use crate::connection::{Connector, Timeouts, Tls, Topology};
 use crate::delivery::MAX_DURATION;
 use crate::error::{BoxError, ConfigError};
-use crate::handler::{ErasedHandler, HandlerError, ItemHandler, Message};
+use crate::handler::{BatchEntry, BatchOutcome, ErasedHandler, HandlerError, ItemHandler, Message};
 use crate::source::Source;
 use crate::source::channel::{Channel, ChannelOptions, ChannelSub};
 use crate::source::list::{List, ListOptions, ListSub};
@@ -126,6 +127,127 @@ impl BrokerBuilder {
     {
         let h = bind::typed_with_context(stream.codec().clone(), handler, self.cell.clone());
         self.subs.push(stream_source(stream.names(), options, h));
+        self
+    }
+
+    /// Subscribes a batch handler: it gets up to
+    /// [`max_entries`](BatchOptions::max_entries) decoded entries at once
+    /// (each with its id and its own delivery count), a batch starting when
+    /// it is full or when its first entry has waited
+    /// [`max_wait`](BatchOptions::max_wait). It answers a
+    /// [`BatchOutcome`](crate::BatchOutcome): any `Result<(), E>` for the
+    /// whole batch, or [`BatchOutcome::each`](crate::BatchOutcome::each)
+    /// with one result per entry, so the entries that succeeded are acked
+    /// (XACK) and never run again while only the failed ones are retried.
+    ///
+    /// Each entry keeps its own rules, as with [`subscribe`](Self::subscribe):
+    /// an entry that does not decode is dead-lettered before any batch and
+    /// never reaches the handler; a failed entry runs again after the retry
+    /// backoff, in a later batch, until its delivery count passes
+    /// `max_retries`; a redelivered entry of a crashed consumer runs in a
+    /// batch of its own; the drain waits for a running batch.
+    /// `options`' [`concurrency`](ConsumerOptions::with_concurrency) counts
+    /// batches run at once (default 1); its
+    /// [`count`](ConsumerOptions::with_count) is raised to `max_entries`.
+    ///
+    /// ```no_run
+    /// use rillkit::prelude::*;
+    /// use rillkit::{BatchEntry, BatchOptions};
+    ///
+    /// # fn f(orders: Stream) {
+    /// let builder = Broker::builder("redis://127.0.0.1:6379").subscribe_batch(
+    ///     &orders,
+    ///     ConsumerOptions::default(),
+    ///     BatchOptions::new().with_max_entries(500),
+    ///     |batch: Vec<BatchEntry<u64>>| async move {
+    ///         let total: u64 = batch.iter().map(|e| *e.value()).sum();
+    ///         println!("{} entries, {total} in all", batch.len());
+    ///         anyhow::Ok(()) // one INSERT for all, say
+    ///     },
+    /// );
+    /// # let _ = builder; }
+    /// ```
+    pub fn subscribe_batch<T, C, F, Fut, O>(
+        mut self,
+        stream: &Stream<C>,
+        options: ConsumerOptions,
+        batch: BatchOptions,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        C: Codec,
+        F: Fn(Vec<BatchEntry<T>>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = O> + 'static,
+        O: Into<BatchOutcome>,
+    {
+        let h = bind::typed_batch(
+            stream.codec().clone(),
+            batch,
+            options.concurrency(),
+            handler,
+        );
+        let options = batched(options, batch);
+        self.subs.push(stream_source(stream.names(), options, h));
+        self
+    }
+
+    /// As [`subscribe_batch`](Self::subscribe_batch), and the handler also
+    /// gets a [`Broker`] to publish onward with.
+    pub fn subscribe_batch_with_context<T, C, F, Fut, O>(
+        mut self,
+        stream: &Stream<C>,
+        options: ConsumerOptions,
+        batch: BatchOptions,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        C: Codec,
+        F: Fn(Vec<BatchEntry<T>>, Broker) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = O> + 'static,
+        O: Into<BatchOutcome>,
+    {
+        let h = bind::typed_batch_with_context(
+            stream.codec().clone(),
+            batch,
+            options.concurrency(),
+            handler,
+            self.cell.clone(),
+        );
+        let options = batched(options, batch);
+        self.subs.push(stream_source(stream.names(), options, h));
+        self
+    }
+
+    /// A batch handler for a list, as
+    /// [`subscribe_batch`](Self::subscribe_batch) for a stream: each item
+    /// keeps its own run count (its [`delivery_count`](BatchEntry::delivery_count)),
+    /// retries and dead letter; `options`'
+    /// [`concurrency`](ListOptions::with_concurrency) counts batches run at
+    /// once.
+    pub fn subscribe_list_batch<T, C, F, Fut, O>(
+        mut self,
+        list: &List<C>,
+        options: ListOptions,
+        batch: BatchOptions,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        C: Codec,
+        F: Fn(Vec<BatchEntry<T>>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = O> + 'static,
+        O: Into<BatchOutcome>,
+    {
+        let batches = options.concurrency();
+        let h = bind::typed_item_batch(list.codec().clone(), batch, batches, handler);
+        // Room for one more batch to gather while the others run.
+        let runs = batches
+            .saturating_add(1)
+            .saturating_mul(batch.max_entries());
+        let options = options.with_concurrency(runs);
+        self.subs.push(list_source_erased(list, options, h));
         self
     }
 
@@ -477,6 +599,19 @@ impl BrokerBuilder {
 /// `build()` (or at once, for one added at run time), knowing whether the
 /// topology is a cluster and the drain deadline.
 pub(crate) type Pending = Box<dyn FnOnce(bool, Duration) -> Result<Source, ConfigError> + Send>;
+
+/// A batch subscription's options: room for `concurrency` batches of
+/// `max_entries` handler runs and one more gathering (fetched ahead while
+/// the others run; the gatherer lets only `concurrency` run), and reads of a
+/// batch at once.
+fn batched(options: ConsumerOptions, batch: BatchOptions) -> ConsumerOptions {
+    let runs = options
+        .concurrency()
+        .saturating_add(1)
+        .saturating_mul(batch.max_entries());
+    let count = options.count().max(batch.max_entries());
+    options.with_concurrency(runs).with_count(count)
+}
 
 pub(crate) fn stream_source(
     names: StreamNames,

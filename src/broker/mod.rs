@@ -1,6 +1,7 @@
 //! [`Broker`], the public handle (its phase, start, stop, publish, status),
 //! and [`BrokerBuilder`] (in `builder.rs`), which configures it.
 
+pub(crate) mod batch;
 pub(crate) mod bind;
 pub(crate) mod builder;
 mod delivery;
@@ -9,6 +10,7 @@ pub(crate) mod hooks;
 mod publish;
 pub(crate) mod runtime;
 
+pub use batch::BatchOptions;
 pub use builder::BrokerBuilder;
 pub use delivery::{Delivery, ItemDelivery};
 pub use runtime::{Removed, SubscriptionHandle};

@@ -70,7 +70,8 @@ fn conflict(why: String) -> HttpResponse {
 
 /// `POST {base}/stream/{stream}/handover`: moves at most `count` pending
 /// entries of `consumer` to `to` (`XPENDING … <consumer>`, then `XCLAIM
-/// <to> 0 <ids> JUSTID`, 100 at a time). Refused with 409 when the
+/// <to> <threshold> <ids> JUSTID`, 100 at a time: an entry idle for less
+/// than the dead-consumer threshold stays). Refused with 409 when the
 /// consumer no longer looks dead or holds another number of entries than
 /// the page showed; 400 when `to` is not another consumer of the group.
 pub(super) async fn handover(
@@ -114,24 +115,31 @@ pub(super) async fn handover(
         ));
     }
     let mut moved: Vec<EntryId> = Vec::new();
-    let mut left = f.count as usize;
+    let min_idle = ctx.dash.dead_after;
     let done = async {
+        // Its entries in id order, at most the count shown; an entry it
+        // touched again within the threshold (alive after all) stays.
+        let mut start = "-".to_owned();
+        let mut left = f.count as usize;
         while left > 0 {
             let rows = admin
                 .pending_range(
                     &stream,
                     &f.group,
-                    ("-", "+"),
+                    (&start, "+"),
                     left.min(BATCH),
                     Some(&f.consumer),
                 )
                 .await?;
-            if rows.is_empty() {
-                break;
-            }
+            let Some(last) = rows.last() else { break };
+            start = format!("({}", last.id);
             left -= rows.len();
             let ids: Vec<EntryId> = rows.into_iter().map(|r| r.id).collect();
-            moved.extend(admin.claim(&stream, &f.group, &f.to, &ids).await?);
+            moved.extend(
+                admin
+                    .claim(&stream, &f.group, &f.to, min_idle, &ids)
+                    .await?,
+            );
         }
         Ok::<_, crate::Error>(())
     }

@@ -242,7 +242,7 @@ pub(super) fn stream(p: &StreamPage<'_>) -> Markup {
                         "dead?: holds pending entries and has not read for over " (age(Some(p.dead_after))) ". "
                         "rillkit consumers take such entries over by themselves once an entry has been idle for their claim_idle (30 s by default): "
                         "if they are still here, no rillkit consumer of this group is running, or its claim_idle is longer. "
-                        "Hand over moves them to another consumer of the group (XCLAIM … JUSTID: the delivery count stays, the idle time starts again). "
+                        "Hand over moves them to another consumer of the group (XCLAIM … JUSTID: the delivery count stays, the idle time starts again; an entry touched within the threshold stays). "
                         "A rillkit consumer runs them once they have been idle for its claim_idle; another client when it re-reads its pending entries (XREADGROUP … 0)."
                     }
                 }

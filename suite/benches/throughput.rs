@@ -19,7 +19,8 @@
 //! ceiling (that many sleeps, no Redis); rows 4b and 4c fan one process out
 //! over several streams and several consumers of one group.
 //!
-//! Prints a table and, last, `consume_ratio=<rillkit entries/s ÷ raw entries/s>`.
+//! Prints a table and, last, `batch_consume_ratio=` (a batch handler of
+//! 100) and `consume_ratio=<rillkit entries/s ÷ raw entries/s>`.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -189,6 +190,46 @@ async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
             move |e: Entry| {
                 sm.fetch_add(e.value, Ordering::Relaxed);
                 h.fetch_add(1, Ordering::Relaxed);
+                std::future::ready(HandlerResult::Ok(()))
+            },
+        )
+        .build()
+        .unwrap();
+    let mut conn = connect(url).await;
+    let t0 = Instant::now();
+    broker.start().await.unwrap();
+    wait_for("rillkit handled all", Duration::from_secs(600), || {
+        handled.load(Ordering::Relaxed) as u64 >= n
+    })
+    .await;
+    while pending(&mut conn, stream, group).await > 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let rate = n as f64 / t0.elapsed().as_secs_f64();
+    assert!(broker.stop().await.unwrap().is_clean());
+    rate
+}
+
+/// As [`rillkit_consume`], with a batch handler of up to 100 entries.
+async fn rillkit_batch_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
+    let s = Stream::new(stream, group);
+    let handled = Arc::new(AtomicUsize::new(0));
+    let sum = Arc::new(AtomicU64::new(0));
+    let (h, sm) = (handled.clone(), sum.clone());
+    let broker = Broker::builder(url)
+        .subscribe_batch(
+            &s,
+            ConsumerOptions::default()
+                .with_count(100)
+                .with_block(Duration::from_millis(100)),
+            rillkit::BatchOptions::new()
+                .with_max_entries(100)
+                .with_max_wait(Duration::from_millis(5)),
+            move |batch: Vec<rillkit::BatchEntry<Entry>>| {
+                for e in &batch {
+                    sm.fetch_add(e.value().value, Ordering::Relaxed);
+                }
+                h.fetch_add(batch.len(), Ordering::Relaxed);
                 std::future::ready(HandlerResult::Ok(()))
             },
         )
@@ -850,7 +891,19 @@ fn main() {
             costs(rk_cpu, rk_us, entries),
         );
         row("   ratio to raw", format!("{:.2}x", rk / raw));
+        let mut batches = Vec::new();
+        for round in 0..CONSUME_ROUNDS {
+            let group = format!("rillkit-batch-{round}");
+            batches.push(rillkit_batch_consume(&url, "bench-consume", &group, n).await);
+        }
+        let batched = median(batches);
+        row(
+            "2b. rillkit batch handler (100 entries), medians",
+            format!("{batched:.0} e/s"),
+        );
+        row("   ratio to raw", format!("{:.2}x", batched / raw));
         if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("consume") {
+            println!("batch_consume_ratio={:.2}", batched / raw);
             println!("consume_ratio={:.2}", rk / raw);
             return;
         }
@@ -981,6 +1034,7 @@ fn main() {
             );
             row("   slowest", format!("{worst:.1} ms"));
         }
+        println!("batch_consume_ratio={:.2}", batched / raw);
         println!("consume_ratio={:.2}", rk / raw);
     });
 }

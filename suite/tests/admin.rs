@@ -1,8 +1,9 @@
-//! `rillkit::admin`: discovery, groups, consumers, pending
-//! entries and the newest entries of a stream; dead letters made by a real
-//! broker listed apart from what the move appended, a filtered subset
-//! redriven to a running consumer, the rest purged; the slot rule under a
-//! cluster.
+//! `rillkit::admin`: discovery, groups, consumers, pending entries
+//! (selected, claimed, acknowledged) and the newest entries of a stream;
+//! writes that keep to existing streams, group creation, reads after an id;
+//! dead letters made by a real broker listed apart from what the move
+//! appended, a filtered subset redriven to a running consumer, the rest
+//! purged; the slot rule under a cluster.
 
 mod support;
 
@@ -503,4 +504,97 @@ async fn under_a_cluster_discovery_scans_every_master_and_redrive_keeps_to_the_s
         admin.purge(&dlq, &DeadLetterFilter::new()).await.unwrap(),
         1
     );
+}
+
+#[actix_rt::test]
+async fn stuck_entries_are_claimed_and_acked_and_writes_keep_to_existing_streams() {
+    use rillkit::admin::PendingFilter;
+    let redis = RedisServer::start();
+    let admin = Admin::connect(&redis.url()).await.unwrap();
+    let mut c = redis.conn();
+
+    // add_to_existing never creates a stream; create_group does (MKSTREAM),
+    // once.
+    let none = admin
+        .add_to_existing("jobs", &[("data", "{}")])
+        .await
+        .unwrap();
+    assert_eq!(none, None);
+    assert_eq!(stream_len(&mut c, "jobs"), 0);
+    assert!(admin.create_group("jobs", "g", "$").await.unwrap());
+    assert!(
+        !admin.create_group("jobs", "g", "$").await.unwrap(),
+        "BUSYGROUP"
+    );
+    let id = admin
+        .add_to_existing("jobs", &[("data", "{}")])
+        .await
+        .unwrap()
+        .expect("the stream exists now");
+    let err = admin
+        .create_group("jobs", "bad", "not-an-id")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::GroupCreate { .. }), "{err:?}");
+
+    // read_after: what follows an id, or nothing when the wait ends.
+    let after = admin
+        .read_after("jobs", "0-0", 10, Duration::from_millis(10))
+        .await
+        .unwrap();
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].id, id);
+    let nothing = admin
+        .read_after("jobs", id.as_str(), 10, Duration::from_millis(10))
+        .await
+        .unwrap();
+    assert!(nothing.is_empty());
+
+    // Pending, selected by consumer and idle time; claimed; acked.
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg(&["GROUP", "g", "c1", "STREAMS", "jobs", ">"])
+        .query(&mut c)
+        .unwrap();
+    let by_c2 = PendingFilter::new(10).with_consumer("c2");
+    assert!(
+        admin
+            .pending_matching("jobs", "g", &by_c2)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let idle_hour = PendingFilter::new(10).with_min_idle(Duration::from_secs(3600));
+    assert!(
+        admin
+            .pending_matching("jobs", "g", &idle_hour)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let held = admin
+        .pending_matching("jobs", "g", &PendingFilter::new(10).with_consumer("c1"))
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 1);
+    // Not idle for an hour: XCLAIM leaves it.
+    let ids = [id.clone()];
+    let claimed = admin
+        .claim("jobs", "g", "c2", Duration::from_secs(3600), &ids)
+        .await
+        .unwrap();
+    assert!(claimed.is_empty());
+    let claimed = admin
+        .claim("jobs", "g", "c2", Duration::ZERO, &ids)
+        .await
+        .unwrap();
+    assert_eq!(claimed, ids);
+    let now = admin.pending_matching("jobs", "g", &by_c2).await.unwrap();
+    assert_eq!((now.len(), now[0].delivery_count), (1, 1), "JUSTID");
+    assert_eq!(admin.ack("jobs", "g", &ids).await.unwrap(), 1);
+    assert_eq!(
+        admin.ack("jobs", "g", &ids).await.unwrap(),
+        0,
+        "no longer pending"
+    );
+    assert!(admin.pending("jobs", "g", 10).await.unwrap().is_empty());
 }

@@ -87,7 +87,15 @@ fn dead_letter(conn: &mut redis::Connection, dlq: &str, origin_id: &str, error: 
 fn publish_then_tail_in_text_and_json() {
     let redis = RedisServer::start();
     let url = redis.url();
-    let id = ok(&url, &["publish", "orders", r#"{"id":1}"#]);
+    // A stream that does not exist is not created by a misspelt name.
+    let (code, err) = fails(&url, &["publish", "orders", r#"{"id":1}"#]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("no stream \"orders\"") && err.contains("--create"),
+        "{err}"
+    );
+    assert_eq!(stream_len(&mut redis.conn(), "orders"), 0);
+    let id = ok(&url, &["publish", "orders", r#"{"id":1}"#, "--create"]);
     let id = id.trim();
     assert!(id.contains('-'), "an entry id: {id}");
     let doc = json(&url, &["publish", "orders", r#"{"id":2}"#]);
@@ -147,7 +155,7 @@ fn status_pending_and_consumers_show_groups_and_their_entries() {
         ["orders", "3", "billing", "1", "2", "1"],
         "{text}"
     );
-    assert_eq!(row[7], "1", "one dead letter: {text}");
+    assert_eq!(row[8], "1", "one dead letter: {text}");
 
     let doc = json(&url, &["status"]);
     let streams = doc["streams"].as_array().expect("streams");
@@ -293,7 +301,15 @@ fn dead_letters_are_listed_shown_redriven_and_purged() {
     let (code, err) = fails(&url, &["dlq", "show", "orders", "9-9"]);
     assert_eq!(code, 1, "{err}");
 
-    let doc = json(&url, &["dlq", "redrive", "orders", "--error", "timeout"]);
+    // The origin stream must have a group to read what comes back.
+    let _: () = redis::cmd("XGROUP")
+        .arg(&["CREATE", "orders", "billing", "$", "MKSTREAM"])
+        .query(&mut c)
+        .unwrap();
+    let doc = json(
+        &url,
+        &["dlq", "redrive", "orders", "--error", "timeout", "--yes"],
+    );
     let redriven = doc["redriven"].as_array().expect("redriven");
     assert_eq!(redriven.len(), 2, "{doc}");
     assert_eq!(redriven[0]["dead_letter"], first.as_str());
@@ -326,12 +342,69 @@ fn dead_letters_are_listed_shown_redriven_and_purged() {
     assert_eq!(text.trim(), "no dead letters in orders-dlq");
 }
 
-/// Raw output: stdout and stderr as bytes, whatever the exit code.
-fn raw(url: &str, args: &[&str]) -> Vec<u8> {
-    let out = rillkit(url, args);
-    let mut all = out.stdout;
-    all.extend(out.stderr);
-    all
+/// Characters that must never reach a terminal raw: they reorder
+/// (bidi controls) or hide (zero-width, BOM, fillers) what is shown.
+fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{61c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}'
+        | '\u{2028}' | '\u{2029}' | '\u{feff}' | '\u{3164}')
+}
+
+/// Asserts that `out` (one command's stdout and stderr) holds no control
+/// byte but line ends, and no bidi or invisible character.
+fn assert_clean(args: &[&str], out: &[u8]) {
+    let shown = String::from_utf8_lossy(out);
+    assert!(
+        !out.iter().any(|b| *b < 0x20 && *b != b'\n' || *b == 0x7f),
+        "rillkit {args:?} printed control bytes: {shown:?}"
+    );
+    assert!(
+        !shown.chars().any(invisible),
+        "rillkit {args:?} printed bidi or invisible characters: {shown:?}"
+    );
+}
+
+/// Asserts that a table (header line first) is aligned as a terminal shows
+/// it: every row has a cell starting at each header's column (in display
+/// columns: CJK and emoji take two), after a space, and no line is wider
+/// than `max` columns.
+fn assert_aligned(args: &[&str], table: &str, max: usize) {
+    use unicode_width::UnicodeWidthChar;
+    // (display column, char) of each char of a line.
+    let cols = |line: &str| -> Vec<(usize, char)> {
+        let mut at = 0;
+        line.chars()
+            .map(|c| {
+                let here = (at, c);
+                at += c.width().unwrap_or(0);
+                here
+            })
+            .collect()
+    };
+    let mut lines = table.lines();
+    let header = cols(lines.next().expect("a header"));
+    let starts: Vec<usize> = header
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, c))| *c != ' ' && (*i == 0 || header[i - 1].1 == ' '))
+        .map(|(_, (col, _))| *col)
+        .collect();
+    for line in lines {
+        let row = cols(line);
+        let width = row.last().map_or(0, |(at, c)| at + c.width().unwrap_or(0));
+        assert!(
+            width <= max,
+            "rillkit {args:?}: a line of {width} columns (at most {max}): {line:?}"
+        );
+        for &start in &starts[1..] {
+            let at = row.iter().position(|(col, _)| *col == start);
+            let ok = at.is_some_and(|i| row[i].1 != ' ' && i > 0 && row[i - 1].1 == ' ');
+            assert!(
+                ok,
+                "rillkit {args:?}: no cell starts at column {start} in {line:?}\n{table}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -343,26 +416,44 @@ fn names_from_the_server_never_reach_the_terminal_raw() {
     // a clear in the group's and the consumer's.
     let stream = "ev\x1b]0;PWN\x07\x1b[2J";
     let (group, consumer) = ("g\x1b[31m", "c\x1b[2J");
-    xadd(&mut c, stream, r#"{"id":1}"#);
-    let _: () = redis::cmd("XGROUP")
-        .arg(&["CREATE", stream, group, "0"])
-        .query(&mut c)
-        .unwrap();
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg(&["GROUP", group, consumer, "STREAMS", stream, ">"])
-        .query(&mut c)
-        .unwrap();
+    // A right-to-left override (shows "exe.gpj" as "jpg.exe"), CR/LF and a
+    // zero-width space; a 300-character consumer; CJK and emoji.
+    let rtl = "rtl\u{202e}exe.gpj\r\nfake\u{200b}\u{2066}x\u{2069}";
+    let long = format!("{}\u{202e}end", "l".repeat(300));
+    let cjk = "注文🚀ストリーム";
+    let cjk_group = "請求🧾";
+    for (s, g, consumer) in [
+        (stream, group, consumer),
+        (rtl, "g\u{200f}\u{61c}\u{feff}", long.as_str()),
+        (cjk, cjk_group, "処理係👷"),
+        (long.as_str(), "plain", "c1"),
+    ] {
+        let _: String = redis::cmd("XADD")
+            .arg(s)
+            .arg("*")
+            .arg(&["data", r#"{"id":1}"#, "note\x1b[2J", "\u{202e}\r\n\x07"])
+            .query(&mut c)
+            .unwrap();
+        let _: () = redis::cmd("XGROUP")
+            .arg(&["CREATE", s, g, "0"])
+            .query(&mut c)
+            .unwrap();
+        let _: redis::Value = redis::cmd("XREADGROUP")
+            .arg(&["GROUP", g, consumer, "STREAMS", s, ">"])
+            .query(&mut c)
+            .unwrap();
+    }
     let dlq = format!("{stream}-dlq");
     let id: String = redis::cmd("XADD")
         .arg(&dlq)
         .arg("*")
         .arg(&[
-            "data",
-            "{}",
+            "data\u{202e}",
+            "{}\r\n",
             "origin_stream",
             stream,
             "origin_id",
-            "1-0",
+            "1-0\u{202e}",
             "origin_group",
             group,
             "origin_consumer",
@@ -370,30 +461,128 @@ fn names_from_the_server_never_reach_the_terminal_raw() {
             "delivery_count",
             "4",
             "error",
-            "boom\x1b[2J",
+            &format!("boom\x1b[2J {rtl} {long}"),
             "failed_at_ms",
             "1700000000000",
         ])
         .query(&mut c)
         .unwrap();
-    for args in [
-        vec!["status"],
-        vec!["pending", stream, group],
-        vec!["consumers", stream, group],
-        vec!["dlq", "list", stream],
-        vec!["dlq", "show", stream, &id],
-        vec!["dlq", "show", stream, "9-9"],
-    ] {
-        let out = raw(&url, &args);
-        assert!(
-            !out.iter().any(|b| *b == 0x1b || *b == 0x07),
-            "rillkit {args:?} printed control bytes: {:?}",
-            String::from_utf8_lossy(&out)
+    let rtl_dlq = format!("{rtl}-dlq");
+    redis::cmd("XADD")
+        .arg(&rtl_dlq)
+        .arg("*")
+        .arg(&[
+            "data",
+            "{}",
+            "origin_stream",
+            rtl,
+            "origin_id",
+            "1-0",
+            "origin_group",
+            cjk_group,
+            "origin_consumer",
+            &long,
+            "delivery_count",
+            "1",
+            "error",
+            &long,
+            "failed_at_ms",
+            "1700000000000",
+        ])
+        .query::<String>(&mut c)
+        .unwrap();
+
+    // (arguments, prints a table)
+    let rtl_group = "g\u{200f}\u{61c}\u{feff}";
+    let runs: Vec<(Vec<&str>, bool)> = vec![
+        (vec!["status"], true),
+        (vec!["status", rtl], true),
+        (vec!["status", "\u{202e}missing\x07\x1b"], false),
+        (vec!["pending", stream, group], true),
+        (vec!["pending", rtl, rtl_group], true),
+        (vec!["pending", cjk, cjk_group], true),
+        (vec!["pending", rtl, rtl_group, "--consumer", &long], true),
+        (vec!["consumers", stream, group], true),
+        (vec!["consumers", rtl, rtl_group], true),
+        (vec!["consumers", cjk, cjk_group], true),
+        (vec!["dlq", "list", stream], true),
+        (vec!["dlq", "list", rtl], true),
+        (vec!["dlq", "show", stream, &id], false),
+        (vec!["dlq", "show", stream, "9-9"], false),
+        (vec!["dlq", "redrive", stream, "--dry-run"], true),
+        (vec!["dlq", "redrive", rtl, "--dry-run"], true),
+        (vec!["dlq", "redrive", rtl], false),
+        (vec!["dlq", "purge", rtl], false),
+        (vec!["tail", stream], false),
+        (vec!["tail", rtl], false),
+        (vec!["tail", cjk], false),
+        (vec!["publish", "\u{202e}nosuch\x07", "{}"], false),
+        (vec!["pending", "ack", rtl, rtl_group], false),
+        (
+            vec!["pending", "claim", rtl, rtl_group, "--to", "x\u{202e}\x1b"],
+            false,
+        ),
+    ];
+    // No cell is wider than 48 columns: 9 columns at most, 2 apart.
+    let max = 9 * 48 + 8 * 2;
+    for (args, is_table) in &runs {
+        let out = rillkit(&url, args);
+        assert_clean(args, &out.stdout);
+        assert_clean(args, &out.stderr);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            String::from_utf8_lossy(&out).contains("\\u{1b}"),
-            "rillkit {args:?} shows them escaped: {:?}",
-            String::from_utf8_lossy(&out)
+            all.contains("\\u{") || all.contains('…') || args.contains(&cjk),
+            "rillkit {args:?} shows them escaped: {all:?}"
+        );
+        if *is_table {
+            let stdout = String::from_utf8(out.stdout).expect("UTF-8");
+            let table: String = stdout
+                .lines()
+                .take_while(|l| !l.starts_with("to ") && !l.starts_with("dry run"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            assert_aligned(args, &table, max);
+        }
+    }
+    // Nothing was changed by the refused or unconfirmed commands.
+    assert_eq!(stream_len(&mut c, &rtl_dlq), 1);
+    // The status table: one row per stream, the long name cut.
+    let status = ok(&url, &["status"]);
+    assert_eq!(
+        status.lines().count(),
+        5,
+        "a header and 4 streams: {status}"
+    );
+    assert!(status.contains('…'), "{status}");
+    assert!(status.contains(cjk), "CJK and emoji are shown: {status}");
+    // --wide shows it whole (escaped).
+    let wide = ok(&url, &["status", "--wide"]);
+    assert!(
+        wide.contains(&format!("{}\\u{{202e}}end", "l".repeat(300))),
+        "{wide}"
+    );
+    // JSON carries the names verbatim, escaped the JSON way (`\u202e`).
+    let doc = json(&url, &["status", rtl]);
+    assert_eq!(doc["streams"][0]["stream"], rtl);
+    for args in [
+        vec!["status", "--json"],
+        vec!["pending", rtl, rtl_group, "--json"],
+        vec!["consumers", rtl, rtl_group, "--json"],
+        vec!["dlq", "list", stream, "--json"],
+        vec!["dlq", "show", stream, &id, "--json"],
+        vec!["dlq", "redrive", rtl, "--dry-run", "--json"],
+        vec!["tail", rtl, "--json"],
+    ] {
+        let out = rillkit(&url, &args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert_clean(&args, &out.stdout);
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("\\u202e"),
+            "{args:?}"
         );
     }
 }
@@ -470,4 +659,477 @@ fn exit_codes_are_the_documented_ones() {
     for word in ["Exit codes", "78", "REDIS_URL"] {
         assert!(help.contains(word), "--help lacks {word}: {help}");
     }
+}
+
+/// Milliseconds since the Unix epoch, now.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[test]
+fn the_oldest_pending_entry_shows_its_age_and_the_time_since_its_delivery() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    // Added a minute ago (an explicit id in the past), delivered just now.
+    let id = format!("{}-0", now_ms() - 60_000);
+    let _: String = redis::cmd("XADD")
+        .arg("orders")
+        .arg(&id)
+        .arg(&["data", "{}"])
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg(&["CREATE", "orders", "billing", "0"])
+        .query(&mut c)
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg(&["GROUP", "billing", "c1", "STREAMS", "orders", ">"])
+        .query(&mut c)
+        .unwrap();
+
+    let doc = json(&url, &["status", "orders"]);
+    let g = &doc["streams"][0]["groups"][0];
+    assert_eq!(g["oldest_pending_id"], id.as_str());
+    let age = g["oldest_pending_age_ms"].as_u64().expect("an age");
+    let idle = g["oldest_pending_idle_ms"].as_u64().expect("an idle time");
+    assert!(age >= 60_000, "added a minute ago: {g}");
+    assert!(idle < 30_000, "delivered just now: {g}");
+
+    let text = ok(&url, &["status", "orders"]);
+    let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header[6..8], ["OLDEST-AGE", "SINCE-DELIVERY"], "{text}");
+    let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+    assert!(row[6].starts_with("1m"), "a minute old: {text}");
+    assert!(
+        row[7].ends_with("ms") || row[7].ends_with('s') && !row[7].contains('m'),
+        "seconds at most since delivery: {text}"
+    );
+
+    let doc = json(&url, &["pending", "orders", "billing"]);
+    let p = &doc["pending"][0];
+    assert!(p["age_ms"].as_u64().unwrap() >= 60_000, "{p}");
+    assert!(p["idle_ms"].as_u64().unwrap() < 30_000, "{p}");
+    let text = ok(&url, &["pending", "orders", "billing"]);
+    assert!(text.starts_with("ID"), "{text}");
+    assert!(
+        text.contains("AGE") && text.contains("SINCE-DELIVERY"),
+        "{text}"
+    );
+}
+
+/// Runs the binary with stdin on a fresh pseudo-terminal, on which `answer`
+/// is typed; the terminal stays open until the process exits.
+fn with_terminal(url: &str, args: &[&str], answer: &str) -> Output {
+    use std::io::Write;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two new descriptors, owned from here on.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned by nothing else.
+    let (mut master, slave) = unsafe {
+        (
+            std::fs::File::from(OwnedFd::from_raw_fd(master)),
+            OwnedFd::from_raw_fd(slave),
+        )
+    };
+    master.write_all(answer.as_bytes()).unwrap();
+    let out = Command::new(support::rillkit_bin())
+        .env_remove("REDIS_URL")
+        .env_remove("REDIS_USER")
+        .env_remove("REDIS_PASSWORD")
+        .arg("--url")
+        .arg(url)
+        .args(args)
+        .stdin(std::process::Stdio::from(slave))
+        .output()
+        .expect("run the rillkit binary");
+    drop(master);
+    out
+}
+
+#[test]
+fn a_redrive_is_previewed_confirmed_and_refused_where_nothing_would_read() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    // Dead letters of "orders" (group billing), whose stream was deleted.
+    let first = dead_letter(&mut c, "orders-dlq", "1-0", "timeout 1");
+    let second = dead_letter(&mut c, "orders-dlq", "2-0", "timeout 2");
+
+    // A dry run lists what would move, says the origin is gone, and changes
+    // nothing.
+    let text = ok(&url, &["dlq", "redrive", "orders", "--dry-run"]);
+    assert!(text.contains(&first) && text.contains(&second), "{text}");
+    assert!(text.contains("would redrive 2 dead letter(s)"), "{text}");
+    assert!(text.contains("does not exist"), "{text}");
+    assert!(text.contains("refused without --create-group"), "{text}");
+    let text = ok(
+        &url,
+        &[
+            "dlq",
+            "redrive",
+            "orders",
+            "--dry-run",
+            "--create-group",
+            "billing",
+        ],
+    );
+    assert!(
+        text.contains("group \"billing\" would be created"),
+        "{text}"
+    );
+    let exists: i64 = redis::cmd("EXISTS").arg("orders").query(&mut c).unwrap();
+    assert_eq!(exists, 0, "a dry run creates nothing");
+    let doc = json(&url, &["dlq", "redrive", "orders", "--dry-run"]);
+    assert_eq!(doc["would_redrive"], 2);
+    assert_eq!(doc["dead_letters"][1]["origin_id"], "2-0");
+    assert_eq!(doc["origins"][0]["readers"], "no_stream");
+    assert_eq!(stream_len(&mut c, "orders-dlq"), 2);
+
+    // Refused: the origin stream is gone; the message names it and the way on.
+    let (code, err) = fails(&url, &["dlq", "redrive", "orders", "--yes"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("\"orders\" does not exist"), "{err}");
+    assert!(err.contains("--create-group \"billing\""), "{err}");
+    assert_eq!(stream_len(&mut c, "orders-dlq"), 2);
+    assert_eq!(stream_len(&mut c, "orders"), 0);
+    // A stream there, but no group: refused too.
+    xadd(&mut c, "orders", "{}");
+    let (code, err) = fails(&url, &["dlq", "redrive", "orders", "--yes"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no consumer group"), "{err}");
+    let _: i64 = redis::cmd("DEL").arg("orders").query(&mut c).unwrap();
+
+    // Not confirmed: no --yes and no terminal (exit 2), or "n" on one.
+    let (code, err) = fails(
+        &url,
+        &["dlq", "redrive", "orders", "--create-group", "billing"],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("would redrive 2") && err.contains("--yes"),
+        "{err}"
+    );
+    let out = with_terminal(
+        &url,
+        &["dlq", "redrive", "orders", "--create-group", "billing"],
+        "n\n",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("[y/N]"), "asked: {err}");
+    assert_eq!(stream_len(&mut c, "orders-dlq"), 2, "nothing moved");
+    assert_eq!(stream_len(&mut c, "orders"), 0, "no group made either");
+
+    // "y" on the terminal: the group is created at $ and reads them.
+    let out = with_terminal(
+        &url,
+        &["dlq", "redrive", "orders", "--create-group", "billing"],
+        "y\n",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("redrove 2 dead letter(s) from orders-dlq, skipped 0"),
+        "{stdout}"
+    );
+    assert_eq!(stream_len(&mut c, "orders-dlq"), 0);
+    let read: redis::Value = redis::cmd("XREADGROUP")
+        .arg(&["GROUP", "billing", "c1", "STREAMS", "orders", ">"])
+        .query(&mut c)
+        .unwrap();
+    let rows = read_count(read);
+    assert_eq!(rows, 2, "the new group reads both redriven entries");
+}
+
+/// An entry as redis-rs reads it: id, then field/value pairs.
+type Entry = (String, Vec<(String, String)>);
+
+/// How many entries an XREADGROUP reply holds.
+fn read_count(v: redis::Value) -> usize {
+    let streams: Vec<(String, Vec<Entry>)> = redis::from_redis_value(v).unwrap_or_default();
+    streams.into_iter().map(|(_, e)| e.len()).sum()
+}
+
+#[test]
+fn stuck_pending_entries_are_selected_claimed_and_acknowledged() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    let ids: Vec<String> = (1..=4)
+        .map(|n| xadd(&mut c, "orders", &format!(r#"{{"id":{n}}}"#)))
+        .collect();
+    let _: () = redis::cmd("XGROUP")
+        .arg(&["CREATE", "orders", "billing", "0"])
+        .query(&mut c)
+        .unwrap();
+    for (consumer, count) in [("c1", "2"), ("c2", "1"), ("c3", "1")] {
+        let _: redis::Value = redis::cmd("XREADGROUP")
+            .arg(&[
+                "GROUP", "billing", consumer, "COUNT", count, "STREAMS", "orders", ">",
+            ])
+            .query(&mut c)
+            .unwrap();
+    }
+    // The first three idle for ten minutes (XCLAIM … IDLE sets it); the
+    // fourth, c3's, was just delivered.
+    for (id, holder) in [(&ids[0], "c1"), (&ids[1], "c1"), (&ids[2], "c2")] {
+        let _: redis::Value = redis::cmd("XCLAIM")
+            .arg(&[
+                "orders", "billing", holder, "0", id, "IDLE", "600000", "JUSTID",
+            ])
+            .query(&mut c)
+            .unwrap();
+    }
+    let listed = |args: &[&str]| -> Vec<(String, String)> {
+        let mut all = vec!["pending", "orders", "billing"];
+        all.extend(args);
+        json(&url, &all)["pending"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["id"].as_str().unwrap().to_owned(),
+                    p["consumer"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let pair = |i: usize, c: &str| (ids[i].clone(), c.to_owned());
+    assert_eq!(listed(&["--consumer", "c2"]), [pair(2, "c2")]);
+    assert_eq!(
+        listed(&["--min-idle", "5m"]),
+        [pair(0, "c1"), pair(1, "c1"), pair(2, "c2")],
+        "the fresh one is left out"
+    );
+    assert_eq!(
+        listed(&["--min-idle", "5m", "--consumer", "c1", "--count", "1"]),
+        [pair(0, "c1")]
+    );
+
+    // claim: not without confirmation, then to c9.
+    let (code, err) = fails(
+        &url,
+        &[
+            "pending",
+            "claim",
+            "orders",
+            "billing",
+            "--consumer",
+            "c1",
+            "--to",
+            "c9",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("would hand 2 pending entries"), "{err}");
+    let text = ok(
+        &url,
+        &[
+            "pending",
+            "claim",
+            "orders",
+            "billing",
+            "--consumer",
+            "c1",
+            "--min-idle",
+            "5m",
+            "--to",
+            "c9",
+            "--yes",
+        ],
+    );
+    assert!(text.starts_with("claimed 2 of 2"), "{text}");
+    assert_eq!(
+        listed(&["--consumer", "c9"]),
+        [pair(0, "c9"), pair(1, "c9")]
+    );
+    let doc = json(&url, &["pending", "orders", "billing", "--consumer", "c9"]);
+    assert_eq!(doc["pending"][0]["delivery_count"], 1, "JUSTID: not raised");
+
+    // ack: not without confirmation, then c2's stuck entry.
+    let (code, err) = fails(
+        &url,
+        &["pending", "ack", "orders", "billing", "--consumer", "c2"],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(listed(&[]).len(), 4, "nothing acknowledged");
+    let doc = json(
+        &url,
+        &[
+            "pending",
+            "ack",
+            "orders",
+            "billing",
+            "--consumer",
+            "c2",
+            "--yes",
+        ],
+    );
+    assert_eq!(doc["acknowledged"], 1, "{doc}");
+    assert_eq!(
+        listed(&[]),
+        [pair(0, "c9"), pair(1, "c9"), pair(3, "c3")],
+        "c2's entry left the pending list"
+    );
+    assert_eq!(
+        stream_len(&mut c, "orders"),
+        4,
+        "entries stay in the stream"
+    );
+    let text = ok(
+        &url,
+        &[
+            "pending",
+            "ack",
+            "orders",
+            "billing",
+            "--consumer",
+            "nobody",
+        ],
+    );
+    assert!(text.starts_with("nothing acknowledged"), "{text}");
+}
+
+#[test]
+fn tail_follow_prints_new_entries_until_ctrl_c() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    let first = xadd(&mut c, "orders", r#"{"id":1}"#);
+    let mut cmd = Command::new(support::rillkit_bin());
+    cmd.env_remove("REDIS_URL")
+        .args(["--url", &url, "tail", "orders", "--follow"]);
+    let mut p = support::Worker::spawn_command(cmd);
+    let wait = std::time::Duration::from_secs(10);
+    support::eventually_blocking("the newest entry", wait, || {
+        p.lines().iter().any(|l| l.starts_with(&first))
+    });
+    let second = xadd(&mut c, "orders", r#"{"id":2}"#);
+    support::eventually_blocking("the entry added after it", wait, || {
+        p.lines()
+            .iter()
+            .any(|l| *l == format!(r#"{second}  data={{"id":2}}"#))
+    });
+    p.signal("INT");
+    assert_eq!(p.wait_exit(wait), Some(0), "Ctrl-C ends it with 0");
+    assert_eq!(p.lines().len(), 2, "{:?}", p.lines());
+}
+
+#[test]
+fn help_never_prints_the_values_of_the_environment() {
+    for args in [
+        vec!["--help"],
+        vec!["status", "--help"],
+        vec!["dlq", "redrive", "--help"],
+        vec!["help", "pending"],
+    ] {
+        let out = Command::new(support::rillkit_bin())
+            .env("REDIS_PASSWORD", "hunter2")
+            .env("REDIS_USER", "sekrit-user")
+            .env("REDIS_URL", "redis://u:pa55word@127.0.0.1:1")
+            .args(&args)
+            .output()
+            .expect("run the rillkit binary");
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        for secret in ["hunter2", "sekrit-user", "pa55word"] {
+            assert!(!help.contains(secret), "{args:?} printed {secret}: {help}");
+        }
+        assert!(help.contains("REDIS_PASSWORD"), "{args:?}: {help}");
+        assert!(
+            help.contains("Connection:"),
+            "{args:?}: options grouped: {help}"
+        );
+    }
+}
+
+#[test]
+fn a_long_redrive_shows_progress_and_ctrl_c_stops_it_with_the_count() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    const TOTAL: usize = 50_000;
+    let mut pipe = redis::pipe();
+    for n in 0..TOTAL {
+        pipe.cmd("XADD")
+            .arg("orders-dlq")
+            .arg("*")
+            .arg(&[
+                "data",
+                "{}",
+                "origin_stream",
+                "orders",
+                "origin_id",
+                &format!("{n}-0"),
+                "origin_group",
+                "billing",
+                "origin_consumer",
+                "c1",
+                "delivery_count",
+                "4",
+                "error",
+                "boom",
+                "failed_at_ms",
+                "1700000000000",
+            ])
+            .ignore();
+    }
+    let _: () = pipe.query(&mut c).unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg(&["CREATE", "orders", "billing", "$", "MKSTREAM"])
+        .query(&mut c)
+        .unwrap();
+    let mut cmd = Command::new(support::rillkit_bin());
+    cmd.env_remove("REDIS_URL")
+        .args(["--url", &url, "dlq", "redrive", "orders", "--yes"]);
+    let mut p = support::Worker::spawn_command(cmd);
+    let wait = std::time::Duration::from_secs(60);
+    support::eventually_blocking("a progress line", wait, || {
+        p.log().iter().any(|l| {
+            l.starts_with("rillkit: redriving from orders-dlq: ") && l.ends_with("/50000 done")
+        })
+    });
+    p.signal("INT");
+    assert_eq!(p.wait_exit(wait), Some(130), "{:?}", p.log());
+    let lines = p.lines();
+    let last = lines.last().expect("a last line");
+    assert!(last.contains("not attempted (interrupted)"), "{last}");
+    let moved = stream_len(&mut c, "orders");
+    assert!(moved > 0 && moved < TOTAL, "{moved}");
+    assert!(
+        last.starts_with(&format!(
+            "redrove {moved} dead letter(s) from orders-dlq, skipped 0; "
+        )),
+        "the count printed is the count moved ({moved}): {last}"
+    );
+    assert_eq!(
+        stream_len(&mut c, "orders-dlq"),
+        TOTAL - moved,
+        "each in one place"
+    );
+    let err = p.log().join("\n");
+    assert!(
+        err.contains(&format!("interrupted: redrove {moved} of {TOTAL}")),
+        "{err}"
+    );
 }

@@ -5,20 +5,37 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rillkit::admin::{DeadLetter, StreamEntry};
 use serde_json::{Map, Value, json};
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+
+/// How wide a table cell may be, in terminal columns, unless `--wide`.
+pub const CELL_CAP: usize = 48;
 
 /// Columns left-aligned, two spaces apart, one header line. Every cell is
 /// escaped ([`text`]): names come from the server, and a stream, group or
-/// consumer name may hold terminal control sequences.
-pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+/// consumer name may hold terminal control sequences. Widths are display
+/// widths (a CJK character or an emoji takes two columns), and a cell wider
+/// than `cap` columns is cut ([`fit`]), so one long name does not push every
+/// row off the screen.
+pub fn table(headers: &[&str], rows: &[Vec<String>], cap: Option<usize>) -> String {
     let rows: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| r.iter().map(|c| text(c.as_bytes())).collect())
+        .map(|r| {
+            r.iter()
+                .map(|c| {
+                    let t = text(c.as_bytes());
+                    match cap {
+                        Some(cap) => fit(&t, cap),
+                        None => t,
+                    }
+                })
+                .collect()
+        })
         .collect();
     let rows = rows.as_slice();
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.width()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
+            *w = (*w).max(cell.width());
         }
     }
     let mut out = String::new();
@@ -29,7 +46,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
                 l.push_str("  ");
             }
             l.push_str(cell);
-            l.extend(std::iter::repeat_n(' ', w - cell.chars().count()));
+            l.extend(std::iter::repeat_n(' ', w.saturating_sub(cell.width())));
         }
         out.push_str(l.trim_end());
         out.push('\n');
@@ -38,6 +55,31 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     for row in rows {
         line(&mut row.iter().map(String::as_str));
     }
+    out
+}
+
+/// `s` (already escaped) in at most `max` terminal columns: whole when it
+/// fits, else its start and `…`. An escape (`\u{202e}`) is not cut in the
+/// middle: it goes whole or not at all.
+pub fn fit(s: &str, max: usize) -> String {
+    if s.width() <= max {
+        return s.to_owned();
+    }
+    let room = max.saturating_sub(1);
+    let mut out = String::new();
+    let mut used = 0;
+    for c in s.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w > room {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    if let Some(at) = out.rfind("\\u{").filter(|&at| !out[at..].contains('}')) {
+        out.truncate(at);
+    }
+    out.push('…');
     out
 }
 
@@ -61,9 +103,12 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// A name, field or value as text to print: UTF-8 (lossy), control
-/// characters escaped (`\n`, `\u{1b}`…), so one entry stays on one line and
-/// nothing read from the server can drive the terminal.
+/// A name, field or value as text to print: UTF-8 (lossy), with control
+/// characters, Unicode format characters (bidi controls such as U+202E,
+/// zero-width characters, U+FEFF…), line and paragraph separators and
+/// other invisible fillers escaped (`\n`, `\u{1b}`, `\u{202e}`…), so one
+/// entry stays on one line, nothing read from the server can drive the
+/// terminal, and no text is reordered or hidden.
 pub fn text(bytes: &[u8]) -> String {
     let mut out = String::new();
     for c in String::from_utf8_lossy(bytes).chars() {
@@ -71,22 +116,31 @@ pub fn text(bytes: &[u8]) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c if hidden(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
             c => out.push(c),
         }
     }
     out
 }
 
-/// At most `max` characters, with `…` when cut.
-pub fn cut(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_owned()
-    } else {
-        let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
-        t.push('…');
-        t
-    }
+/// Whether `c` is a character a terminal does not show as itself: a control
+/// (Cc), a format character (Cf: bidi controls, zero-width space and
+/// joiners, U+FEFF, tags…), a line or paragraph separator, or one of the
+/// letters and marks that print as nothing (Hangul fillers, the combining
+/// grapheme joiner, Khmer inherent vowels).
+fn hidden(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    c.is_control()
+        || matches!(
+            c.general_category(),
+            GeneralCategory::Format
+                | GeneralCategory::LineSeparator
+                | GeneralCategory::ParagraphSeparator
+        )
+        || matches!(
+            c,
+            '\u{34f}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}' | '\u{3164}' | '\u{ffa0}'
+        )
 }
 
 /// `name=value  name=value`.
@@ -130,12 +184,95 @@ pub fn dead_letter_json(d: &DeadLetter) -> Value {
     json!({ "id": d.id.as_str(), "fields": fields_json(&d.fields), "origin": origin })
 }
 
-/// The JSON document, pretty-printed.
+/// The JSON document, pretty-printed, with the characters [`text`] escapes
+/// written as JSON escapes (`\u202e`): the same strings to a JSON parser,
+/// nothing raw on a terminal.
 pub fn print_json(v: &Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).expect("a JSON value prints")
-    );
+    println!("{}", json_text(v, true));
+}
+
+/// `v` as JSON text (pretty or on one line), invisible characters escaped.
+pub fn json_text(v: &Value, pretty: bool) -> String {
+    use serde::Serialize;
+    let mut out = Vec::new();
+    let written = if pretty {
+        let mut ser = serde_json::Serializer::with_formatter(
+            &mut out,
+            Escaping(serde_json::ser::PrettyFormatter::new()),
+        );
+        v.serialize(&mut ser)
+    } else {
+        let mut ser = serde_json::Serializer::with_formatter(
+            &mut out,
+            Escaping(serde_json::ser::CompactFormatter),
+        );
+        v.serialize(&mut ser)
+    };
+    written.expect("a JSON value prints");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// A JSON formatter that writes hidden characters of strings as `\uXXXX`
+/// escapes (a surrogate pair above U+FFFF); serde_json escapes only the
+/// controls below U+0020.
+struct Escaping<F>(F);
+
+impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for Escaping<F> {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut plain = 0;
+        for (at, c) in fragment.char_indices() {
+            if !hidden(c) {
+                continue;
+            }
+            writer.write_all(&fragment.as_bytes()[plain..at])?;
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                write!(writer, "\\u{unit:04x}")?;
+            }
+            plain = at + c.len_utf8();
+        }
+        writer.write_all(&fragment.as_bytes()[plain..])
+    }
+
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(w)
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array(w)
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_array_value(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(w)
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(w)
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object(w)
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_object_key(w, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object_value(w)
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(w)
+    }
 }
 
 #[cfg(test)]
@@ -156,9 +293,65 @@ mod tests {
         let t = table(
             &["A", "LONGER"],
             &[vec!["xyz".into(), "1".into()], vec!["q".into(), "".into()]],
+            Some(CELL_CAP),
         );
         assert_eq!(t, "A    LONGER\nxyz  1\nq\n");
         assert_eq!(text(b"a\nb\x01"), "a\\nb\\u{1}");
-        assert_eq!(cut("abcdef", 4), "abc…");
+        assert_eq!(fit("abcdef", 4), "abc…");
+    }
+
+    #[test]
+    fn bidi_and_invisible_characters_are_escaped() {
+        assert_eq!(text("a\u{202e}b".as_bytes()), "a\\u{202e}b");
+        for c in [
+            '\u{200b}',
+            '\u{200e}',
+            '\u{200f}',
+            '\u{202a}',
+            '\u{2066}',
+            '\u{2069}',
+            '\u{61c}',
+            '\u{feff}',
+            '\u{2028}',
+            '\u{3164}',
+            '\u{e0041}',
+        ] {
+            let t = text(c.to_string().as_bytes());
+            assert_eq!(t, format!("\\u{{{:x}}}", c as u32), "{c:?}");
+        }
+        assert_eq!(
+            text("注文 🚀 é".as_bytes()),
+            "注文 🚀 é",
+            "printable text stays"
+        );
+        let v = json!({ "k\u{202e}": "a\u{200b}b\u{e0041}\u{1b}注" });
+        let t = json_text(&v, false);
+        assert_eq!(t, r#"{"k\u202e":"a\u200bb\udb40\udc41\u001b注"}"#);
+        assert_eq!(
+            serde_json::from_str::<Value>(&t).unwrap(),
+            v,
+            "the same strings"
+        );
+        assert!(json_text(&v, true).contains("\\u202e"));
+    }
+
+    #[test]
+    fn columns_are_display_columns_and_long_cells_are_cut() {
+        let t = table(
+            &["NAME", "N"],
+            &[
+                vec!["注文".into(), "1".into()],
+                vec!["abcd".into(), "2".into()],
+            ],
+            Some(CELL_CAP),
+        );
+        assert_eq!(t, "NAME  N\n注文  1\nabcd  2\n");
+        let long = "x".repeat(300);
+        let t = table(&["NAME", "N"], &[vec![long.clone(), "1".into()]], Some(10));
+        assert_eq!(t.lines().nth(1), Some("xxxxxxxxx…  1"));
+        let t = table(&["NAME"], &[vec![long.clone()]], None);
+        assert_eq!(t.lines().nth(1), Some(long.as_str()), "--wide: whole");
+        assert_eq!(fit("漢字漢字", 6), "漢字…", "a wide character is not split");
+        assert_eq!(fit("ab\\u{202e}cdef", 6), "ab…", "nor an escape");
     }
 }

@@ -1,0 +1,379 @@
+//! The command line: options, commands and their help (clap).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use rillkit::admin::DeadLetterFilter;
+
+const LONG_ABOUT: &str = "\
+Look at and repair rillkit's streams, consumer groups and dead letters.
+
+Connects to --url (or $REDIS_URL, default redis://127.0.0.1:6379), or to the
+master named in --sentinel, or to the cluster of --cluster. A stream's
+dead-letter stream is <stream>-dlq, or {<stream>}-dlq under --cluster; --dlq
+names another.
+
+Names read from the server are shown with control, bidi and invisible
+characters escaped (\\n, \\u{1b}, \\u{202e}); table cells are cut at 48
+columns (…) unless --wide.
+
+Exit codes:
+  0   done (tail --follow: ended by Ctrl-C)
+  1   Redis error (unreachable, refused, wrong type, no such stream or group),
+      or what is asked for does not exist (a dead letter, the stream publish
+      writes to without --create, a redrive's origin stream or its group)
+  2   usage error: bad arguments (clap's), a publish whose JSON does not
+      parse, a purge, redrive, claim or ack not confirmed (no --yes and no
+      terminal to ask on, or not answered y)
+  78  bad configuration: malformed URL, --sentinel or --cluster address,
+      unreadable --tls-ca file, TLS options with a redis:// URL
+  130 a redrive interrupted by Ctrl-C (after the dead letter in hand; the
+      count so far is printed)";
+
+/// Help heading of the options that say where Redis is.
+const CONNECTION: &str = "Connection";
+/// Help heading of the options that say how to print.
+const OUTPUT: &str = "Output";
+
+#[derive(Parser)]
+#[command(name = "rillkit", version, about = "Look at and repair rillkit's streams, groups and dead letters", long_about = LONG_ABOUT)]
+pub struct Cli {
+    /// Redis server URL.
+    ///
+    /// redis://[user:password@]host:port[/db], rediss:// for TLS. Ignored
+    /// with --sentinel or --cluster.
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379",
+        global = true,
+        help_heading = CONNECTION
+    )]
+    pub url: String,
+
+    /// A master found through Sentinel: NAME@HOST:PORT[,HOST:PORT…].
+    #[arg(long, value_name = "MASTER@HOST:PORT,…", global = true, help_heading = CONNECTION)]
+    pub sentinel: Option<String>,
+
+    /// A Redis Cluster through its seed nodes: HOST:PORT[,HOST:PORT…].
+    #[arg(
+        long,
+        value_name = "HOST:PORT,…",
+        global = true,
+        conflicts_with = "sentinel",
+        help_heading = CONNECTION
+    )]
+    pub cluster: Option<String>,
+
+    /// Username for --sentinel or --cluster (with --url: in the URL).
+    ///
+    /// With --password, for the master (--sentinel) or every node
+    /// (--cluster); with --url, write credentials in the URL.
+    #[arg(
+        long,
+        env = "REDIS_USER",
+        hide_env_values = true,
+        global = true,
+        help_heading = CONNECTION
+    )]
+    pub user: Option<String>,
+
+    /// Password for --sentinel or --cluster (with --url: in the URL).
+    ///
+    /// For the master (--sentinel) or every node (--cluster); with --url,
+    /// write credentials in the URL.
+    #[arg(
+        long,
+        env = "REDIS_PASSWORD",
+        hide_env_values = true,
+        global = true,
+        help_heading = CONNECTION
+    )]
+    pub password: Option<String>,
+
+    /// Trust this CA (PEM file) for TLS.
+    ///
+    /// With --url the URL must be rediss://; with --sentinel or --cluster
+    /// every connection uses TLS.
+    #[arg(long, value_name = "PEM FILE", global = true, help_heading = CONNECTION)]
+    pub tls_ca: Option<PathBuf>,
+
+    /// TLS with the system's trust store (--sentinel, --cluster).
+    ///
+    /// With --url, rediss:// alone does it.
+    #[arg(long, global = true, help_heading = CONNECTION)]
+    pub tls: bool,
+
+    /// Print one JSON document instead of text.
+    ///
+    /// tail --follow: one JSON line per entry.
+    #[arg(long, global = true, help_heading = OUTPUT)]
+    pub json: bool,
+
+    /// Print table cells whole (by default a cell is cut at 48 columns).
+    #[arg(long, global = true, help_heading = OUTPUT)]
+    pub wide: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Streams and their groups: length, consumers, pending, lag, oldest
+    /// pending entry, dead letters.
+    ///
+    /// Streams discovered with SCAN, or the one named. Of each group's oldest
+    /// pending entry: its age (OLDEST-AGE, since it was added, from its id)
+    /// and the time since its last delivery (SINCE-DELIVERY, XPENDING idle).
+    Status {
+        /// A stream name, or a glob pattern (default: every stream).
+        stream: Option<String>,
+    },
+    /// The oldest pending entries of a group; `claim` and `ack` repair stuck
+    /// ones.
+    ///
+    /// XPENDING: for each entry its consumer, age (since it was added), time
+    /// since its last delivery and delivery count.
+    Pending(PendingCommand),
+    /// The consumers of a group (XINFO CONSUMERS): pending entries, idle time.
+    Consumers {
+        /// Stream key.
+        stream: String,
+        /// Consumer group.
+        group: String,
+        /// First delete the consumers that hold no pending entry and have
+        /// been idle longer than this (`90s`, `10m`, `1h`), in one script
+        /// (XGROUP DELCONSUMER); a consumer holding entries is never deleted.
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        prune_idle: Option<Duration>,
+    },
+    /// Dead letters: list, show, redrive, purge.
+    #[command(subcommand)]
+    Dlq(Dlq),
+    /// Add an entry with one field data=JSON (XADD), as rillkit publishes.
+    ///
+    /// The stream must exist (a misspelt name is not created) unless --create.
+    Publish {
+        /// Stream key.
+        stream: String,
+        /// The JSON document (checked to parse; stored as given).
+        #[arg(value_name = "JSON")]
+        document: String,
+        /// Create the stream if there is none.
+        #[arg(long)]
+        create: bool,
+    },
+    /// The newest entries of a stream; with --follow, then each new one.
+    ///
+    /// XREVRANGE, printed oldest first; --follow then reads with XREAD BLOCK
+    /// until Ctrl-C.
+    Tail {
+        /// Stream key.
+        stream: String,
+        /// How many entries.
+        #[arg(long, default_value_t = 10)]
+        count: usize,
+        /// Keep printing new entries as they arrive (XREAD BLOCK) until
+        /// Ctrl-C (exit 0).
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
+}
+
+/// `pending STREAM GROUP [filters]`, or `pending claim|ack …`.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct PendingCommand {
+    #[command(subcommand)]
+    pub action: Option<PendingAction>,
+    #[command(flatten)]
+    pub select: Option<PendingSelect>,
+}
+
+#[derive(Subcommand)]
+pub enum PendingAction {
+    /// Hand the selected pending entries to another consumer.
+    ///
+    /// XCLAIM … JUSTID: their delivery count stays. With --min-idle, an entry
+    /// delivered again meanwhile is left alone. Asks first, unless --yes.
+    Claim {
+        #[command(flatten)]
+        select: PendingSelect,
+        /// The consumer to hand them to (created in the group if needed).
+        #[arg(long, value_name = "CONSUMER")]
+        to: String,
+        /// Do it without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Acknowledge the selected pending entries without running them.
+    ///
+    /// XACK: they leave the pending list, and stay in the stream. Asks
+    /// first, unless --yes.
+    Ack {
+        #[command(flatten)]
+        select: PendingSelect,
+        /// Do it without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+/// Which pending entries a `pending` command shows or acts on.
+#[derive(Args)]
+pub struct PendingSelect {
+    /// Stream key.
+    pub stream: String,
+    /// Consumer group.
+    pub group: String,
+    /// At most this many entries (the oldest that match).
+    #[arg(long, default_value_t = 20)]
+    pub count: usize,
+    /// Only the entries this consumer holds.
+    #[arg(long, value_name = "NAME")]
+    pub consumer: Option<String>,
+    /// Only entries not delivered for at least this long (`30s`, `10m`).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub min_idle: Option<Duration>,
+}
+
+#[derive(Subcommand)]
+pub enum Dlq {
+    /// The dead letters of a stream, oldest first: origin, deliveries, age,
+    /// error.
+    List {
+        #[command(flatten)]
+        select: Select,
+    },
+    /// One dead letter in full: original fields, and what the move appended.
+    Show {
+        /// The stream whose dead letters to read.
+        stream: String,
+        /// The dead letter's id (in the dead-letter stream).
+        id: String,
+        /// The dead-letter stream key (default <stream>-dlq, {<stream>}-dlq under --cluster).
+        #[arg(long)]
+        dlq: Option<String>,
+    },
+    /// Put dead letters back on their origin stream.
+    ///
+    /// Each goes back as a new entry with its original fields plus
+    /// redriven_from=<origin id>, and is deleted from the dead-letter stream
+    /// (one script each). Refuses when an origin stream is gone or has no
+    /// consumer group (nothing would read them) unless --create-group. Asks
+    /// first, unless --yes; Ctrl-C stops after the dead letter in hand and
+    /// prints the count (exit 130).
+    Redrive {
+        #[command(flatten)]
+        select: Select,
+        /// Only print what would be redriven; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Where an origin stream is gone or has no group, create this group
+        /// on it first, so the redriven entries are read.
+        ///
+        /// XGROUP CREATE <origin> <GROUP> $ MKSTREAM: at $, the group reads what
+        /// the redrive adds after it.
+        #[arg(long, value_name = "GROUP")]
+        create_group: Option<String>,
+        /// Do it without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Delete dead letters (XDEL).
+    ///
+    /// Asks first, unless --yes; with no terminal to ask on, only says how
+    /// many it would delete, and exits 2.
+    Purge {
+        #[command(flatten)]
+        select: Select,
+        /// Really delete them, without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+/// Which dead letters a `dlq` command acts on.
+#[derive(Args)]
+pub struct Select {
+    /// The stream whose dead letters to act on.
+    pub stream: String,
+    /// The dead-letter stream key (default <stream>-dlq, {<stream>}-dlq under --cluster).
+    #[arg(long)]
+    pub dlq: Option<String>,
+    /// Only dead letters whose error contains this text.
+    #[arg(long, value_name = "SUBSTR")]
+    pub error: Option<String>,
+    /// At most this many (the oldest that match); `list` shows 100 unless told.
+    #[arg(long)]
+    pub count: Option<usize>,
+    /// The first dead-letter id (inclusive; default: the oldest).
+    #[arg(long, value_name = "ID")]
+    pub start: Option<String>,
+    /// The last dead-letter id (inclusive; default: the newest when the command starts).
+    #[arg(long, value_name = "ID")]
+    pub end: Option<String>,
+}
+
+impl Select {
+    pub fn filter(&self, default_count: Option<usize>) -> DeadLetterFilter {
+        let mut f = DeadLetterFilter::new();
+        if let Some(s) = &self.start {
+            f = f.with_start(s.clone());
+        }
+        if let Some(e) = &self.end {
+            f = f.with_end(e.clone());
+        }
+        if let Some(e) = &self.error {
+            f = f.with_error_contains(e.clone());
+        }
+        if let Some(n) = self.count.or(default_count) {
+            f = f.with_count(n);
+        }
+        f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn pending_lists_or_acts() {
+        let cli = Cli::try_parse_from(["rillkit", "pending", "s", "g", "--count", "3"]).unwrap();
+        let Command::Pending(p) = cli.command else {
+            panic!("pending")
+        };
+        assert!(p.action.is_none());
+        let select = p.select.expect("a selection");
+        assert_eq!((select.stream.as_str(), select.count), ("s", 3));
+        let cli = Cli::try_parse_from([
+            "rillkit",
+            "pending",
+            "ack",
+            "s",
+            "g",
+            "--min-idle",
+            "10m",
+            "--yes",
+        ])
+        .unwrap();
+        let Command::Pending(p) = cli.command else {
+            panic!("pending")
+        };
+        assert!(matches!(
+            p.action,
+            Some(PendingAction::Ack { yes: true, .. })
+        ));
+        assert!(Cli::try_parse_from(["rillkit", "pending", "s"]).is_err());
+    }
+}

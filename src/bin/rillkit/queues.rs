@@ -1,0 +1,359 @@
+//! Streams and their groups: `status`, `pending` (and its repairs, `claim`
+//! and `ack`) and `consumers`.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use rillkit::admin::{PendingEntry, PendingFilter};
+use serde_json::json;
+
+use crate::cli::{PendingAction, PendingCommand, PendingSelect};
+use crate::operator::confirm;
+use crate::output::{duration, print_json, table, text};
+use crate::{Ctx, Failure};
+
+/// Whether a `status` argument is a glob pattern rather than a name.
+fn is_pattern(s: &str) -> bool {
+    s.contains(['*', '?', '['])
+}
+
+/// How long ago an entry was added, in ms, from its id (`None` for an id
+/// not in `<ms>-<seq>` form).
+fn age_ms(p: &PendingEntry) -> Option<u64> {
+    p.id.age().map(|a| a.as_millis() as u64)
+}
+
+pub async fn status(ctx: &Ctx, stream: Option<&str>) -> Result<(), Failure> {
+    let admin = &ctx.admin;
+    let names: Vec<String> = match stream {
+        Some(name) if !is_pattern(name) => vec![name.to_owned()],
+        pattern => {
+            let found = admin.streams(pattern.unwrap_or("*")).await?;
+            // A stream's default dead-letter stream is shown beside it, not
+            // as a stream of its own.
+            let all: BTreeSet<&String> = found.iter().collect();
+            let dlqs: BTreeSet<String> = found
+                .iter()
+                .map(|s| admin.dlq_of(s))
+                .filter(|d| all.contains(d))
+                .collect();
+            found.into_iter().filter(|s| !dlqs.contains(s)).collect()
+        }
+    };
+    let mut streams = Vec::new();
+    let mut rows = Vec::new();
+    for name in &names {
+        let length = admin.stream_len(name).await?;
+        let groups = match admin.groups(name).await {
+            Ok(g) => g,
+            // XLEN is 0 for a missing key, and XINFO refuses it.
+            Err(_) if length == 0 && stream == Some(name.as_str()) => {
+                return Err(Failure::NotFound(format!("no stream named {name:?}")));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let dlq = admin.dlq_of(name);
+        let dlq_length = admin.stream_len(&dlq).await?;
+        let mut group_docs = Vec::new();
+        for g in &groups {
+            // The oldest pending entry (the lowest id): how long ago it was
+            // added, and how long since it was last delivered.
+            let oldest = if g.pending > 0 {
+                admin.pending(name, &g.name, 1).await?.into_iter().next()
+            } else {
+                None
+            };
+            let age = oldest.as_ref().and_then(age_ms);
+            let idle = oldest.as_ref().map(|p| p.idle_ms);
+            rows.push(vec![
+                name.clone(),
+                length.to_string(),
+                g.name.clone(),
+                g.consumers.to_string(),
+                g.pending.to_string(),
+                g.lag.map_or("?".into(), |l| l.to_string()),
+                age.map_or("-".into(), duration),
+                idle.map_or("-".into(), duration),
+                dlq_length.to_string(),
+            ]);
+            group_docs.push(json!({
+                "group": g.name,
+                "consumers": g.consumers,
+                "pending": g.pending,
+                "lag": g.lag,
+                "last_delivered_id": g.last_delivered_id.as_str(),
+                "oldest_pending_id": oldest.as_ref().map(|p| p.id.as_str()),
+                "oldest_pending_age_ms": age,
+                "oldest_pending_idle_ms": idle,
+            }));
+        }
+        if groups.is_empty() {
+            let mut row = vec![name.clone(), length.to_string()];
+            row.extend(std::iter::repeat_n("-".to_owned(), 6));
+            row.push(dlq_length.to_string());
+            rows.push(row);
+        }
+        streams.push(json!({
+            "stream": name,
+            "length": length,
+            "dlq": dlq,
+            "dlq_length": dlq_length,
+            "groups": group_docs,
+        }));
+    }
+    if ctx.json {
+        print_json(&json!({ "streams": streams }));
+    } else if rows.is_empty() {
+        println!("no streams");
+    } else {
+        print!(
+            "{}",
+            table(
+                &[
+                    "STREAM",
+                    "LENGTH",
+                    "GROUP",
+                    "CONSUMERS",
+                    "PENDING",
+                    "LAG",
+                    "OLDEST-AGE",
+                    "SINCE-DELIVERY",
+                    "DLQ",
+                ],
+                &rows,
+                ctx.cap,
+            )
+        );
+    }
+    Ok(())
+}
+
+impl PendingSelect {
+    fn filter(&self) -> PendingFilter {
+        let mut f = PendingFilter::new(self.count);
+        if let Some(c) = &self.consumer {
+            f = f.with_consumer(c.clone());
+        }
+        if let Some(idle) = self.min_idle {
+            f = f.with_min_idle(idle);
+        }
+        f
+    }
+
+    /// The selected entries.
+    async fn read(&self, ctx: &Ctx) -> Result<Vec<PendingEntry>, Failure> {
+        if self.count == 0 {
+            return Err(Failure::Usage(
+                "--count 0 would select nothing; give at least 1".into(),
+            ));
+        }
+        Ok(ctx
+            .admin
+            .pending_matching(&self.stream, &self.group, &self.filter())
+            .await?)
+    }
+
+    /// "`n` pending entr(ies) of `<stream>` group `<group>` [held by …] [idle
+    /// ≥ …]", for questions and answers.
+    fn describe(&self, n: usize) -> String {
+        let mut s = format!(
+            "{n} pending entr{} of {:?} group {:?}",
+            if n == 1 { "y" } else { "ies" },
+            self.stream,
+            self.group
+        );
+        if let Some(c) = &self.consumer {
+            s.push_str(&format!(" held by {c:?}"));
+        }
+        if let Some(idle) = self.min_idle {
+            s.push_str(&format!(
+                " idle for {} or more",
+                humantime::format_duration(idle)
+            ));
+        }
+        s
+    }
+}
+
+pub async fn pending(ctx: &Ctx, cmd: &PendingCommand) -> Result<(), Failure> {
+    match (&cmd.action, &cmd.select) {
+        (Some(PendingAction::Claim { select, to, yes }), _) => {
+            let entries = select.read(ctx).await?;
+            if entries.is_empty() {
+                return nothing(ctx, select, "claimed");
+            }
+            let what = format!("hand {} to {to:?}", select.describe(entries.len()));
+            confirm(*yes, &what, &format!("would {what}"))?;
+            let ids: Vec<_> = entries.iter().map(|p| p.id.clone()).collect();
+            let min_idle = select.min_idle.unwrap_or(Duration::ZERO);
+            let claimed = ctx
+                .admin
+                .claim(&select.stream, &select.group, to, min_idle, &ids)
+                .await?;
+            if ctx.json {
+                let ids: Vec<_> = claimed.iter().map(|id| id.as_str()).collect();
+                print_json(&json!({
+                    "stream": select.stream,
+                    "group": select.group,
+                    "consumer": to,
+                    "selected": entries.len(),
+                    "claimed": ids,
+                }));
+            } else {
+                let done = format!(
+                    "claimed {} of {} for {to:?}",
+                    claimed.len(),
+                    select.describe(entries.len())
+                );
+                println!("{}", text(done.as_bytes()));
+            }
+            Ok(())
+        }
+        (Some(PendingAction::Ack { select, yes }), _) => {
+            let entries = select.read(ctx).await?;
+            if entries.is_empty() {
+                return nothing(ctx, select, "acknowledged");
+            }
+            let what = format!(
+                "acknowledge {} without running them",
+                select.describe(entries.len())
+            );
+            confirm(*yes, &what, &format!("would {what}"))?;
+            let ids: Vec<_> = entries.iter().map(|p| p.id.clone()).collect();
+            let acked = ctx.admin.ack(&select.stream, &select.group, &ids).await?;
+            if ctx.json {
+                print_json(&json!({
+                    "stream": select.stream,
+                    "group": select.group,
+                    "selected": entries.len(),
+                    "acknowledged": acked,
+                }));
+            } else {
+                println!(
+                    "acknowledged {acked} of {}",
+                    text(select.describe(entries.len()).as_bytes())
+                );
+            }
+            Ok(())
+        }
+        (None, Some(select)) => list_pending(ctx, select).await,
+        (None, None) => Err(Failure::Usage(
+            "pending needs STREAM and GROUP (or claim, ack)".into(),
+        )),
+    }
+}
+
+/// A `claim` or `ack` that selected nothing.
+fn nothing(ctx: &Ctx, select: &PendingSelect, done: &str) -> Result<(), Failure> {
+    if ctx.json {
+        print_json(&json!({
+            "stream": select.stream,
+            "group": select.group,
+            "selected": 0,
+        }));
+    } else {
+        println!(
+            "nothing {done}: no {}",
+            text(select.describe(0).trim_start_matches("0 ").as_bytes())
+        );
+    }
+    Ok(())
+}
+
+async fn list_pending(ctx: &Ctx, select: &PendingSelect) -> Result<(), Failure> {
+    let entries = select.read(ctx).await?;
+    if ctx.json {
+        let list: Vec<_> = entries
+            .iter()
+            .map(|p| {
+                json!({
+                    "id": p.id.as_str(),
+                    "consumer": p.consumer,
+                    "age_ms": age_ms(p),
+                    "idle_ms": p.idle_ms,
+                    "delivery_count": p.delivery_count,
+                })
+            })
+            .collect();
+        print_json(&json!({
+            "stream": select.stream,
+            "group": select.group,
+            "pending": list,
+        }));
+    } else if entries.is_empty() {
+        println!("nothing pending");
+    } else {
+        let rows: Vec<Vec<String>> = entries
+            .iter()
+            .map(|p| {
+                vec![
+                    p.id.to_string(),
+                    p.consumer.clone(),
+                    age_ms(p).map_or("-".into(), duration),
+                    duration(p.idle_ms),
+                    p.delivery_count.to_string(),
+                ]
+            })
+            .collect();
+        print!(
+            "{}",
+            table(
+                &["ID", "CONSUMER", "AGE", "SINCE-DELIVERY", "DELIVERIES"],
+                &rows,
+                ctx.cap,
+            )
+        );
+    }
+    Ok(())
+}
+
+pub async fn consumers(
+    ctx: &Ctx,
+    stream: &str,
+    group: &str,
+    prune_idle: Option<Duration>,
+) -> Result<(), Failure> {
+    let admin = &ctx.admin;
+    let pruned = match prune_idle {
+        Some(idle) => admin.prune_idle_consumers(stream, group, idle).await?,
+        None => Vec::new(),
+    };
+    let list = admin.consumers(stream, group).await?;
+    if ctx.json {
+        let docs: Vec<_> = list
+            .iter()
+            .map(|c| {
+                json!({
+                    "name": c.name,
+                    "pending": c.pending,
+                    "idle_ms": c.idle_ms,
+                    "inactive_ms": c.inactive_ms,
+                })
+            })
+            .collect();
+        print_json(
+            &json!({ "stream": stream, "group": group, "pruned": pruned, "consumers": docs }),
+        );
+        return Ok(());
+    }
+    if prune_idle.is_some() {
+        println!(
+            "pruned {} idle consumer(s): {}",
+            pruned.len(),
+            text(pruned.join(", ").as_bytes())
+        );
+    }
+    if list.is_empty() {
+        println!("no consumers");
+    } else {
+        let rows: Vec<Vec<String>> = list
+            .iter()
+            .map(|c| vec![c.name.clone(), c.pending.to_string(), duration(c.idle_ms)])
+            .collect();
+        print!(
+            "{}",
+            table(&["CONSUMER", "PENDING", "IDLE"], &rows, ctx.cap)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,369 @@
+//! `dlq redrive`: dead letters back onto their origin streams, one at a
+//! time, after checking that something will read them there and asking;
+//! progress on stderr, and Ctrl-C stops it between two dead letters.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rillkit::admin::{Admin, DeadLetter, DeadLetterFilter, RedriveReport};
+use serde_json::json;
+
+use crate::cli::Select;
+use crate::dlq::dead_letter_stream;
+use crate::operator::{Interrupt, confirm};
+use crate::output::{print_json, table, text};
+use crate::{Ctx, Failure};
+
+/// How often a long redrive says how far it is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// The flags of `dlq redrive` beside the selection.
+pub struct Options<'a> {
+    pub dry_run: bool,
+    pub create_group: Option<&'a str>,
+    pub yes: bool,
+}
+
+/// Whether anything would read what is redriven to an origin stream.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Readers {
+    /// The stream has this many consumer groups.
+    Groups(usize),
+    /// The stream exists and has no group.
+    NoGroup,
+    /// There is no such key (deleted).
+    NoStream,
+    /// The key holds another type: the redrive skips its dead letters.
+    NotAStream,
+}
+
+impl Readers {
+    async fn of(admin: &Admin, stream: &str) -> Result<Readers, Failure> {
+        match admin.groups(stream).await {
+            Ok(g) if g.is_empty() => Ok(Readers::NoGroup),
+            Ok(g) => Ok(Readers::Groups(g.len())),
+            Err(e) => match admin.stream_len(stream).await {
+                // XINFO GROUPS fails for a missing key, XLEN answers 0.
+                Ok(0) => Ok(Readers::NoStream),
+                Ok(_) => Err(e.into()),
+                Err(_) => Ok(Readers::NotAStream),
+            },
+        }
+    }
+
+    /// Nothing would read entries added there.
+    fn unread(self) -> bool {
+        matches!(self, Readers::NoGroup | Readers::NoStream)
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Readers::Groups(_) => "ok",
+            Readers::NoGroup => "no_group",
+            Readers::NoStream => "no_stream",
+            Readers::NotAStream => "not_a_stream",
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Readers::Groups(n) => format!("{n} group(s)"),
+            Readers::NoGroup => "exists, no consumer group".into(),
+            Readers::NoStream => "does not exist (deleted?)".into(),
+            Readers::NotAStream => "not a stream: its dead letters are skipped".into(),
+        }
+    }
+}
+
+/// An origin stream of the selected dead letters.
+struct Origin {
+    /// Selected dead letters from it.
+    count: usize,
+    /// The group the first of them failed in.
+    group: String,
+    readers: Readers,
+}
+
+pub async fn redrive(ctx: &Ctx, select: &Select, opts: Options<'_>) -> Result<(), Failure> {
+    let admin = &ctx.admin;
+    let dlq = dead_letter_stream(admin, &select.stream, select.dlq.as_deref()).await?;
+    let selected = admin.dead_letters(&dlq, &select.filter(None)).await?;
+    let mut origins: BTreeMap<String, Origin> = BTreeMap::new();
+    for o in selected.iter().filter_map(|d| d.origin.as_ref()) {
+        origins
+            .entry(o.stream.clone())
+            .or_insert_with(|| Origin {
+                count: 0,
+                group: o.group.clone(),
+                readers: Readers::NotAStream,
+            })
+            .count += 1;
+    }
+    for (name, o) in &mut origins {
+        o.readers = Readers::of(admin, name).await?;
+    }
+    if opts.dry_run {
+        print_dry_run(ctx, &dlq, &selected, &origins, opts.create_group);
+        return Ok(());
+    }
+    if selected.is_empty() {
+        if ctx.json {
+            print_json(&json!({ "dlq": dlq, "redriven": [], "skipped": [] }));
+        } else {
+            println!("no dead letters to redrive in {}", text(dlq.as_bytes()));
+        }
+        return Ok(());
+    }
+    let unread: Vec<(&String, &Origin)> =
+        origins.iter().filter(|(_, o)| o.readers.unread()).collect();
+    if !unread.is_empty() && opts.create_group.is_none() {
+        return Err(Failure::NotFound(refusal(&unread)));
+    }
+    let to: Vec<String> = origins.keys().map(|s| format!("{s:?}")).collect();
+    let what = format!(
+        "redrive {} dead letter(s) from {dlq:?} to {}",
+        selected.len(),
+        to.join(", ")
+    );
+    confirm(opts.yes, &what, &format!("would {what}"))?;
+    if let Some(group) = opts.create_group {
+        for (name, _) in &unread {
+            // `$`: the group reads what is added from now on, which is what
+            // the redrive adds.
+            admin.create_group(name, group, "$").await?;
+            eprintln!(
+                "rillkit: created group {} on {} (at $)",
+                text(group.as_bytes()),
+                text(name.as_bytes())
+            );
+        }
+    }
+    let interrupt = Interrupt::watch()?;
+    let mut done = Done::default();
+    let mut said = Instant::now();
+    for d in &selected {
+        if interrupt.requested() {
+            break;
+        }
+        let one = DeadLetterFilter::new().with_id(d.id.as_str());
+        let report = match admin.redrive(&dlq, &one).await {
+            Ok(r) => r,
+            Err(e) => {
+                done.summary(ctx, &dlq, selected.len(), false);
+                return Err(e.into());
+            }
+        };
+        done.record(ctx, d, report);
+        if said.elapsed() >= PROGRESS_EVERY {
+            said = Instant::now();
+            eprintln!(
+                "rillkit: redriving from {}: {}/{} done",
+                text(dlq.as_bytes()),
+                done.attempted(),
+                selected.len()
+            );
+        }
+    }
+    let interrupted = interrupt.requested() && done.attempted() < selected.len();
+    done.summary(ctx, &dlq, selected.len(), interrupted);
+    if interrupted {
+        return Err(Failure::Interrupted(format!(
+            "interrupted: redrove {} of {} dead letter(s), skipped {}, {} left in {dlq:?}",
+            done.redriven.len(),
+            selected.len(),
+            done.skipped.len(),
+            selected.len() - done.attempted()
+        )));
+    }
+    Ok(())
+}
+
+/// What the redrive did so far, in order.
+#[derive(Default)]
+struct Done {
+    /// `(dead letter id, origin stream, new id)`.
+    redriven: Vec<(String, String, String)>,
+    /// `(dead letter id, reason)`.
+    skipped: Vec<(String, String)>,
+}
+
+impl Done {
+    fn attempted(&self) -> usize {
+        self.redriven.len() + self.skipped.len()
+    }
+
+    /// Takes in the outcome for `d`; in text, prints its line at once.
+    fn record(&mut self, ctx: &Ctx, d: &DeadLetter, report: RedriveReport) {
+        let before = self.attempted();
+        for r in report.redriven {
+            if !ctx.json {
+                println!(
+                    "{} -> {} {}",
+                    r.dead_letter,
+                    text(r.stream.as_bytes()),
+                    text(r.id.as_str().as_bytes())
+                );
+            }
+            self.redriven.push((
+                r.dead_letter.as_str().to_owned(),
+                r.stream,
+                r.id.as_str().to_owned(),
+            ));
+        }
+        let mut skipped: Vec<(String, String)> = report
+            .skipped
+            .into_iter()
+            .map(|s| (s.id.as_str().to_owned(), s.reason))
+            .collect();
+        if self.attempted() == before && skipped.is_empty() {
+            skipped.push((
+                d.id.as_str().to_owned(),
+                "no longer in the dead-letter stream".into(),
+            ));
+        }
+        for (id, reason) in skipped {
+            if !ctx.json {
+                println!("{id} skipped: {}", text(reason.as_bytes()));
+            }
+            self.skipped.push((id, reason));
+        }
+    }
+
+    /// The last word, interrupted or not: the JSON document, or the count.
+    fn summary(&self, ctx: &Ctx, dlq: &str, selected: usize, interrupted: bool) {
+        let left = selected - self.attempted();
+        if ctx.json {
+            let redriven: Vec<_> = self
+                .redriven
+                .iter()
+                .map(|(dl, stream, id)| json!({ "dead_letter": dl, "stream": stream, "id": id }))
+                .collect();
+            let skipped: Vec<_> = self
+                .skipped
+                .iter()
+                .map(|(id, reason)| json!({ "id": id, "reason": reason }))
+                .collect();
+            print_json(&json!({
+                "dlq": dlq,
+                "redriven": redriven,
+                "skipped": skipped,
+                "not_attempted": left,
+                "interrupted": interrupted,
+            }));
+            return;
+        }
+        let mut line = format!(
+            "redrove {} dead letter(s) from {}, skipped {}",
+            self.redriven.len(),
+            text(dlq.as_bytes()),
+            self.skipped.len()
+        );
+        if left > 0 {
+            line.push_str(&format!(
+                "; {left} not attempted{}",
+                if interrupted { " (interrupted)" } else { "" }
+            ));
+        }
+        println!("{line}");
+    }
+}
+
+/// Why a redrive is refused: origin streams nothing would read.
+fn refusal(unread: &[(&String, &Origin)]) -> String {
+    let list: Vec<String> = unread
+        .iter()
+        .map(|(name, o)| {
+            format!(
+                "{name:?} {} (its {} dead letter(s) failed in group {:?})",
+                o.readers.describe(),
+                o.count,
+                o.group
+            )
+        })
+        .collect();
+    let group = unread.first().map_or("GROUP", |(_, o)| o.group.as_str());
+    format!(
+        "nothing redriven: no consumer group would read the redriven entries on {}. \
+         Recreate the group first (--create-group {group:?} creates it at $ so it reads what \
+         the redrive adds, as XGROUP CREATE <stream> {group:?} $ MKSTREAM), or leave those \
+         dead letters out (--start, --end, --error)",
+        list.join("; ")
+    )
+}
+
+fn print_dry_run(
+    ctx: &Ctx,
+    dlq: &str,
+    selected: &[DeadLetter],
+    origins: &BTreeMap<String, Origin>,
+    create_group: Option<&str>,
+) {
+    if ctx.json {
+        let letters: Vec<_> = selected
+            .iter()
+            .map(|d| {
+                json!({
+                    "id": d.id.as_str(),
+                    "origin_stream": d.origin.as_ref().map(|o| o.stream.as_str()),
+                    "origin_id": d.origin.as_ref().map(|o| o.id.as_str()),
+                })
+            })
+            .collect();
+        let streams: Vec<_> = origins
+            .iter()
+            .map(|(name, o)| {
+                json!({
+                    "stream": name,
+                    "dead_letters": o.count,
+                    "readers": o.readers.label(),
+                })
+            })
+            .collect();
+        print_json(&json!({
+            "dlq": dlq,
+            "dry_run": true,
+            "would_redrive": selected.len(),
+            "dead_letters": letters,
+            "origins": streams,
+        }));
+        return;
+    }
+    let rows: Vec<Vec<String>> = selected
+        .iter()
+        .map(|d| match &d.origin {
+            Some(o) => vec![d.id.to_string(), o.stream.clone(), o.id.to_string()],
+            None => vec![
+                d.id.to_string(),
+                "(not a rillkit dead letter: skipped)".into(),
+                "-".into(),
+            ],
+        })
+        .collect();
+    if !rows.is_empty() {
+        print!(
+            "{}",
+            table(&["DEAD-LETTER", "ORIGIN", "ORIGIN-ID"], &rows, ctx.cap)
+        );
+    }
+    for (name, o) in origins {
+        let then = match (o.readers.unread(), create_group) {
+            (false, _) => String::new(),
+            (true, Some(g)) => format!("; group {g:?} would be created (at $)"),
+            (true, None) => format!(
+                "; refused without --create-group (its dead letters failed in {:?})",
+                o.group
+            ),
+        };
+        let line = format!(
+            "to {name:?}: {} dead letter(s); {}{then}",
+            o.count,
+            o.readers.describe()
+        );
+        println!("{}", text(line.as_bytes()));
+    }
+    println!(
+        "dry run: would redrive {} dead letter(s) from {}; nothing changed",
+        selected.len(),
+        text(dlq.as_bytes())
+    );
+}

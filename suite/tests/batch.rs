@@ -1,0 +1,348 @@
+//! Batch handlers: up to `max_entries` decoded entries at once, each with
+//! its id and its own delivery count; all-success, all-failure, per-entry
+//! results (the entries that succeeded never run again), undecodable
+//! entries dead-lettered before any batch, a drain that waits for the
+//! running batch; for streams and lists.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rillkit::prelude::*;
+use rillkit::{BatchEntry, BatchOptions, BatchOutcome, RetryBackoff};
+use support::{RedisServer, eventually, pending_count, stream_len};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Every batch the handler got: (id value, delivery count) per entry.
+type Batches = Arc<Mutex<Vec<Vec<(u64, u64)>>>>;
+
+fn record(batches: &Batches, batch: &[BatchEntry<u64>]) {
+    batches.lock().unwrap().push(
+        batch
+            .iter()
+            .map(|e| (*e.value(), e.delivery_count()))
+            .collect(),
+    );
+}
+
+/// Runs per value over all batches.
+fn runs(batches: &Batches) -> HashMap<u64, usize> {
+    let mut runs = HashMap::new();
+    for b in batches.lock().unwrap().iter() {
+        for (v, _) in b {
+            *runs.entry(*v).or_default() += 1;
+        }
+    }
+    runs
+}
+
+fn opts() -> ConsumerOptions {
+    ConsumerOptions::default()
+        .with_consumer("c1")
+        .with_block(Duration::from_millis(50))
+        .with_max_retries(1)
+        .with_retry_backoff(RetryBackoff::fixed(Duration::from_millis(20)))
+}
+
+fn batch(max: usize) -> BatchOptions {
+    BatchOptions::new()
+        .with_max_entries(max)
+        .with_max_wait(Duration::from_millis(100))
+}
+
+#[actix_rt::test]
+async fn every_entry_runs_once_in_batches_of_at_most_max_entries() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("jobs", "g");
+    let batches: Batches = Default::default();
+    let b = batches.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe_batch(
+            &s,
+            opts(),
+            batch(100),
+            move |batch: Vec<BatchEntry<u64>>| {
+                record(&b, &batch);
+                async { HandlerResult::Ok(()) }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker.publish_batch(&s, 0..250u64).await.unwrap();
+    eventually("250 handled", WAIT, || runs(&batches).len() == 250).await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    let runs = runs(&batches);
+    assert!(runs.values().all(|n| *n == 1), "each once: {runs:?}");
+    let sizes: Vec<usize> = batches.lock().unwrap().iter().map(Vec::len).collect();
+    assert!(sizes.iter().all(|n| *n <= 100), "{sizes:?}");
+    assert!(
+        sizes.iter().any(|n| *n > 1),
+        "entries arrive together: {sizes:?}"
+    );
+    assert!(sizes.len() < 250, "fewer batches than entries: {sizes:?}");
+    assert_eq!(pending_count(&mut redis.conn(), "jobs", "g"), 0);
+}
+
+#[actix_rt::test]
+async fn a_failed_batch_retries_each_entry_by_its_own_count_then_dead_letters_it() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("jobs", "g");
+    let batches: Batches = Default::default();
+    let b = batches.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe_batch(&s, opts(), batch(10), move |batch: Vec<BatchEntry<u64>>| {
+            record(&b, &batch);
+            async { Err::<(), _>(anyhow::anyhow!("the database is down")) }
+        })
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker.publish_batch(&s, 0..5u64).await.unwrap();
+    let mut conn = redis.conn();
+    eventually("five dead letters", WAIT, || {
+        stream_len(&mut conn, "jobs-dlq") == 5
+    })
+    .await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    let runs = runs(&batches);
+    assert_eq!(runs.len(), 5);
+    assert!(
+        runs.values().all(|n| *n == 2),
+        "1 run + max_retries 1: {runs:?}"
+    );
+    let counts: Vec<u64> = batches
+        .lock()
+        .unwrap()
+        .iter()
+        .flatten()
+        .map(|(_, c)| *c)
+        .collect();
+    assert_eq!(counts.iter().filter(|c| **c == 1).count(), 5);
+    assert_eq!(counts.iter().filter(|c| **c == 2).count(), 5);
+    let errors: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
+        .arg("jobs-dlq")
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        errors
+            .iter()
+            .all(|(_, f)| f["error"] == "the database is down"),
+        "{errors:?}"
+    );
+    assert_eq!(pending_count(&mut conn, "jobs", "g"), 0);
+}
+
+#[actix_rt::test]
+async fn per_entry_results_ack_the_successes_and_retry_only_the_failures() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("jobs", "g");
+    let batches: Batches = Default::default();
+    let b = batches.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe_batch(&s, opts(), batch(20), move |batch: Vec<BatchEntry<u64>>| {
+            record(&b, &batch);
+            // Odd values fail on their first delivery.
+            let results: Vec<Result<(), HandlerError>> = batch
+                .iter()
+                .map(|e| {
+                    if e.value() % 2 == 1 && e.delivery_count() == 1 {
+                        Err(HandlerError::retry("odd, first time"))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .collect();
+            async move { BatchOutcome::each(results) }
+        })
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    // Not JSON: dead-lettered before any batch, never reaches the handler.
+    let mut conn = redis.conn();
+    let _: String = redis::cmd("XADD")
+        .arg("jobs")
+        .arg("*")
+        .arg("data")
+        .arg("not json")
+        .query(&mut conn)
+        .unwrap();
+    broker.publish_batch(&s, 0..10u64).await.unwrap();
+    eventually("every value handled, the odd ones twice", WAIT, || {
+        let runs = runs(&batches);
+        runs.len() == 10 && (0..10u64).all(|v| runs[&v] == if v % 2 == 1 { 2 } else { 1 })
+    })
+    .await;
+    eventually("acked", WAIT, || pending_count(&mut conn, "jobs", "g") == 0).await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    let runs = runs(&batches);
+    for v in (0..10u64).step_by(2) {
+        assert_eq!(runs[&v], 1, "{v} succeeded and never ran again");
+    }
+    let second: Vec<(u64, u64)> = batches
+        .lock()
+        .unwrap()
+        .iter()
+        .flatten()
+        .filter(|(v, _)| v % 2 == 1)
+        .copied()
+        .collect();
+    let mut counts: Vec<u64> = second.iter().map(|(_, c)| *c).collect();
+    counts.sort_unstable();
+    assert_eq!(
+        counts,
+        [1, 1, 1, 1, 1, 2, 2, 2, 2, 2],
+        "each retried entry has its own delivery count: {second:?}"
+    );
+    assert_eq!(
+        stream_len(&mut conn, "jobs-dlq"),
+        1,
+        "the undecodable entry"
+    );
+}
+
+#[actix_rt::test]
+async fn a_drain_waits_for_the_running_batch() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("jobs", "g");
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let started: Batches = Default::default();
+    let (g, st) = (gate.clone(), started.clone());
+    let broker = Broker::builder(redis.url())
+        .subscribe_batch(&s, opts(), batch(10), move |batch: Vec<BatchEntry<u64>>| {
+            record(&st, &batch);
+            let g = g.clone();
+            async move {
+                g.acquire().await.unwrap().forget();
+                HandlerResult::Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker.publish_batch(&s, 0..3u64).await.unwrap();
+    eventually("the batch runs", WAIT, || {
+        !started.lock().unwrap().is_empty()
+    })
+    .await;
+    let b = broker.clone();
+    let stopping = actix_rt::spawn(async move { b.stop_with_timeout(WAIT).await });
+    eventually("draining", WAIT, || broker.phase() == Phase::Draining).await;
+    assert_eq!(
+        pending_count(&mut redis.conn(), "jobs", "g"),
+        3,
+        "the running batch is not acked yet"
+    );
+    gate.add_permits(1);
+    let outcome = stopping.await.unwrap().unwrap();
+    assert!(outcome.is_clean() && !outcome.timed_out, "{outcome:?}");
+    assert_eq!(pending_count(&mut redis.conn(), "jobs", "g"), 0, "acked");
+}
+
+#[actix_rt::test]
+async fn a_list_batch_acks_its_successes_and_retries_its_failures() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let jobs = List::new("jobs");
+    let batches: Batches = Default::default();
+    let b = batches.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe_list_batch(
+            &jobs,
+            ListOptions::default()
+                .with_max_retries(1)
+                .with_retry_backoff(RetryBackoff::fixed(Duration::from_millis(20))),
+            batch(5),
+            move |batch: Vec<BatchEntry<u64>>| {
+                record(&b, &batch);
+                let results: Vec<Result<(), String>> = batch
+                    .iter()
+                    .map(|e| {
+                        if *e.value() == 3 && e.delivery_count() == 1 {
+                            Err("three, first time".to_owned())
+                        } else {
+                            Ok(())
+                        }
+                    })
+                    .collect();
+                async move { BatchOutcome::each(results) }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker.publish_list_batch(&jobs, 0..8u64).await.unwrap();
+    eventually("every item handled, 3 twice", WAIT, || {
+        let runs = runs(&batches);
+        runs.len() == 8 && (0..8u64).all(|v| runs[&v] == if v == 3 { 2 } else { 1 })
+    })
+    .await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    let sizes: Vec<usize> = batches.lock().unwrap().iter().map(Vec::len).collect();
+    assert!(sizes.iter().all(|n| *n <= 5), "{sizes:?}");
+}
+
+/// The worker example with `RILLKIT_BATCH`: `batch <size>` once per batch,
+/// then a `handled` line per entry; a failing task retries alone.
+#[test]
+fn the_worker_example_runs_a_batch_handler() {
+    let redis = RedisServer::start();
+    let w = support::Worker::spawn(
+        &redis.url(),
+        &[
+            ("RILLKIT_BATCH", "10"),
+            ("RILLKIT_BLOCK_MS", "100"),
+            ("RILLKIT_STREAM", "tasks"),
+        ],
+    );
+    let mut conn = redis.conn();
+    for id in 0..25u64 {
+        let data = if id == 7 {
+            format!(r#"{{"id":{id},"fail":true}}"#)
+        } else {
+            format!(r#"{{"id":{id}}}"#)
+        };
+        let _: String = redis::cmd("XADD")
+            .arg("tasks")
+            .arg("*")
+            .arg("data")
+            .arg(data)
+            .query(&mut conn)
+            .unwrap();
+    }
+    support::eventually_blocking("24 handled", WAIT, || w.handled().len() == 24);
+    let sizes: Vec<usize> = w
+        .lines()
+        .iter()
+        .filter_map(|l| l.strip_prefix("batch ")?.parse().ok())
+        .collect();
+    assert!(
+        !sizes.is_empty() && sizes.iter().all(|n| *n <= 10),
+        "{sizes:?}"
+    );
+    let mut ids: Vec<u64> = w.handled().iter().map(|(id, _)| *id).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (0..25).filter(|id| *id != 7).collect::<Vec<_>>(),
+        "each once"
+    );
+    assert!(
+        w.lines()
+            .iter()
+            .all(|l| !l.starts_with("handled ") || l.contains(" at ")),
+        "every handled line says when"
+    );
+    w.signal("TERM");
+    let mut w = w;
+    assert_eq!(w.wait_exit(WAIT), Some(0), "{:?}", w.log());
+}
