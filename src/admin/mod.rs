@@ -30,7 +30,7 @@
 //!
 //! [`Broker`]: crate::Broker
 
-mod dead_letters;
+pub(crate) mod dead_letters;
 mod metrics;
 mod pending;
 #[cfg(feature = "dashboard")]
@@ -326,6 +326,44 @@ impl Admin {
         let mut cmd = redis::cmd("XPENDING");
         cmd.arg(stream).arg(group).arg("-").arg("+").arg(count);
         reply::pending(self.query(&cmd).await?).map_err(|m| Error::unparsable("XPENDING reply", m))
+    }
+
+    /// The pending entries of `group` with ids from `start` to `end`
+    /// (`XPENDING <stream> <group> <start> <end> <count> [<consumer>]`),
+    /// oldest id first, at most `count`, only those `consumer` holds when
+    /// given. `start` and `end` are ids, `-` and `+`, or `(<id>` for an
+    /// exclusive bound (Redis 6.2+): a page after the last id shown starts
+    /// at `(<last id>`; one entry's row is `start` = `end` = its id.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key does not exist, is not a stream, has
+    /// no such group (`NOGROUP`) or a bound is malformed; a connection error.
+    pub async fn pending_range(
+        &self,
+        stream: &str,
+        group: &str,
+        (start, end): (&str, &str),
+        count: usize,
+        consumer: Option<&str>,
+    ) -> Result<Vec<PendingEntry>, Error> {
+        let mut cmd = redis::cmd("XPENDING");
+        cmd.arg(stream).arg(group).arg(start).arg(end).arg(count);
+        if let Some(c) = consumer {
+            cmd.arg(c);
+        }
+        reply::pending(self.query(&cmd).await?).map_err(|m| Error::unparsable("XPENDING reply", m))
+    }
+
+    /// The entry of `stream` with this id, whole (`XRANGE <stream> <id>
+    /// <id>`); `None` when there is none (deleted, trimmed, or no such key).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key is not a stream or `id` is malformed; a
+    /// connection error.
+    pub async fn entry(&self, stream: &str, id: &str) -> Result<Option<StreamEntry>, Error> {
+        let mut cmd = redis::cmd("XRANGE");
+        cmd.arg(stream).arg(id).arg(id).arg("COUNT").arg(1);
+        Ok(stream_entries(self.query(&cmd).await?, "XRANGE reply")?.pop())
     }
 
     /// The newest `count` entries of `stream`, newest first (`XREVRANGE

@@ -7,6 +7,7 @@ use actix_web::http::header;
 use actix_web::{HttpMessage as _, HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
+use super::dlq::Filter;
 use super::{Ctx, csrf, pages};
 use crate::admin::DeadLetterFilter;
 
@@ -17,6 +18,7 @@ pub(super) fn banner(done: Option<&str>, n: u64, skipped: u64) -> Option<String>
     let mut text = match done? {
         "redrive" => format!("Redriven: {n}."),
         "purge" => format!("Purged: {n}."),
+        "handover" => format!("Handed over: {n} pending entries."),
         _ => return None,
     };
     if skipped > 0 {
@@ -38,6 +40,11 @@ pub(super) struct Action {
     /// …with the number of dead letters the page showed in it: the action
     /// touches at most that many, and none when the range holds more now.
     count: Option<usize>,
+    /// Or a filter (any of the three) with the count the page showed of
+    /// what it selects: none when that count changed.
+    error: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
 }
 
 /// What an action selects.
@@ -47,6 +54,12 @@ enum Selected {
     Range {
         start: String,
         end: String,
+        count: usize,
+    },
+    /// What a filter of the dead-letter page selects, and the count the
+    /// page showed.
+    Filter {
+        filter: Filter,
         count: usize,
     },
 }
@@ -59,6 +72,17 @@ impl Selected {
                 .with_start(start.clone())
                 .with_end(end.clone())
                 .with_count(*count),
+            Selected::Filter { filter, count } => {
+                let (start, end) = filter.range();
+                let f = DeadLetterFilter::new()
+                    .with_start(start)
+                    .with_end(end)
+                    .with_count(*count);
+                match &filter.error {
+                    Some(text) => f.with_error_contains(text.clone()),
+                    None => f,
+                }
+            }
         }
     }
 }
@@ -67,6 +91,19 @@ impl Action {
     /// The selection: one id, or a range between two entry ids (never `-`
     /// or `+`) with its count.
     fn selected(&self) -> Option<Selected> {
+        let filter = Filter::new(
+            self.error.as_deref(),
+            self.from.as_deref(),
+            self.to.as_deref(),
+        )?;
+        if !filter.is_empty() {
+            return match (&self.id, &self.start, &self.end, self.count) {
+                (None, None, None, Some(count)) if count > 0 => {
+                    Some(Selected::Filter { filter, count })
+                }
+                _ => None,
+            };
+        }
         match (&self.id, &self.start, &self.end, self.count) {
             (Some(id), None, None, None) if is_entry_id(id) => Some(Selected::One(id.clone())),
             (None, Some(start), Some(end), Some(count))
@@ -84,7 +121,7 @@ impl Action {
 }
 
 /// `<ms>-<seq>`, both decimal: an entry id, not a range bound like `-`.
-fn is_entry_id(id: &str) -> bool {
+pub(super) fn is_entry_id(id: &str) -> bool {
     id.split_once('-').is_some_and(|(ms, seq)| {
         [ms, seq]
             .iter()
@@ -116,9 +153,9 @@ fn same_origin(req: &HttpRequest) -> bool {
     authority.eq_ignore_ascii_case(req.connection_info().host())
 }
 
-/// Checks a `POST`: not read-only, from a page of this site, a valid CSRF
-/// token, a selection.
-fn admit(ctx: &Ctx, req: &HttpRequest, form: &Action) -> Result<Selected, HttpResponse> {
+/// Checks any action's `POST`: not read-only, from a page of this site, a
+/// valid CSRF token (`csrf`, the form's).
+pub(super) fn admit_request(ctx: &Ctx, req: &HttpRequest, csrf: &str) -> Result<(), HttpResponse> {
     if ctx.dash.read_only {
         return Err(HttpResponse::Forbidden().body("the dashboard is read-only"));
     }
@@ -130,16 +167,39 @@ fn admit(ctx: &Ctx, req: &HttpRequest, form: &Action) -> Result<Selected, HttpRe
     if !csrf::accepts(
         &ctx.dash.shared.secret,
         cookie.as_ref().map(|c| c.value()),
-        &form.csrf,
+        csrf,
         csrf::now(),
     ) {
         return Err(HttpResponse::Forbidden()
             .body("missing, invalid or expired CSRF token; reload the page"));
     }
+    Ok(())
+}
+
+/// Checks a `POST` on dead letters: [`admit_request`], and a selection.
+fn admit(ctx: &Ctx, req: &HttpRequest, form: &Action) -> Result<Selected, HttpResponse> {
+    admit_request(ctx, req, &form.csrf)?;
     form.selected().ok_or_else(|| {
-        HttpResponse::BadRequest()
-            .body("give id, or start and end (entry ids) with the count the page showed")
+        HttpResponse::BadRequest().body(
+            "give id, or start and end (entry ids) with the count the page showed, \
+             or a filter (error, from, to) with the count the page showed",
+        )
     })
+}
+
+/// Who sent an action: the client's address and the operator, if the
+/// application's authentication named one.
+pub(super) fn who(req: &HttpRequest) -> (String, Option<String>) {
+    let client = req
+        .connection_info()
+        .realip_remote_addr()
+        .unwrap_or("unknown")
+        .to_owned();
+    let operator = req
+        .extensions()
+        .get::<Operator>()
+        .map(|o| o.name().to_owned());
+    (client, operator)
 }
 
 fn back(ctx: &Ctx, stream: &str, verb: Verb, n: u64, skipped: u64) -> HttpResponse {
@@ -259,18 +319,31 @@ async fn act(
             }
         }
     }
-    let client = req
-        .connection_info()
-        .realip_remote_addr()
-        .unwrap_or("unknown")
-        .to_owned();
-    let operator = req
-        .extensions()
-        .get::<Operator>()
-        .map(|o| o.name().to_owned());
+    if let Selected::Filter { filter, count } = &selected {
+        // What the filter selects now must be what the page counted.
+        match admin
+            .count_dead_letters(&dlq, filter.range(), filter.error_text())
+            .await
+        {
+            Ok(now) if now != *count as u64 => {
+                return HttpResponse::Conflict().body(format!(
+                    "the filter selects {now} dead letters now, not the {count} the page counted; reload the page"
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                ctx.dash.forget(&e).await;
+                return ctx.error(&e);
+            }
+        }
+    }
+    let (client, operator) = who(req);
     let selection = match &selected {
         Selected::One(id) => id.clone(),
         Selected::Range { start, end, count } => format!("{start}..={end} ({count} shown)"),
+        Selected::Filter { filter, count } => {
+            format!("those {} ({count} counted)", filter.describe())
+        }
     };
     let done = match verb {
         Verb::Redrive => admin.redrive(&dlq, &filter).await.map(|report| {
@@ -302,40 +375,46 @@ async fn act(
             (report.redriven.len() as u64, report.skipped.len() as u64)
         }),
         Verb::Purge => {
-            // The ids first: the log names what is deleted.
-            let ids = match admin.dead_letters(&dlq, &filter).await {
-                Ok(list) => list.into_iter().map(|d| d.id).collect::<Vec<_>>(),
+            // The ids first: the log names what is deleted, and exactly
+            // those are deleted.
+            let ids = match &selected {
+                Selected::Filter { filter, count } => admin
+                    .dead_letters_filtered(
+                        &dlq,
+                        filter.range(),
+                        false,
+                        filter.error_text(),
+                        *count,
+                        0,
+                    )
+                    .await
+                    .map(|(list, _)| list.into_iter().map(|d| d.id).collect::<Vec<_>>()),
+                _ => admin
+                    .dead_letters(&dlq, &filter)
+                    .await
+                    .map(|list| list.into_iter().map(|d| d.id).collect::<Vec<_>>()),
+            };
+            let ids = match ids {
+                Ok(ids) => ids,
                 Err(e) => {
                     ctx.dash.forget(&e).await;
                     return ctx.error(&e);
                 }
             };
-            let only = match ids.as_slice() {
-                [] => None,
-                [first, ..] => Some(
-                    DeadLetterFilter::new()
-                        .with_start(first.clone())
-                        .with_end(ids[ids.len() - 1].clone())
-                        .with_count(ids.len()),
-                ),
-            };
-            match only {
-                None => Ok((0, 0)),
-                Some(only) => admin.purge(&dlq, &only).await.map(|n| {
-                    tracing::info!(
-                        target: "rillkit::dashboard::audit",
-                        action = "purge",
-                        client = %client,
-                        operator = operator.as_deref().unwrap_or("-"),
-                        stream = %stream,
-                        dlq = %dlq,
-                        selection = %selection,
-                        purged = ?ids,
-                        "dashboard action: dead letters purged"
-                    );
-                    (n, 0)
-                }),
-            }
+            admin.delete(&dlq, &ids).await.map(|n| {
+                tracing::info!(
+                    target: "rillkit::dashboard::audit",
+                    action = "purge",
+                    client = %client,
+                    operator = operator.as_deref().unwrap_or("-"),
+                    stream = %stream,
+                    dlq = %dlq,
+                    selection = %selection,
+                    purged = ?ids,
+                    "dashboard action: dead letters purged"
+                );
+                (n, 0)
+            })
         }
     };
     match done {

@@ -1,6 +1,7 @@
 //! A web dashboard an actix-web application mounts (feature `dashboard`):
-//! streams and groups at a glance, a group's consumers and pending entries,
-//! and dead letters with redrive and purge.
+//! streams and groups at a glance, a group's consumers (dead ones flagged,
+//! with a hand-over of their entries) and pending entries, each entry whole
+//! on a page of its own, and dead letters, filtered, with redrive and purge.
 //!
 //! ```no_run
 //! use actix_web::{App, HttpServer};
@@ -25,12 +26,18 @@
 //!
 //! **The dashboard has no login.** Mount it behind the application's own
 //! authentication (a middleware or guard on the scope); never expose it
-//! unauthenticated: it can redrive and delete dead letters.
+//! unauthenticated: it can redrive and delete dead letters and move
+//! pending entries between consumers.
 
 mod actions;
 mod csrf;
+mod dlq;
+mod entry;
+mod handover;
+mod history;
 mod pages;
 mod rates;
+mod stream;
 
 pub use actions::Operator;
 
@@ -40,18 +47,10 @@ use std::time::Duration;
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::Deserialize;
 use tokio::sync::Mutex;
 
 use crate::admin::Admin;
 use crate::{Broker, Error};
-
-/// Dead letters per page.
-const PAGE: usize = 20;
-/// Newest entries shown on a stream's page.
-const NEWEST: usize = 10;
-/// Pending entries shown per group.
-const PENDING: usize = 50;
 
 /// A dashboard over one broker's streams; cheap to clone (one per actix-web
 /// worker shares the same state). See the [module docs](self).
@@ -61,6 +60,9 @@ pub struct Dashboard {
     read_only: bool,
     declared: Vec<String>,
     all_streams: bool,
+    dead_after: Duration,
+    /// How often history rows are written; `None`: none.
+    history: Option<Duration>,
     shared: Arc<Shared>,
 }
 
@@ -71,6 +73,8 @@ struct Shared {
     /// connection error.
     admin: Mutex<Option<Admin>>,
     rates: Arc<rates::Rates>,
+    /// Whether the history writer runs.
+    history_started: std::sync::atomic::AtomicBool,
 }
 
 /// Returns the dashboard of `broker` as an actix-web scope mounted at
@@ -92,10 +96,13 @@ impl Dashboard {
             read_only: false,
             declared: Vec::new(),
             all_streams: false,
+            dead_after: Duration::from_secs(300),
+            history: None,
             shared: Arc::new(Shared {
                 secret: csrf::random_secret().to_vec(),
                 admin: Mutex::new(None),
                 rates: Arc::default(),
+                history_started: Default::default(),
             }),
         }
     }
@@ -126,6 +133,36 @@ impl Dashboard {
         self
     }
 
+    /// How long a consumer that holds pending entries may go without
+    /// reading before the stream page flags it as dead and offers to hand
+    /// its entries over (default 5 minutes). The time is `XINFO CONSUMERS`'
+    /// `inactive` (since its last read or claim that got entries, Redis 7.2
+    /// and later), else its `idle`.
+    pub fn dead_consumer_after(mut self, after: Duration) -> Self {
+        self.dead_after = after;
+        self
+    }
+
+    /// Keeps a history of each shown stream in Redis and charts its last
+    /// hour on the stream page: per minute, the entries this process (and
+    /// every other with history on) handled, failed and dead-lettered, and
+    /// the stream's lag. Each process appends a row per stream every
+    /// minute to the stream `rillkit:history:<stream>` (`XADD … MAXLEN ~
+    /// 1440`), so the ACL user needs `+xadd` on `rillkit:history:*`. A
+    /// [read-only](Self::read_only) dashboard writes no rows; it charts
+    /// those others wrote. Off by default.
+    pub fn history(mut self, on: bool) -> Self {
+        self.history = on.then_some(Duration::from_secs(60));
+        self
+    }
+
+    /// Turns the [`history`](Self::history) on with a row every `every`
+    /// instead of every minute (the chart still sums per minute).
+    pub fn history_period(mut self, every: Duration) -> Self {
+        self.history = Some(every);
+        self
+    }
+
     /// Sets the key the CSRF tokens are signed with (at least 32 bytes), so
     /// that several replicas behind one address accept each other's
     /// tokens.
@@ -143,6 +180,7 @@ impl Dashboard {
                 secret: key,
                 admin: Mutex::new(None),
                 rates: self.shared.rates.clone(),
+                history_started: Default::default(),
             });
         }
         self
@@ -153,10 +191,13 @@ impl Dashboard {
     /// | route | what |
     /// |---|---|
     /// | `GET {path}/` | overview: streams, groups, lag, pending, oldest pending, consumers, dead letters, handled/s |
-    /// | `GET {path}/stream/{stream}` | its groups' consumers and pending entries, its newest entries |
-    /// | `GET {path}/dlq/{stream}` | its dead letters, paged (`?after=<id>`) |
-    /// | `POST {path}/dlq/{stream}/redrive` | redrive one (`id`) or a range (`start`, `end`) |
-    /// | `POST {path}/dlq/{stream}/purge` | delete one or a range |
+    /// | `GET {path}/stream/{stream}` | its groups' consumers (dead ones flagged) and pending entries, its entries, each paged |
+    /// | `GET {path}/stream/{stream}/entry/{id}` | one entry, whole, and where it is pending |
+    /// | `GET {path}/dlq/{stream}` | its dead letters, 20 a page (`?after=`, `?before=`), filtered (`?error=`, `?from=`, `?to=`) |
+    /// | `GET {path}/dlq/{stream}/entry/{id}` | one dead letter, whole, with its origin and actions |
+    /// | `POST {path}/dlq/{stream}/redrive` | redrive one (`id`), a range (`start`, `end`, `count`) or what a filter selects (`error`, `from`, `to`, `count`) |
+    /// | `POST {path}/dlq/{stream}/purge` | delete one, a range or a filter's selection |
+    /// | `POST {path}/stream/{stream}/handover` | hand a dead consumer's pending entries to another consumer (`group`, `consumer`, `to`, `count`) |
     pub fn scope(&self, path: &str) -> actix_web::Scope {
         let base = path.trim_end_matches('/').to_owned();
         web::scope(path)
@@ -166,10 +207,22 @@ impl Dashboard {
             }))
             .route("", web::get().to(overview))
             .route("/", web::get().to(overview))
-            .route("/stream/{stream}", web::get().to(stream_page))
-            .route("/dlq/{stream}", web::get().to(dlq_page))
+            .route("/stream/{stream}", web::get().to(stream::page))
+            .route(
+                "/stream/{stream}/entry/{id}",
+                web::get().to(entry::stream_entry),
+            )
+            .route("/dlq/{stream}", web::get().to(dlq::page))
+            .route(
+                "/dlq/{stream}/entry/{id}",
+                web::get().to(entry::dead_letter),
+            )
             .route("/dlq/{stream}/redrive", web::post().to(actions::redrive))
             .route("/dlq/{stream}/purge", web::post().to(actions::purge))
+            .route(
+                "/stream/{stream}/handover",
+                web::post().to(handover::handover),
+            )
     }
 
     async fn admin(&self) -> Result<Admin, Error> {
@@ -368,6 +421,7 @@ impl Ctx {
 async fn overview(ctx: web::Data<Ctx>, req: HttpRequest) -> HttpResponse {
     let dash = &ctx.dash;
     dash.shared.rates.start(&dash.broker);
+    history::start(dash);
     let admin = match dash.admin().await {
         Ok(a) => a,
         Err(e) => return ctx.error(&e),
@@ -481,127 +535,4 @@ async fn row(dash: &Dashboard, admin: &Admin, s: Shown) -> Result<StreamRow, Err
 /// have groups).
 async fn exists(admin: &Admin, key: &str) -> Result<bool, Error> {
     Ok(!admin.groups(key).await.unwrap_or_default().is_empty())
-}
-
-async fn stream_page(
-    ctx: web::Data<Ctx>,
-    req: HttpRequest,
-    path: web::Path<String>,
-) -> HttpResponse {
-    let stream = path.into_inner();
-    let admin = match ctx.dash.admin().await {
-        Ok(a) => a,
-        Err(e) => return ctx.error(&e),
-    };
-    if let Err(resp) = ctx.check_listed(&admin, &stream).await {
-        return resp;
-    }
-    let data = async {
-        let groups = admin.groups(&stream).await.unwrap_or_default();
-        let mut detail = Vec::new();
-        for g in groups {
-            let consumers = admin.consumers(&stream, &g.name).await?;
-            let pending = admin.pending(&stream, &g.name, PENDING).await?;
-            detail.push((g, consumers, pending));
-        }
-        let newest = admin
-            .preview(&stream, ("+", "-"), NEWEST, true, pages::SHOWN_BYTES)
-            .await?;
-        Ok::<_, Error>((detail, newest))
-    }
-    .await;
-    match data {
-        Ok((groups, newest)) => ctx.page(&req, |_| {
-            pages::stream(
-                &ctx.base,
-                &stream,
-                &ctx.dash.dlq_of(&admin, &stream),
-                &groups,
-                &newest,
-            )
-        }),
-        Err(e) => {
-            ctx.dash.forget(&e).await;
-            ctx.error(&e)
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct DlqQuery {
-    /// Show dead letters after this id (exclusive).
-    after: Option<String>,
-    /// What the last action did (`redrive`, `purge`): the banner is one of
-    /// a fixed set of sentences, never text from the URL (anything else
-    /// shows none).
-    done: Option<String>,
-    /// How many dead letters it moved or deleted.
-    n: Option<u64>,
-    /// How many it left in place.
-    skipped: Option<u64>,
-}
-
-async fn dlq_page(
-    ctx: web::Data<Ctx>,
-    req: HttpRequest,
-    path: web::Path<String>,
-    q: web::Query<DlqQuery>,
-) -> HttpResponse {
-    let stream = path.into_inner();
-    let admin = match ctx.dash.admin().await {
-        Ok(a) => a,
-        Err(e) => return ctx.error(&e),
-    };
-    if let Err(resp) = ctx.check_listed(&admin, &stream).await {
-        return resp;
-    }
-    let dlq = ctx.dash.dlq_of(&admin, &stream);
-    let start = q
-        .after
-        .as_deref()
-        .and_then(next_id)
-        .unwrap_or_else(|| "-".into());
-    let (list, total) = match async {
-        Ok::<_, Error>((
-            admin
-                .dead_letters_preview(&dlq, &start, PAGE + 1, pages::SHOWN_BYTES)
-                .await?,
-            admin.stream_len(&dlq).await?,
-        ))
-    }
-    .await
-    {
-        Ok(v) => v,
-        Err(e) => {
-            ctx.dash.forget(&e).await;
-            return ctx.error(&e);
-        }
-    };
-    let more = list.len() > PAGE;
-    let list = &list[..list.len().min(PAGE)];
-    let read_only = ctx.dash.read_only;
-    let done = actions::banner(q.done.as_deref(), q.n.unwrap_or(0), q.skipped.unwrap_or(0));
-    ctx.page(&req, |token| {
-        pages::dead_letters(&pages::DlqPage {
-            base: &ctx.base,
-            stream: &stream,
-            dlq: &dlq,
-            total,
-            list,
-            more,
-            after: q.after.as_deref(),
-            done: done.as_deref(),
-            token: (!read_only).then_some(token),
-        })
-    })
-}
-
-/// The id right after `id` (`<ms>-<seq + 1>`), as an inclusive start.
-fn next_id(id: &str) -> Option<String> {
-    let (ms, seq) = id.split_once('-')?;
-    let (ms, seq): (u64, u64) = (ms.parse().ok()?, seq.parse().ok()?);
-    Some(match seq.checked_add(1) {
-        Some(s) => format!("{ms}-{s}"),
-        None => format!("{}-0", ms.checked_add(1)?),
-    })
 }

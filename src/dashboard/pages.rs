@@ -7,7 +7,9 @@ use std::time::Duration;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::StreamRow;
-use crate::admin::{ConsumerInfo, DeadLetter, GroupInfo, PendingEntry, StreamEntry};
+use super::dlq::Filter;
+use super::stream::StreamPage;
+use crate::admin::DeadLetter;
 use crate::{Status, SubscriptionState};
 
 /// Longest value shown, in bytes: the server cuts longer ones (see
@@ -21,13 +23,13 @@ main{padding:16px 20px}table{border-collapse:collapse;background:#fff;margin:8px
 th,td{border:1px solid #dde1e6;padding:4px 8px;text-align:left;vertical-align:top}th{background:#eef0f3}
 td.n{text-align:right;font-variant-numeric:tabular-nums}.warn{color:#b3261e;font-weight:600}
 pre{margin:0;white-space:pre-wrap;word-break:break-all;max-width:60em}.muted{color:#6b7280}
-form{display:inline}button{cursor:pointer}.done{background:#e6f4ea;border:1px solid #a8dab5;padding:6px 10px}
+form{display:inline}button{cursor:pointer}a.entry{white-space:nowrap}.bulk,.bulk-filter{margin:6px 0}.done{background:#e6f4ea;border:1px solid #a8dab5;padding:6px 10px}
 "#;
 
 /// The confirmation before an action: a few lines of plain JavaScript.
-const CONFIRM: &str = "return confirm(this.dataset.confirm)";
+pub(super) const CONFIRM: &str = "return confirm(this.dataset.confirm)";
 
-fn layout(base: &str, title: &str, refresh: bool, body: Markup) -> Markup {
+pub(super) fn layout(base: &str, title: &str, refresh: bool, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -54,7 +56,7 @@ pub(super) fn path_segment(s: &str) -> String {
         .replace('.', "%2E")
 }
 
-fn age(d: Option<Duration>) -> String {
+pub(super) fn age(d: Option<Duration>) -> String {
     match d {
         None => "–".into(),
         Some(d) if d < Duration::from_secs(1) => format!("{} ms", d.as_millis()),
@@ -64,7 +66,7 @@ fn age(d: Option<Duration>) -> String {
     }
 }
 
-fn ms(v: u64) -> String {
+pub(super) fn ms(v: u64) -> String {
     age(Some(Duration::from_millis(v)))
 }
 
@@ -192,44 +194,93 @@ fn kind(k: crate::SourceKind) -> &'static str {
     }
 }
 
-pub(super) fn stream(
-    base: &str,
-    stream: &str,
-    dlq: &str,
-    groups: &[(GroupInfo, Vec<ConsumerInfo>, Vec<PendingEntry>)],
-    newest: &[StreamEntry],
-) -> Markup {
+/// A link to `path` with the query `pairs`, each encoded.
+pub(super) fn with_query(path: &str, pairs: &[(&str, &str)]) -> String {
+    let query = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish();
+    if query.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{query}")
+    }
+}
+
+pub(super) fn stream(p: &StreamPage<'_>) -> Markup {
+    let (base, stream) = (p.base, p.stream);
+    let here = format!("{base}/stream/{}", path_segment(stream));
     layout(
         base,
         stream,
         false,
         html! {
-            p { a href={ (base) "/dlq/" (path_segment(stream)) } { "dead letters (" (dlq) ")" } }
-            @if groups.is_empty() { p { "No consumer group." } }
-            @for (g, consumers, pending) in groups {
-                h3 { "group " (g.name) }
-                p.muted { "last delivered " (g.last_delivered_id) ", lag " (g.lag.map_or("?".to_string(), |l| l.to_string())) ", pending " (g.pending) }
-                table.consumers {
-                    thead { tr { th { "consumer" } th { "pending" } th { "idle" } } }
-                    tbody { @for c in consumers { tr { td { (c.name) } td.n { (c.pending) } td.n { (ms(c.idle_ms)) } } } }
+            @if let Some(done) = &p.done { p.done { (done) } }
+            p { a href={ (base) "/dlq/" (path_segment(stream)) } { "dead letters (" (p.dlq) ")" } }
+            @if let Some(minutes) = &p.history { (super::history::chart(minutes)) }
+            @if p.groups.is_empty() { p { "No consumer group." } }
+            @for g in &p.groups {
+                h3 { "group " (g.info.name) }
+                p.muted { "last delivered " (g.info.last_delivered_id) ", lag " (g.info.lag.map_or("?".to_string(), |l| l.to_string())) ", pending " (g.info.pending) }
+                table.consumers data-group=(g.info.name) {
+                    thead { tr { th { "consumer" } th { "pending" } th { "idle" } th { "inactive" } th {} } }
+                    tbody {
+                        @for (c, dead) in &g.consumers {
+                            tr data-consumer=(c.name) class=[dead.then_some("dead")] {
+                                td { (c.name) @if *dead { " " span.warn.flag { "dead?" } } }
+                                td.n { (c.pending) }
+                                td.n { (ms(c.idle_ms)) }
+                                td.n { (c.inactive_ms.map_or("–".to_string(), ms)) }
+                                td { @if *dead { @if let Some(token) = p.token {
+                                    (super::handover::form(base, stream, token, &g.info.name, c, &g.consumers))
+                                } } }
+                            }
+                        }
+                    }
                 }
-                @if !pending.is_empty() {
+                @if g.consumers.iter().any(|(_, dead)| *dead) {
+                    p.muted.dead-note {
+                        "dead?: holds pending entries and has not read for over " (age(Some(p.dead_after))) ". "
+                        "rillkit consumers take such entries over by themselves once an entry has been idle for their claim_idle (30 s by default): "
+                        "if they are still here, no rillkit consumer of this group is running, or its claim_idle is longer. "
+                        "Hand over moves them to another consumer of the group (XCLAIM … JUSTID: the delivery count stays, the idle time starts again; an entry touched within the threshold stays). "
+                        "A rillkit consumer runs them once they have been idle for its claim_idle; another client when it re-reads its pending entries (XREADGROUP … 0)."
+                    }
+                }
+                @if !g.pending.rows.is_empty() {
+                    p.pending-count { (g.pending.rows.len()) " of " (g.info.pending) " pending" }
                     table.pending {
                         thead { tr { th { "entry id" } th { "consumer" } th { "idle" } th { "delivery count" } } }
-                        tbody { @for p in pending { tr { td { (p.id) } td { (p.consumer) } td.n { (ms(p.idle_ms)) } td.n { (p.delivery_count) } } } }
+                        tbody { @for e in &g.pending.rows { tr { td { (super::entry::link(base, "stream", stream, e.id.as_str())) } td { (e.consumer) } td.n { (ms(e.idle_ms)) } td.n { (e.delivery_count) } } } }
+                    }
+                    p.paging {
+                        @if g.pending.prev { @if let Some(first) = g.pending.rows.first() {
+                            a.prev href=(with_query(&here, &[("group", &g.info.name), ("pending_before", first.id.as_str())])) { "previous" } " "
+                        } }
+                        @if g.pending.next { @if let Some(last) = g.pending.rows.last() {
+                            a.next href=(with_query(&here, &[("group", &g.info.name), ("pending_after", last.id.as_str())])) { "next" }
+                        } }
                     }
                 }
             }
-            h3 { "newest entries" }
+            h3 { "entries" }
+            p.entry-count { (p.newest.rows.len()) " of " (p.length) " entries, newest first" }
             table.newest {
                 thead { tr { th { "entry id" } th { "fields" } } }
-                tbody { @for e in newest { tr { td { (e.id) } td { (fields(&e.fields)) } } } }
+                tbody { @for e in &p.newest.rows { tr { td { (super::entry::link(base, "stream", stream, e.id.as_str())) } td { (fields(&e.fields)) } } } }
+            }
+            p.paging {
+                @if p.newest.prev { @if let Some(first) = p.newest.rows.first() {
+                    a.newer href=(with_query(&here, &[("newer_than", first.id.as_str())])) { "newer" } " "
+                } }
+                @if p.newest.next { @if let Some(last) = p.newest.rows.last() {
+                    a.older href=(with_query(&here, &[("older_than", last.id.as_str())])) { "older" }
+                } }
             }
         },
     )
 }
 
-fn fields(fields: &[(Vec<u8>, Vec<u8>)]) -> Markup {
+pub(super) fn fields(fields: &[(Vec<u8>, Vec<u8>)]) -> Markup {
     html! {
         @for (k, v) in fields {
             div { b { (String::from_utf8_lossy(k)) } " " pre { (shown(v)) } }
@@ -239,7 +290,7 @@ fn fields(fields: &[(Vec<u8>, Vec<u8>)]) -> Markup {
 
 /// A value as text: lossy UTF-8, control characters (but newlines and
 /// tabs) shown as `\u{..}`. The server already cut it to `SHOWN_BYTES`.
-fn shown(v: &[u8]) -> String {
+pub(super) fn shown(v: &[u8]) -> String {
     String::from_utf8_lossy(v)
         .chars()
         .map(|c| {
@@ -257,16 +308,20 @@ pub(super) struct DlqPage<'a> {
     pub base: &'a str,
     pub stream: &'a str,
     pub dlq: &'a str,
+    /// How many dead letters the filter selects (all: the stream's length).
     pub total: u64,
     pub list: &'a [DeadLetter],
+    /// There is a page before this one.
+    pub prev: bool,
+    /// There is a page after this one.
     pub more: bool,
-    pub after: Option<&'a str>,
+    pub filter: &'a Filter,
     pub done: Option<&'a str>,
     /// The CSRF token; `None` in read-only mode (no buttons).
     pub token: Option<&'a str>,
 }
 
-fn action(
+pub(super) fn action(
     base: &str,
     stream: &str,
     verb: &str,
@@ -285,26 +340,65 @@ fn action(
 
 pub(super) fn dead_letters(p: &DlqPage<'_>) -> Markup {
     let (base, stream) = (p.base, p.stream);
+    let here = format!("{base}/dlq/{}", path_segment(stream));
     let range = p
         .list
         .first()
         .zip(p.list.last())
         .map(|(a, b)| (a.id.as_str(), b.id.as_str()));
+    let filtered = !p.filter.is_empty();
+    let described = p.filter.describe();
+    let total = p.total.to_string();
+    let mut bulk = p.filter.pairs();
+    bulk.push(("count", &total));
+    let page_link = |key: &str, id: &str| {
+        let mut pairs = p.filter.pairs();
+        pairs.push((key, id));
+        with_query(&here, &pairs)
+    };
     layout(
         base,
         &format!("dead letters of {stream}"),
         false,
         html! {
             @if let Some(done) = p.done { p.done { (done) } }
-            p { (p.dlq) ": " (p.total) " dead letters." " " a href={ (base) "/stream/" (path_segment(stream)) } { "the stream" } }
-            @if let (Some(token), Some((first, last))) = (p.token, range) {
-                @let count = p.list.len().to_string();
-                p.bulk {
-                    (action(base, stream, "redrive", token, &[("start", first), ("end", last), ("count", &count)],
-                        &format!("Redrive the {count} dead letters shown, each back to its origin stream?")))
-                    " "
-                    (action(base, stream, "purge", token, &[("start", first), ("end", last), ("count", &count)],
-                        &format!("Delete the {count} dead letters shown for good?")))
+            p.count {
+                (p.list.len()) " of " (p.total) " dead letters"
+                @if filtered { " " (described) } " (" (p.dlq) "). "
+                a href={ (base) "/stream/" (path_segment(stream)) } { "the stream" }
+            }
+            form.filter method="get" action=(here) {
+                label { "error contains " input type="text" name="error" value=[p.filter.error.as_deref()]; }
+                " "
+                label { "from " input type="text" name="from" size="16" placeholder="id or ms" value=[p.filter.from.as_deref()]; }
+                " "
+                label { "to " input type="text" name="to" size="16" placeholder="id or ms" value=[p.filter.to.as_deref()]; }
+                " "
+                button type="submit" class="filter" { "filter" }
+                @if filtered { " " a href=(here) { "clear" } }
+            }
+            @if let Some(token) = p.token {
+                @if filtered && p.total > 0 {
+                    // The whole filtered set, counted now; the server
+                    // counts again and refuses when it changed.
+                    @let count = &total;
+                    div.bulk-filter {
+                        (action(base, stream, "redrive", token, &bulk,
+                            &format!("Redrive the {count} dead letters {described}, each back to its origin stream?")))
+                        " Redrive the " (count) " dead letters " (described) ". "
+                        (action(base, stream, "purge", token, &bulk,
+                            &format!("Delete the {count} dead letters {described} for good?")))
+                    }
+                } @else if let Some((first, last)) = range.filter(|_| p.filter.error.is_none()) {
+                    @let count = p.list.len().to_string();
+                    div.bulk {
+                        "All " (count) " shown: "
+                        (action(base, stream, "redrive", token, &[("start", first), ("end", last), ("count", &count)],
+                            &format!("Redrive the {count} dead letters shown, each back to its origin stream?")))
+                        " "
+                        (action(base, stream, "purge", token, &[("start", first), ("end", last), ("count", &count)],
+                            &format!("Delete the {count} dead letters shown for good?")))
+                    }
                 }
             }
             table id="dead-letters" {
@@ -312,7 +406,7 @@ pub(super) fn dead_letters(p: &DlqPage<'_>) -> Markup {
                 tbody {
                     @for d in p.list {
                         tr data-id=(d.id) {
-                            td { (d.id) }
+                            td { (super::entry::link(base, "dlq", stream, d.id.as_str())) }
                             @match &d.origin {
                                 Some(o) => {
                                     td { (o.stream) " " (o.id) br; span.muted { "group " (o.group) ", consumer " (o.consumer) ", delivery " (o.delivery_count) } }
@@ -332,10 +426,15 @@ pub(super) fn dead_letters(p: &DlqPage<'_>) -> Markup {
                     }
                 }
             }
-            p {
-                @if p.after.is_some() { a href={ (base) "/dlq/" (path_segment(stream)) } { "first page" } " " }
+            p.paging {
+                @if p.prev {
+                    a href=(with_query(&here, &p.filter.pairs())) { "first page" } " "
+                    @if let Some((first, _)) = range {
+                        a.prev href=(page_link("before", first)) { "previous page" } " "
+                    }
+                }
                 @if p.more { @if let Some((_, last)) = range {
-                    a.next href={ (base) "/dlq/" (path_segment(stream)) "?after=" (last) } { "next page" }
+                    a.next href=(page_link("after", last)) { "next page" }
                 } }
             }
         },

@@ -298,8 +298,11 @@ async fn read_only_mode_has_no_buttons_and_refuses_a_forged_post() {
     c.goto(&format!("{base}/ro/dlq/orders")).await.unwrap();
     let table = text_of(&c, "#dead-letters").await;
     assert!(table.contains(&id), "{table}");
-    let buttons = c.find_all(Locator::Css("button")).await.unwrap();
-    assert!(buttons.is_empty(), "no buttons in read-only mode");
+    let buttons = c
+        .find_all(Locator::Css("form[method='post'] button"))
+        .await
+        .unwrap();
+    assert!(buttons.is_empty(), "no action buttons in read-only mode");
     // Even with a cookie and a token the page issued, a POST is refused.
     let cookie = c
         .get_named_cookie("rillkit_csrf")
@@ -450,10 +453,402 @@ async fn discovery_stream_page_and_dead_letter_pages() {
     );
 }
 
-/// Makes `docs/dashboard.png`, the README's screenshot of the overview:
-/// `cargo test --features dashboard --test dashboard -- --ignored`.
+/// Writes a dead letter of `stream` as rillkit lays one out: the original
+/// `data` field, then the seven appended pairs. Answers its id.
+fn dead_letter(conn: &mut redis::Connection, stream: &str, data: &str, error: &str) -> String {
+    redis::cmd("XADD")
+        .arg(format!("{stream}-dlq"))
+        .arg("*")
+        .arg("data")
+        .arg(data)
+        .arg("origin_stream")
+        .arg(stream)
+        .arg("origin_id")
+        .arg("1-0")
+        .arg("origin_group")
+        .arg("billing")
+        .arg("origin_consumer")
+        .arg("worker-7")
+        .arg("delivery_count")
+        .arg("4")
+        .arg("error")
+        .arg(error)
+        .arg("failed_at_ms")
+        .arg("1700000000000")
+        .query(conn)
+        .unwrap()
+}
+
+/// The entry pages: a 5 KB JSON payload shown whole and pretty-printed,
+/// with the consumer holding it and its delivery count; a dead letter with
+/// its origin and error, redriven from its own page.
 #[actix_rt::test]
-#[ignore = "writes docs/dashboard.png; run by hand"]
+async fn entry_pages_show_the_whole_payload_and_where_it_is() {
+    let Some(driver) = driver() else { return };
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let long = "x".repeat(5000);
+    let payload = format!(r#"{{"note":"{long}","n":1}}"#);
+    support::create_group(&mut conn, "orders", "billing", "0");
+    let id = support::xadd(&mut conn, "orders", &payload);
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("billing")
+        .arg("worker-1")
+        .arg("STREAMS")
+        .arg("orders")
+        .arg(">")
+        .query(&mut conn)
+        .unwrap();
+    let dl = dead_letter(&mut conn, "orders", &payload, "card <i>declined</i>");
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    broker.start().await.unwrap();
+    let base = serve(vec![(
+        "/rillkit",
+        Dashboard::new(broker.clone()).streams(["orders"]),
+    )]);
+    let c = browser(&driver).await;
+
+    // From the stream page's pending table to the entry's page.
+    c.goto(&format!("{base}/rillkit/stream/orders"))
+        .await
+        .unwrap();
+    c.find(Locator::Css("table.pending a.entry"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let fields = text_of(&c, "#fields").await;
+    assert!(
+        fields.contains(&format!(r#""note": "{long}""#)),
+        "the whole payload, pretty-printed: {} bytes shown",
+        fields.len()
+    );
+    assert!(fields.contains(r#""n": 1"#), "{fields}");
+    assert!(!fields.contains("bytes in all"), "not cut");
+    assert_eq!(text_of(&c, "#pending td.consumer").await, "worker-1");
+    assert_eq!(text_of(&c, "#pending td.deliveries").await, "1");
+    let url = c.current_url().await.unwrap();
+    assert!(
+        url.path().ends_with(&format!("/stream/orders/entry/{id}")),
+        "{url}"
+    );
+
+    // The dead letter's page: origin, error (as text), the payload whole.
+    c.goto(&format!("{base}/rillkit/dlq/orders")).await.unwrap();
+    c.find(Locator::Css("#dead-letters a.entry"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let origin = text_of(&c, "#origin").await;
+    for want in [
+        "orders 1-0",
+        "billing",
+        "worker-7",
+        "4",
+        "card <i>declined</i>",
+    ] {
+        assert!(origin.contains(want), "{want}: {origin}");
+    }
+    assert!(text_of(&c, "#fields").await.contains(&long));
+    // Redrive from its page, confirmed: back on the stream.
+    c.find(Locator::Css("div.actions button.redrive"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert!(c.get_alert_text().await.unwrap().contains(&dl));
+    c.accept_alert().await.unwrap();
+    eventually("the dead letter is redriven", WAIT, || {
+        support::stream_len(&mut conn, "orders-dlq") == 0
+    })
+    .await;
+    assert_eq!(support::stream_len(&mut conn, "orders"), 2);
+    let done = text_of(&c, "p.done").await;
+    assert!(done.contains("Redriven: 1."), "{done}");
+    c.close().await.unwrap();
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
+/// The rows of the table whose opening tag holds `class`, as the entry
+/// links in it (`/entry/<id>"`), in order.
+fn linked_ids(page: &str, class: &str) -> Vec<String> {
+    let table = page
+        .split(&format!("class=\"{class}\""))
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_else(|| panic!("no table {class} in {page}"));
+    table
+        .split("/entry/")
+        .skip(1)
+        .map(|r| r.split('"').next().unwrap().to_owned())
+        .collect()
+}
+
+/// The link `class` on `page`, unescaped.
+fn link(page: &str, class: &str) -> Option<String> {
+    page.split(&format!("class=\"{class}\" href=\""))
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .map(|l| l.replace("&amp;", "&"))
+}
+
+/// Without a browser: the stream page pages its pending entries ("50 of
+/// 120 pending", next, next, previous) and its entries ("10 of 120
+/// entries", older, newer); the dead-letter page says "20 of 25".
+#[actix_rt::test]
+async fn pending_entries_and_dead_letters_page_with_their_totals() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    support::strand(&redis, "paged", "g", "ghost", 0..120);
+    let ids: Vec<String> = redis::cmd("XRANGE")
+        .arg("paged")
+        .arg("-")
+        .arg("+")
+        .query::<Vec<(String, Vec<(String, String)>)>>(&mut conn)
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    for i in 0..25 {
+        dead_letter(&mut conn, "paged", &i.to_string(), "boom");
+    }
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    let base = serve(vec![(
+        "/ops",
+        Dashboard::new(broker.clone()).streams(["paged"]),
+    )]);
+
+    let (code, first) = get(&base, "/ops/stream/paged").await;
+    assert_eq!(code, 200, "{first}");
+    assert!(first.contains("50 of 120 pending"), "{first}");
+    assert_eq!(linked_ids(&first, "pending"), ids[..50]);
+    assert!(link(&first, "prev").is_none(), "the first page");
+    let (_, second) = get(&base, &link(&first, "next").expect("a next page")).await;
+    assert_eq!(linked_ids(&second, "pending"), ids[50..100]);
+    let (_, third) = get(&base, &link(&second, "next").expect("a third page")).await;
+    assert_eq!(linked_ids(&third, "pending"), ids[100..]);
+    assert!(third.contains("20 of 120 pending"), "{third}");
+    assert!(link(&third, "next").is_none(), "the last page");
+    let (_, back) = get(&base, &link(&third, "prev").expect("a previous page")).await;
+    assert_eq!(linked_ids(&back, "pending"), ids[50..100]);
+    let (_, back) = get(&base, &link(&back, "prev").expect("the first page again")).await;
+    assert_eq!(linked_ids(&back, "pending"), ids[..50]);
+    assert!(link(&back, "prev").is_none());
+
+    // The entries, newest first, with the stream's length.
+    assert!(first.contains("10 of 120 entries"), "{first}");
+    let newest: Vec<String> = ids.iter().rev().cloned().collect();
+    assert_eq!(linked_ids(&first, "newest"), newest[..10]);
+    let (_, older) = get(&base, &link(&first, "older").expect("older entries")).await;
+    assert_eq!(linked_ids(&older, "newest"), newest[10..20]);
+    let (_, newer) = get(&base, &link(&older, "newer").expect("newer entries")).await;
+    assert_eq!(linked_ids(&newer, "newest"), newest[..10]);
+    assert!(link(&newer, "newer").is_none(), "the newest page");
+
+    let (_, dlq) = get(&base, "/ops/dlq/paged").await;
+    assert!(dlq.contains("20 of 25 dead letters"), "{dlq}");
+    let (_, rest) = get(&base, &link(&dlq, "next").expect("a next page")).await;
+    assert!(rest.contains("5 of 25 dead letters"), "{rest}");
+    let (_, again) = get(&base, &link(&rest, "prev").expect("a previous page")).await;
+    assert_eq!(again.matches("<tr data-id=").count(), 20);
+    for bad in [
+        "/ops/stream/paged?group=g&pending_after=x",
+        "/ops/dlq/paged?from=yesterday",
+    ] {
+        assert_eq!(get(&base, bad).await.0, 400, "{bad}");
+    }
+}
+
+/// Filters dead letters by error in the browser, then redrives the
+/// filtered set with the count the page previewed: only those move.
+#[actix_rt::test]
+async fn a_filtered_set_of_dead_letters_is_redriven_with_its_count() {
+    let Some(driver) = driver() else { return };
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let mut declined = Vec::new();
+    for i in 0..7 {
+        if i % 3 == 0 {
+            declined.push(dead_letter(
+                &mut conn,
+                "orders",
+                &i.to_string(),
+                "card declined",
+            ));
+        } else {
+            dead_letter(
+                &mut conn,
+                "orders",
+                &i.to_string(),
+                &format!("call {i} timed out"),
+            );
+        }
+    }
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    broker.start().await.unwrap();
+    let base = serve(vec![(
+        "/rillkit",
+        Dashboard::new(broker.clone()).streams(["orders"]),
+    )]);
+    let c = browser(&driver).await;
+    c.goto(&format!("{base}/rillkit/dlq/orders")).await.unwrap();
+    assert!(
+        text_of(&c, "p.count")
+            .await
+            .starts_with("7 of 7 dead letters")
+    );
+    c.find(Locator::Css("form.filter input[name='error']"))
+        .await
+        .unwrap()
+        .send_keys("timed out")
+        .await
+        .unwrap();
+    c.find(Locator::Css("button.filter"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let count = text_of(&c, "p.count").await;
+    assert!(
+        count.starts_with(r#"4 of 4 dead letters whose error contains "timed out""#),
+        "{count}"
+    );
+    let bulk = text_of(&c, "div.bulk-filter").await;
+    assert!(
+        bulk.contains(r#"Redrive the 4 dead letters whose error contains "timed out""#),
+        "{bulk}"
+    );
+    c.find(Locator::Css("div.bulk-filter button.redrive"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let alert = c.get_alert_text().await.unwrap();
+    assert!(alert.contains("Redrive the 4 dead letters"), "{alert}");
+    c.accept_alert().await.unwrap();
+    eventually("the four are redriven", WAIT, || {
+        support::stream_len(&mut conn, "orders-dlq") == 3
+    })
+    .await;
+    assert!(text_of(&c, "p.done").await.contains("Redriven: 4."));
+    let left: Vec<String> = redis::cmd("XRANGE")
+        .arg("orders-dlq")
+        .arg("-")
+        .arg("+")
+        .query::<Vec<(String, Vec<(String, String)>)>>(&mut conn)
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(left, declined, "only the filtered ones moved");
+    assert_eq!(support::stream_len(&mut conn, "orders"), 4);
+
+    // A range by id: from the second declined one on.
+    c.goto(&format!("{base}/rillkit/dlq/orders?from={}", declined[1]))
+        .await
+        .unwrap();
+    let count = text_of(&c, "p.count").await;
+    assert!(
+        count.starts_with(&format!("2 of 2 dead letters from {}", declined[1])),
+        "{count}"
+    );
+    c.close().await.unwrap();
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
+/// The history: rows in `rillkit:history:<stream>` (capped), charted per
+/// minute on the stream page with the sums the rows hold.
+#[actix_rt::test]
+async fn history_is_kept_in_redis_and_charted() {
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let orders = Stream::new("orders", "billing");
+    let broker = Broker::builder(redis.url())
+        .subscribe(&orders, ConsumerOptions::default(), |v: u64| async move {
+            if v % 5 == 0 {
+                return Err(HandlerError::reject(format!("{v}: bad")));
+            }
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    support::create_group(&mut conn, "audit", "auditors", "$");
+    let base = serve(vec![
+        (
+            "/ops",
+            Dashboard::new(broker.clone()).history_period(Duration::from_millis(100)),
+        ),
+        (
+            "/ro",
+            Dashboard::new(broker.clone())
+                .streams(["audit"])
+                .read_only(true)
+                .history_period(Duration::from_millis(100)),
+        ),
+    ]);
+    assert_eq!(
+        get(&base, "/ro/").await.0,
+        200,
+        "a read-only one writes none"
+    );
+    assert_eq!(get(&base, "/ops/").await.0, 200, "starts the writer");
+    broker.publish_batch(&orders, 1..=10u64).await.unwrap();
+    let sums = |conn: &mut redis::Connection| {
+        let rows: Vec<(String, std::collections::HashMap<String, u64>)> = redis::cmd("XRANGE")
+            .arg("rillkit:history:orders")
+            .arg("-")
+            .arg("+")
+            .query(conn)
+            .unwrap();
+        let sum = |f: &str| {
+            rows.iter()
+                .map(|(_, r)| r.get(f).copied().unwrap_or(0))
+                .sum::<u64>()
+        };
+        (sum("handled"), sum("dead_lettered"), rows.len())
+    };
+    eventually("the history holds the ten entries", WAIT, || {
+        let (handled, dead, _) = sums(&mut conn);
+        handled + dead >= 10 && dead == 2
+    })
+    .await;
+    let (_, page) = get(&base, "/ops/stream/orders").await;
+    let (handled, dead, rows) = sums(&mut conn);
+    assert!(rows > 1, "a row per period");
+    // The page may have been read a row later; rows after the ten hold 0.
+    assert!(
+        page.contains(&format!("data-handled=\"{handled}\"")),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("data-dead-lettered=\"{dead}\"")),
+        "{page}"
+    );
+    assert!(page.contains("<polyline class=\"handled\""), "{page}");
+    eventually("a few more rows", WAIT, || sums(&mut conn).2 > rows + 3).await;
+    let written: bool = redis::cmd("EXISTS")
+        .arg("rillkit:history:audit")
+        .query(&mut conn)
+        .unwrap();
+    assert!(!written, "the read-only dashboard wrote history");
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
+/// Makes the README's screenshots: `docs/dashboard.png` (the overview),
+/// `docs/dashboard-stream.png` (a stream: history, a dead consumer,
+/// pending entries), `docs/dashboard-entry.png` (a dead letter's page) and
+/// `docs/dashboard-dlq.png` (dead letters):
+/// `CI=true cargo test --all-features --test dashboard -- --ignored`.
+#[actix_rt::test]
+#[ignore = "writes docs/dashboard*.png; run by hand"]
 async fn screenshot_of_the_overview() {
     let driver = driver().expect("chromedriver");
     let redis = RedisServer::start();
@@ -475,13 +870,26 @@ async fn screenshot_of_the_overview() {
     broker.start().await.unwrap();
     let mut conn = redis.conn();
     support::create_group(&mut conn, "audit", "auditors", "$");
+    // A second group on orders whose consumer read five entries and died.
+    support::create_group(&mut conn, "orders", "analytics", "$");
     let base = serve(vec![(
         "/rillkit",
-        Dashboard::new(broker.clone()).streams(["audit"]),
+        Dashboard::new(broker.clone())
+            .streams(["audit"])
+            .history_period(Duration::from_secs(5))
+            .dead_consumer_after(Duration::from_secs(30)),
     )]);
     let c = browser(&driver).await;
     c.goto(&format!("{base}/rillkit/")).await.unwrap();
-    // A minute of traffic, so the sparkline has samples.
+    // An order that is not a number: a decode failure, dead-lettered.
+    broker
+        .publish(
+            &orders,
+            &serde_json::json!({"order": 4711, "customer": "c-981", "items": [{"sku": "A-1", "qty": 2}, {"sku": "B-7", "qty": 1}], "total": "59.90"}),
+        )
+        .await
+        .unwrap();
+    // A minute of traffic, so the sparkline and the history have samples.
     for round in 0..14u64 {
         let values: Vec<u64> = (round * 40..round * 40 + 20 + round * 3).collect();
         broker.publish_batch(&orders, values).await.unwrap();
@@ -489,13 +897,57 @@ async fn screenshot_of_the_overview() {
             .publish_batch(&Stream::new("audit", "auditors"), [round, round + 1])
             .await
             .unwrap();
+        if round == 1 {
+            let _: redis::Value = redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg("analytics")
+                .arg("analytics-3")
+                .arg("COUNT")
+                .arg(5)
+                .arg("STREAMS")
+                .arg("orders")
+                .arg(">")
+                .query(&mut conn)
+                .unwrap();
+            let _: i64 = redis::cmd("XGROUP")
+                .arg("CREATECONSUMER")
+                .arg("orders")
+                .arg("analytics")
+                .arg("analytics-4")
+                .query(&mut conn)
+                .unwrap();
+        }
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    let shoot = |name: &'static str| {
+        let (c, docs) = (c.clone(), docs.clone());
+        async move {
+            let png = c.screenshot().await.unwrap();
+            std::fs::write(docs.join(name), png).unwrap();
+        }
+    };
     c.goto(&format!("{base}/rillkit/")).await.unwrap();
-    let png = c.screenshot().await.unwrap();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/dashboard.png");
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(&path, png).unwrap();
+    shoot("dashboard.png").await;
+    c.goto(&format!("{base}/rillkit/stream/orders"))
+        .await
+        .unwrap();
+    shoot("dashboard-stream.png").await;
+    c.goto(&format!("{base}/rillkit/dlq/orders")).await.unwrap();
+    shoot("dashboard-dlq.png").await;
+    let dead: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("orders-dlq")
+        .arg("-")
+        .arg("+")
+        .arg("COUNT")
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
+    c.goto(&format!("{base}/rillkit/dlq/orders/entry/{}", dead[0].0))
+        .await
+        .unwrap();
+    shoot("dashboard-entry.png").await;
     c.close().await.unwrap();
     let _ = broker.stop().await.unwrap();
 }

@@ -308,6 +308,29 @@ async fn the_readmes_dashboard_acls_are_enough_for_every_page_and_action() {
     })
     .await;
     assert_eq!(worker.stop().await.unwrap().exit_code(), 0);
+    // A consumer that holds entries and reads no more, for the hand-over.
+    support::strand(&redis, "jobs", "g", "gone", 0..2);
+    let _: i64 = redis::cmd("XGROUP")
+        .arg("CREATECONSUMER")
+        .arg("jobs")
+        .arg("g")
+        .arg("alive")
+        .query(&mut conn)
+        .unwrap();
+    let dl: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("orders-dlq")
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .unwrap();
+    let dl = dl[0].0.clone();
+    let job: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("jobs")
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .unwrap();
+    let job = job[0].0.clone();
     let _: () = redis::cmd("ACL")
         .arg("LOG")
         .arg("RESET")
@@ -320,11 +343,22 @@ async fn the_readmes_dashboard_acls_are_enough_for_every_page_and_action() {
         broker.start().await.unwrap();
         let base = serve(
             Dashboard::new(broker.clone())
-                .streams(["orders"])
+                .streams(["orders", "jobs"])
                 .all_streams(true)
+                .dead_consumer_after(std::time::Duration::from_millis(1))
                 .read_only(read_only),
         );
-        for path in ["/d/", "/d/stream/orders", "/d/dlq/orders"] {
+        let entry = format!("/d/stream/jobs/entry/{job}");
+        let dead = format!("/d/dlq/orders/entry/{dl}");
+        for path in [
+            "/d/",
+            "/d/stream/orders",
+            "/d/stream/jobs",
+            "/d/dlq/orders",
+            "/d/dlq/orders?error=no",
+            &entry,
+            &dead,
+        ] {
             let (code, _, body) = call(&base, "GET", path, vec![], "").await;
             assert_eq!(code, 200, "{user} {path}: {body}");
         }
@@ -355,8 +389,203 @@ async fn the_readmes_dashboard_acls_are_enough_for_every_page_and_action() {
             .await;
             assert_eq!(code, 303, "{body}");
             assert_eq!(stream_len(&mut conn, "orders-dlq"), 0, "redriven");
+            let headers = vec![
+                ("Cookie", format!("rillkit_csrf={token}")),
+                ("Origin", base.clone()),
+            ];
+            let (code, _, body) = call(
+                &base,
+                "POST",
+                "/d/stream/jobs/handover",
+                headers,
+                &format!("csrf={token}&group=g&consumer=gone&to=alive&count=2"),
+            )
+            .await;
+            assert_eq!(code, 303, "{body}");
+            assert_eq!(support::pending_count(&mut conn, "jobs", "g"), 2);
         }
         assert_eq!(refused(&mut conn), Vec::<String>::new(), "{user}");
         assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
     }
+}
+
+/// The token and cookie a page of `base` hands out.
+async fn token_of(base: &str, path: &str) -> (String, String) {
+    let (_, headers, _) = call(base, "GET", path, vec![], "").await;
+    let cookie = csrf_cookie(&headers);
+    let token = cookie
+        .trim_start_matches("rillkit_csrf=")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    (format!("rillkit_csrf={token}"), token)
+}
+
+fn pending_of(conn: &mut redis::Connection, stream: &str, group: &str) -> Vec<(String, String)> {
+    let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg(group)
+        .arg("-")
+        .arg("+")
+        .arg(1000)
+        .query(conn)
+        .unwrap();
+    rows.into_iter().map(|(id, c, _, _)| (id, c)).collect()
+}
+
+/// A bulk action on a filter's selection acts only when the filter still
+/// selects the count the page showed (409 otherwise), and only on what it
+/// selects. A consumer holding entries and idle past the threshold is
+/// flagged dead; the hand-over moves its entries to the consumer chosen,
+/// refused when the count changed or the target is not in the group.
+#[actix_rt::test]
+async fn filtered_bulk_actions_and_the_hand_over_are_counted() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let dead_letter = |conn: &mut redis::Connection, error: &str| -> String {
+        redis::cmd("XADD")
+            .arg("orders-dlq")
+            .arg("*")
+            .arg("data")
+            .arg("1")
+            .arg("origin_stream")
+            .arg("orders")
+            .arg("origin_id")
+            .arg("1-0")
+            .arg("origin_group")
+            .arg("g")
+            .arg("origin_consumer")
+            .arg("c")
+            .arg("delivery_count")
+            .arg("1")
+            .arg("error")
+            .arg(error)
+            .arg("failed_at_ms")
+            .arg("1")
+            .query(conn)
+            .unwrap()
+    };
+    let kept: Vec<String> = ["a", "b"]
+        .iter()
+        .map(|e| dead_letter(&mut conn, &format!("{e}: declined")))
+        .collect();
+    for i in 0..3 {
+        dead_letter(&mut conn, &format!("{i}: timed out"));
+    }
+    support::strand(&redis, "jobs", "g", "gone", 0..3);
+    let _: i64 = redis::cmd("XGROUP")
+        .arg("CREATECONSUMER")
+        .arg("jobs")
+        .arg("g")
+        .arg("alive")
+        .query(&mut conn)
+        .unwrap();
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    broker.start().await.unwrap();
+    let base = serve(
+        Dashboard::new(broker.clone())
+            .streams(["orders", "jobs"])
+            .dead_consumer_after(std::time::Duration::from_millis(300)),
+    );
+    let own = base.clone();
+    let (jar, token) = token_of(&base, "/d/dlq/orders").await;
+    let headers = || vec![("Cookie", jar.clone()), ("Origin", own.clone())];
+
+    // The page counts 3; a form that says 2 is refused, and so is one
+    // with a bound that is neither an id nor a time.
+    let (_, _, page) = call(&base, "GET", "/d/dlq/orders?error=timed+out", vec![], "").await;
+    assert!(page.contains("3 of 3 dead letters"), "{page}");
+    for (body, want) in [
+        (format!("csrf={token}&error=timed+out&count=2"), 409),
+        (format!("csrf={token}&error=timed+out&from=-&count=3"), 400),
+        (
+            format!("csrf={token}&error=timed+out&id={}&count=3", kept[0]),
+            400,
+        ),
+    ] {
+        let (code, _, text) = call(&base, "POST", "/d/dlq/orders/purge", headers(), &body).await;
+        assert_eq!(code, want, "{body}: {text}");
+        assert_eq!(stream_len(&mut conn, "orders-dlq"), 5);
+    }
+    let body = format!("csrf={token}&error=timed+out&count=3");
+    let (code, head, _) = call(&base, "POST", "/d/dlq/orders/purge", headers(), &body).await;
+    assert_eq!(code, 303, "{head}");
+    let left: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("orders-dlq")
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .unwrap();
+    let left: Vec<String> = left.into_iter().map(|(id, _)| id).collect();
+    assert_eq!(left, kept, "only what the filter selected was purged");
+
+    // "gone" holds 3 entries and stops reading: flagged once 300 ms pass;
+    // "alive" holds none and is never flagged.
+    support::eventually(
+        "gone idle past 300 ms",
+        std::time::Duration::from_secs(10),
+        || {
+            let rows: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
+                .arg("CONSUMERS")
+                .arg("jobs")
+                .arg("g")
+                .query(&mut conn)
+                .unwrap();
+            rows.iter().any(|r| {
+                r.get("name") == Some(&redis::Value::BulkString(b"gone".to_vec()))
+                    && matches!(r.get("idle"), Some(redis::Value::Int(ms)) if *ms > 400)
+            })
+        },
+    )
+    .await;
+    let (_, _, page) = call(&base, "GET", "/d/stream/jobs", vec![], "").await;
+    assert!(
+        page.contains(r#"data-consumer="gone" class="dead""#),
+        "gone is flagged: {page}"
+    );
+    assert!(!page.contains(r#"data-consumer="alive" class="dead""#));
+    assert!(page.contains("form class=\"handover\""), "{page}");
+    for (body, want) in [
+        (
+            format!("csrf={token}&group=g&consumer=gone&to=alive&count=2"),
+            409,
+        ),
+        (
+            format!("csrf={token}&group=g&consumer=alive&to=gone&count=0"),
+            409,
+        ),
+        (
+            format!("csrf={token}&group=g&consumer=gone&to=nobody&count=3"),
+            400,
+        ),
+        (
+            "csrf=forged&group=g&consumer=gone&to=alive&count=3".to_owned(),
+            403,
+        ),
+    ] {
+        let (code, _, text) =
+            call(&base, "POST", "/d/stream/jobs/handover", headers(), &body).await;
+        assert_eq!(code, want, "{body}: {text}");
+        assert!(
+            pending_of(&mut conn, "jobs", "g")
+                .iter()
+                .all(|(_, c)| c == "gone")
+        );
+    }
+    let body = format!("csrf={token}&group=g&consumer=gone&to=alive&count=3");
+    let (code, head, _) = call(&base, "POST", "/d/stream/jobs/handover", headers(), &body).await;
+    assert_eq!(code, 303, "{head}");
+    let pending = pending_of(&mut conn, "jobs", "g");
+    assert_eq!(pending.len(), 3);
+    assert!(pending.iter().all(|(_, c)| c == "alive"), "{pending:?}");
+    let location = head
+        .lines()
+        .find_map(|l| l.strip_prefix("location: "))
+        .unwrap()
+        .to_owned();
+    let (_, _, page) = call(&base, "GET", &location, vec![], "").await;
+    assert!(page.contains("Handed over: 3 pending entries."), "{page}");
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
