@@ -435,7 +435,7 @@ fn the_worker_example_runs_on_a_cluster_given_rillkit_cluster() {
     support::xadd(&mut conn, "tasks", r#"{"id":1}"#);
     support::xadd(&mut conn, "tasks", r#"{"id":2,"fail":true}"#);
     support::eventually_blocking("task 1 handled", WAIT, || {
-        worker.lines().iter().any(|l| l == "handled 1 delivery 1")
+        worker.handled().contains(&(1, 1))
     });
     support::eventually_blocking("task 2 dead-lettered", WAIT, || {
         stream_len(&mut conn, "{tasks}-dlq") == 1
