@@ -1133,3 +1133,40 @@ fn a_long_redrive_shows_progress_and_ctrl_c_stops_it_with_the_count() {
         "{err}"
     );
 }
+
+/// A reader that goes away (`rillkit tail … | head -1`) ends the tool
+/// quietly with 141 (as SIGPIPE would), not with a panic.
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let mut pipe = redis::pipe();
+    for i in 0..5000 {
+        pipe.cmd("XADD")
+            .arg("big")
+            .arg("*")
+            .arg("data")
+            .arg(format!("{{\"id\":{i},\"pad\":\"{}\"}}", "x".repeat(200)))
+            .ignore();
+    }
+    let _: () = pipe.query(&mut conn).unwrap();
+    let mut child = Command::new(support::rillkit_bin())
+        .env_remove("REDIS_URL")
+        .args(["--url", &redis.url(), "tail", "big", "--count", "5000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(!first.is_empty(), "the first line came");
+    // The reader is dropped: the rest of the 5000 lines meet a closed pipe.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+}

@@ -29,7 +29,8 @@ Exit codes:
   78  bad configuration: malformed URL, --sentinel or --cluster address,
       unreadable --tls-ca file, TLS options with a redis:// URL
   130 a redrive interrupted by Ctrl-C (after the dead letter in hand; the
-      count so far is printed)";
+      count so far is printed)
+  141 the output's reader went away (`| head`): the rest is not printed";
 
 /// Help heading of the options that say where Redis is.
 const CONNECTION: &str = "Connection";

@@ -52,7 +52,7 @@ pub async fn dlq(ctx: &Ctx, cmd: &Dlq) -> Result<(), Failure> {
                 return Ok(());
             }
             if list.is_empty() {
-                println!("no dead letters in {}", text(dlq.as_bytes()));
+                say!("no dead letters in {}", text(dlq.as_bytes()));
                 return Ok(());
             }
             let now = now_ms();
@@ -77,7 +77,7 @@ pub async fn dlq(ctx: &Ctx, cmd: &Dlq) -> Result<(), Failure> {
                     ],
                 })
                 .collect();
-            print!(
+            say_inline!(
                 "{}",
                 table(
                     &["ID", "ORIGIN", "GROUP", "DELIVERIES", "FAILED", "ERROR"],
@@ -99,26 +99,26 @@ pub async fn dlq(ctx: &Ctx, cmd: &Dlq) -> Result<(), Failure> {
                 print_json(&json!({ "dlq": dlq, "dead_letter": dead_letter_json(d) }));
                 return Ok(());
             }
-            println!("id:               {}", d.id);
+            say!("id:               {}", d.id);
             match &d.origin {
                 Some(o) => {
-                    println!("origin stream:    {}", text(o.stream.as_bytes()));
-                    println!("origin id:        {}", text(o.id.as_str().as_bytes()));
-                    println!("origin group:     {}", text(o.group.as_bytes()));
-                    println!("origin consumer:  {}", text(o.consumer.as_bytes()));
-                    println!("delivery count:   {}", o.delivery_count);
-                    println!(
+                    say!("origin stream:    {}", text(o.stream.as_bytes()));
+                    say!("origin id:        {}", text(o.id.as_str().as_bytes()));
+                    say!("origin group:     {}", text(o.group.as_bytes()));
+                    say!("origin consumer:  {}", text(o.consumer.as_bytes()));
+                    say!("delivery count:   {}", o.delivery_count);
+                    say!(
                         "failed at ms:     {} ({} ago)",
                         o.failed_at_ms,
                         duration(now_ms().saturating_sub(o.failed_at_ms))
                     );
-                    println!("error:            {}", text(o.error.as_bytes()));
+                    say!("error:            {}", text(o.error.as_bytes()));
                 }
-                None => println!("origin:           (not a rillkit dead letter)"),
+                None => say!("origin:           (not a rillkit dead letter)"),
             }
-            println!("fields:");
+            say!("fields:");
             for (k, v) in &d.fields {
-                println!("  {} = {}", text(k), text(v));
+                say!("  {} = {}", text(k), text(v));
             }
             Ok(())
         }
@@ -151,7 +151,7 @@ pub async fn dlq(ctx: &Ctx, cmd: &Dlq) -> Result<(), Failure> {
             if ctx.json {
                 print_json(&json!({ "dlq": dlq, "deleted": deleted }));
             } else {
-                println!(
+                say!(
                     "deleted {deleted} dead letter(s) from {}",
                     text(dlq.as_bytes())
                 );

@@ -35,7 +35,7 @@ pub async fn publish(ctx: &Ctx, stream: &str, document: &str, create: bool) -> R
     if ctx.json {
         print_json(&json!({ "stream": stream, "id": id.as_str() }));
     } else {
-        println!("{id}");
+        say!("{id}");
     }
     Ok(())
 }
@@ -58,7 +58,7 @@ pub async fn tail(ctx: &Ctx, stream: &str, count: usize, follow: bool) -> Result
             print_json(&json!({ "stream": stream, "entries": list }));
         } else {
             for e in &entries {
-                println!("{}", line(e));
+                say!("{}", line(e));
             }
         }
         return Ok(());

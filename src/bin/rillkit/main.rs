@@ -7,6 +7,22 @@
 //! `operator.rs` the confirmation and Ctrl-C; `output.rs` how it prints.
 #![forbid(unsafe_code)]
 
+/// `println!` for stdout that ends the program quietly (exit 141, as a
+/// SIGPIPE would) when its reader went away (`rillkit … | head`), where
+/// `println!` panics.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::output::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// [`say!`] without the newline.
+macro_rules! say_inline {
+    ($($arg:tt)*) => {
+        $crate::output::write_out(format_args!($($arg)*))
+    };
+}
+
 mod cli;
 mod dlq;
 mod entries;

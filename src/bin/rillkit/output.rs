@@ -188,7 +188,26 @@ pub fn dead_letter_json(d: &DeadLetter) -> Value {
 /// written as JSON escapes (`\u202e`): the same strings to a JSON parser,
 /// nothing raw on a terminal.
 pub fn print_json(v: &Value) {
-    println!("{}", json_text(v, true));
+    say!("{}", json_text(v, true));
+}
+
+/// The exit code when stdout's reader went away (128 + SIGPIPE), as a
+/// tool killed by SIGPIPE ends.
+const EXIT_PIPE: i32 = 141;
+
+/// Writes to stdout. A reader that went away (`| head`) ends the program
+/// at once with [`EXIT_PIPE`] and no message; any other write error ends it
+/// with status 1 and says so.
+pub fn write_out(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(EXIT_PIPE);
+        }
+        eprintln!("rillkit: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
 }
 
 /// `v` as JSON text (pretty or on one line), invisible characters escaped.

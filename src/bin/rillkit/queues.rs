@@ -104,9 +104,9 @@ pub async fn status(ctx: &Ctx, stream: Option<&str>) -> Result<(), Failure> {
     if ctx.json {
         print_json(&json!({ "streams": streams }));
     } else if rows.is_empty() {
-        println!("no streams");
+        say!("no streams");
     } else {
-        print!(
+        say_inline!(
             "{}",
             table(
                 &[
@@ -205,7 +205,7 @@ pub async fn pending(ctx: &Ctx, cmd: &PendingCommand) -> Result<(), Failure> {
                     claimed.len(),
                     select.describe(entries.len())
                 );
-                println!("{}", text(done.as_bytes()));
+                say!("{}", text(done.as_bytes()));
             }
             Ok(())
         }
@@ -229,7 +229,7 @@ pub async fn pending(ctx: &Ctx, cmd: &PendingCommand) -> Result<(), Failure> {
                     "acknowledged": acked,
                 }));
             } else {
-                println!(
+                say!(
                     "acknowledged {acked} of {}",
                     text(select.describe(entries.len()).as_bytes())
                 );
@@ -252,7 +252,7 @@ fn nothing(ctx: &Ctx, select: &PendingSelect, done: &str) -> Result<(), Failure>
             "selected": 0,
         }));
     } else {
-        println!(
+        say!(
             "nothing {done}: no {}",
             text(select.describe(0).trim_start_matches("0 ").as_bytes())
         );
@@ -281,7 +281,7 @@ async fn list_pending(ctx: &Ctx, select: &PendingSelect) -> Result<(), Failure> 
             "pending": list,
         }));
     } else if entries.is_empty() {
-        println!("nothing pending");
+        say!("nothing pending");
     } else {
         let rows: Vec<Vec<String>> = entries
             .iter()
@@ -295,7 +295,7 @@ async fn list_pending(ctx: &Ctx, select: &PendingSelect) -> Result<(), Failure> 
                 ]
             })
             .collect();
-        print!(
+        say_inline!(
             "{}",
             table(
                 &["ID", "CONSUMER", "AGE", "SINCE-DELIVERY", "DELIVERIES"],
@@ -337,20 +337,20 @@ pub async fn consumers(
         return Ok(());
     }
     if prune_idle.is_some() {
-        println!(
+        say!(
             "pruned {} idle consumer(s): {}",
             pruned.len(),
             text(pruned.join(", ").as_bytes())
         );
     }
     if list.is_empty() {
-        println!("no consumers");
+        say!("no consumers");
     } else {
         let rows: Vec<Vec<String>> = list
             .iter()
             .map(|c| vec![c.name.clone(), c.pending.to_string(), duration(c.idle_ms)])
             .collect();
-        print!(
+        say_inline!(
             "{}",
             table(&["CONSUMER", "PENDING", "IDLE"], &rows, ctx.cap)
         );

@@ -110,7 +110,7 @@ pub async fn redrive(ctx: &Ctx, select: &Select, opts: Options<'_>) -> Result<()
         if ctx.json {
             print_json(&json!({ "dlq": dlq, "redriven": [], "skipped": [] }));
         } else {
-            println!("no dead letters to redrive in {}", text(dlq.as_bytes()));
+            say!("no dead letters to redrive in {}", text(dlq.as_bytes()));
         }
         return Ok(());
     }
@@ -197,7 +197,7 @@ impl Done {
         let before = self.attempted();
         for r in report.redriven {
             if !ctx.json {
-                println!(
+                say!(
                     "{} -> {} {}",
                     r.dead_letter,
                     text(r.stream.as_bytes()),
@@ -223,7 +223,7 @@ impl Done {
         }
         for (id, reason) in skipped {
             if !ctx.json {
-                println!("{id} skipped: {}", text(reason.as_bytes()));
+                say!("{id} skipped: {}", text(reason.as_bytes()));
             }
             self.skipped.push((id, reason));
         }
@@ -264,7 +264,7 @@ impl Done {
                 if interrupted { " (interrupted)" } else { "" }
             ));
         }
-        println!("{line}");
+        say!("{line}");
     }
 }
 
@@ -340,7 +340,7 @@ fn print_dry_run(
         })
         .collect();
     if !rows.is_empty() {
-        print!(
+        say_inline!(
             "{}",
             table(&["DEAD-LETTER", "ORIGIN", "ORIGIN-ID"], &rows, ctx.cap)
         );
@@ -359,9 +359,9 @@ fn print_dry_run(
             o.count,
             o.readers.describe()
         );
-        println!("{}", text(line.as_bytes()));
+        say!("{}", text(line.as_bytes()));
     }
-    println!(
+    say!(
         "dry run: would redrive {} dead letter(s) from {}; nothing changed",
         selected.len(),
         text(dlq.as_bytes())
