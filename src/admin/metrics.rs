@@ -109,14 +109,12 @@ impl ServerMetrics {
     /// `SCAN`, `XINFO GROUPS`, `XPENDING` or `XLEN` (a key that changed type
     /// meanwhile is skipped).
     pub async fn collect(&self, admin: &Admin) -> Result<Collected, Error> {
-        let found = admin.streams("*").await?;
-        let dlqs: Vec<String> = found.iter().map(|n| admin.dlq_of(n)).collect();
-        let streams: Vec<&String> = found.iter().filter(|n| !dlqs.contains(n)).collect();
+        let streams = admin.origin_streams().await?;
         let mut done = Collected {
             streams: streams.len(),
             ..Collected::default()
         };
-        for stream in streams {
+        for stream in &streams {
             let groups = match admin.groups(stream).await {
                 Ok(g) => g,
                 Err(e) if e.is_connection() => return Err(e),

@@ -168,6 +168,19 @@ impl Admin {
         self.cluster
     }
 
+    /// Every stream on the server ([`streams`](Self::streams)`("*")`) that
+    /// is not another one's default dead-letter stream ([`dlq_of`](Self::dlq_of)),
+    /// in name order.
+    ///
+    /// # Errors
+    /// As [`streams`](Self::streams).
+    pub(crate) async fn origin_streams(&self) -> Result<Vec<String>, Error> {
+        let found = self.streams("*").await?;
+        let dlqs: std::collections::HashSet<String> =
+            found.iter().map(|n| self.dlq_of(n)).collect();
+        Ok(found.into_iter().filter(|n| !dlqs.contains(n)).collect())
+    }
+
     /// The default dead-letter stream of the stream `name` on this
     /// connection's topology: `<name>-dlq`, or under a cluster
     /// `{<name>}-dlq` (`<name>-dlq` when the name already holds a hash tag),

@@ -264,10 +264,8 @@ impl Dashboard {
             push(&mut out, name.clone(), self.dlq_of(admin, name));
         }
         if self.all_streams {
-            let found = admin.streams("*").await?;
-            let dlqs: Vec<String> = found.iter().map(|n| admin.dlq_of(n)).collect();
-            for name in found {
-                if !dlqs.contains(&name) && !out.iter().any(|s| s.dlq == name) {
+            for name in admin.origin_streams().await? {
+                if !out.iter().any(|s| s.dlq == name) {
                     let dlq = self.dlq_of(admin, &name);
                     push(&mut out, name, dlq);
                 }
