@@ -24,6 +24,9 @@
 //! | `RILLKIT_CONCURRENCY` | 1 | handlers at once |
 //! | `RILLKIT_LEASE_TTL_MS` | 10000 | the consumer name's lease ([`ConsumerOptions::with_lease_ttl`](rillkit::ConsumerOptions::with_lease_ttl)) |
 //! | `RILLKIT_PRUNE_IDLE_MS` | unset | prune the group's idle empty consumers ([`ConsumerOptions::with_prune_idle`](rillkit::ConsumerOptions::with_prune_idle)) |
+//! | `RILLKIT_ORDER_BY` | unset | `<field>`: order by that member of the JSON (or entry field): [`Stream::ordered_by`](rillkit::Stream::ordered_by); publish into partition `<stream>:p<crc32(key) mod P>` |
+//! | `RILLKIT_PARTITIONS` | 16 | partitions of an ordered stream |
+//! | `RILLKIT_ON_KEY_FAILURE` | `skip` | `skip` or `fail_rest` ([`ConsumerOptions::with_on_key_failure`](rillkit::ConsumerOptions::with_on_key_failure)) |
 //! | `RILLKIT_BATCH` | unset | `<n>`: a batch handler of up to n entries (streams and lists; [`BrokerBuilder::subscribe_batch`](rillkit::BrokerBuilder::subscribe_batch)), printing `batch <size>` once per batch |
 //!
 //! Entries hold JSON objects `{"id": <u64>, "sleep_ms": <u64>?, "fail": <bool>?,
@@ -154,6 +157,9 @@ async fn main() {
                 .expect("RILLKIT_DLQ_MAXLEN is a number of entries"),
         );
     }
+    if let Ok(field) = std::env::var("RILLKIT_ORDER_BY") {
+        stream = stream.ordered_by(field, env_or("RILLKIT_PARTITIONS", 16));
+    }
     let mut opts = ConsumerOptions::default()
         .with_block(Duration::from_millis(env_or("RILLKIT_BLOCK_MS", 5000)))
         .with_count(env_or("RILLKIT_COUNT", 10))
@@ -173,6 +179,11 @@ async fn main() {
     }
     if let Ok(name) = std::env::var("RILLKIT_CONSUMER") {
         opts = opts.with_consumer(name);
+    }
+    match std::env::var("RILLKIT_ON_KEY_FAILURE").as_deref() {
+        Ok("fail_rest") => opts = opts.with_on_key_failure(rillkit::OnKeyFailure::FailRest),
+        Ok("skip") | Err(_) => {}
+        Ok(other) => panic!("RILLKIT_ON_KEY_FAILURE={other:?}: use skip or fail_rest"),
     }
     let shutdown = Duration::from_millis(env_or("RILLKIT_SHUTDOWN_TIMEOUT_MS", 30_000));
 

@@ -84,6 +84,31 @@ pub(crate) fn slot_prefix(name: &str) -> String {
     }
 }
 
+/// The keys of an ordered stream `name` read by `group`: where its
+/// partition count is recorded (`<slot>:rillkit:partitions`) and the
+/// sorted set of the group's live consumers with the expiry of each
+/// (`<slot>:rillkit:members:<group>`), `<slot>` being `name` when it holds
+/// a hash tag, else `{<name>}`.
+pub(crate) fn ordered_keys(name: &str, group: &str) -> (String, String) {
+    let slot = slot_prefix(name);
+    (
+        format!("{slot}:rillkit:partitions"),
+        format!("{slot}:rillkit:members:{}", key_part(group)),
+    )
+}
+
+/// The keys beside one partition of an ordered stream, in its hash slot:
+/// the partition's lease for `group` (`<slot>:rillkit:owner:<group>`) and
+/// the keys of `group` marked failed (`<slot>:rillkit:failed-keys:<group>`).
+pub(crate) fn partition_keys(partition: &str, group: &str) -> (String, String) {
+    let slot = slot_prefix(partition);
+    let group = key_part(group);
+    (
+        format!("{slot}:rillkit:owner:{group}"),
+        format!("{slot}:rillkit:failed-keys:{group}"),
+    )
+}
+
 /// A name as one part of the lease key: `%` and `:` percent-encoded, so
 /// stream `x:y` with group `g` and stream `x` with group `y:g` get
 /// different keys.

@@ -80,6 +80,8 @@ pub struct Stream<C = Json> {
     dlq_max_len: Option<usize>,
     retain_acked: bool,
     field: Arc<str>,
+    /// Ordered by key over partitions (`None`: one stream).
+    order: Option<crate::order::Order>,
     codec: C,
 }
 
@@ -98,6 +100,7 @@ impl Stream<Json> {
             dlq_max_len: None,
             retain_acked: false,
             field: "data".into(),
+            order: None,
             codec: Json,
         }
     }
@@ -178,6 +181,70 @@ impl<C: Codec> Stream<C> {
         self
     }
 
+    /// Orders the stream by key: entries of one key run one at a time, in
+    /// the order they were published, while different keys run side by
+    /// side (up to `concurrency`). The key of an entry is its field
+    /// `key_field`, or else the member `key_field` of the JSON object in its
+    /// data field.
+    ///
+    /// The stream becomes `partitions` streams, `<name>:p0` …
+    /// `<name>:p<partitions − 1>`, each with its own dead-letter stream
+    /// (`<partition>-dlq`; `{<partition>}-dlq` under a cluster); a key's
+    /// entries all go to partition [`partition_of(key, partitions)`](crate::partition_of)
+    /// ([`Broker::publish_keyed`](crate::Broker::publish_keyed) does it, as
+    /// can any client with `XADD`). Under a cluster the partitions spread over
+    /// the shards (unless `name` holds a hash tag, which puts them all in its
+    /// slot). Each partition is read by one consumer of the group at a time
+    /// (a lease per partition), and the partitions are shared out among the
+    /// group's live consumers.
+    ///
+    /// The partition count is fixed when the stream is first used: it is
+    /// recorded in Redis (`{<name>}:rillkit:partitions`), and a consumer or
+    /// producer configured with another count fails with
+    /// [`Error::Config`](crate::Error::Config) naming both. 1 to
+    /// [`MAX_PARTITIONS`](crate::MAX_PARTITIONS); a count well above the
+    /// number of consumers you expect spreads them evenly (16 is a good
+    /// start).
+    ///
+    /// ```
+    /// use rillkit::Stream;
+    ///
+    /// let orders = Stream::new("orders", "billing").ordered_by("order_id", 16);
+    /// assert_eq!(orders.partitions(), Some(16));
+    /// assert_eq!(orders.partition_key(b"order-42").as_deref(), Some("orders:p14"));
+    /// ```
+    #[must_use]
+    pub fn ordered_by(mut self, key_field: impl Into<String>, partitions: u16) -> Self {
+        self.order = Some(crate::order::Order {
+            key_field: key_field.into().into(),
+            partitions,
+        });
+        self
+    }
+
+    /// The partition count set with [`ordered_by`](Self::ordered_by), if
+    /// the stream is ordered.
+    pub fn partitions(&self) -> Option<u16> {
+        self.order.as_ref().map(|o| o.partitions)
+    }
+
+    /// The key field set with [`ordered_by`](Self::ordered_by), if the
+    /// stream is ordered.
+    pub fn key_field(&self) -> Option<&str> {
+        self.order.as_ref().map(|o| &*o.key_field)
+    }
+
+    /// The stream key the entries of `key` go to: `<name>:p<partition>`
+    /// ([`partition_of`](crate::partition_of)); `None` for a stream that is
+    /// not ordered.
+    pub fn partition_key(&self, key: &[u8]) -> Option<String> {
+        let o = self.order.as_ref().filter(|o| o.partitions > 0)?;
+        Some(crate::order::partition_name(
+            &self.name,
+            crate::order::partition_of(key, o.partitions),
+        ))
+    }
+
     /// Replaces the codec (default [`Json`]).
     #[must_use]
     pub fn with_codec<D: Codec>(self, codec: D) -> Stream<D> {
@@ -190,6 +257,7 @@ impl<C: Codec> Stream<C> {
             dlq_max_len: self.dlq_max_len,
             retain_acked: self.retain_acked,
             field: self.field,
+            order: self.order,
             codec,
         }
     }
@@ -260,6 +328,7 @@ impl<C: Codec> Stream<C> {
             max_len: self.max_len,
             dlq_max_len: self.dlq_max_len,
             retain_acked: self.retain_acked,
+            order: self.order.clone(),
         }
     }
 }
@@ -272,6 +341,7 @@ impl<C> fmt::Debug for Stream<C> {
             .field("dlq", &self.dlq)
             .field("max_len", &self.max_len)
             .field("field", &self.field)
+            .field("order", &self.order)
             .field("codec", &std::any::type_name::<C>())
             .finish()
     }
@@ -320,6 +390,15 @@ impl StreamNames {
                 "must be at least 1 entry (MAXLEN 0 would trim every entry as soon as it is added)",
             );
         }
+        if let Some(order) = &self.order {
+            order.validate(&self.name)?;
+            if !self.dlq_default {
+                return bad(
+                    "dlq_name",
+                    "an ordered stream's dead-letter streams are named per partition (<partition>-dlq); leave the name to its default",
+                );
+            }
+        }
         Ok(())
     }
 }
@@ -336,6 +415,8 @@ pub(crate) struct StreamNames {
     pub max_len: Option<usize>,
     pub dlq_max_len: Option<usize>,
     pub retain_acked: bool,
+    /// Ordered by key over partitions.
+    pub order: Option<crate::order::Order>,
 }
 
 /// An entry id as Redis gives it: `<ms since the epoch>-<sequence>`, for

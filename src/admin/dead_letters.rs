@@ -23,6 +23,10 @@ const APPENDED: [&str; 7] = [
     "failed_at_ms",
 ];
 
+/// What the move appends after [`APPENDED`] for an entry of a stream
+/// ordered by key.
+const APPENDED_ORDER: [&str; 2] = ["order_key", "on_key_failure"];
+
 /// Dead letters read per `XRANGE` while selecting.
 const PAGE: usize = 100;
 
@@ -78,10 +82,23 @@ pub struct DeadLetterOrigin {
     pub error: String,
     /// `failed_at_ms`: when it was moved, in ms since the Unix epoch.
     pub failed_at_ms: u64,
+    /// `order_key`: for an entry of a stream [ordered by
+    /// key](crate::Stream::ordered_by), its key.
+    pub order_key: Option<Vec<u8>>,
+    /// `on_key_failure`: for an entry of a stream ordered by key, what its
+    /// failure meant for the key's later entries (`skip` or `fail_rest`).
+    pub on_key_failure: Option<String>,
 }
 
 /// Reads a dead-letter stream entry apart (see [`DeadLetter`]).
 pub(crate) fn split(id: EntryId, mut fields: Vec<(Vec<u8>, Vec<u8>)>) -> DeadLetter {
+    let n = fields.len();
+    let ordered = n >= APPENDED.len() + APPENDED_ORDER.len()
+        && fields[n - APPENDED_ORDER.len()..]
+            .iter()
+            .zip(APPENDED_ORDER)
+            .all(|((k, _), name)| k.as_slice() == name.as_bytes());
+    let order = ordered.then(|| fields.split_off(n - APPENDED_ORDER.len()));
     let n = fields.len();
     let laid_out = n >= APPENDED.len()
         && fields[n - APPENDED.len()..]
@@ -89,6 +106,7 @@ pub(crate) fn split(id: EntryId, mut fields: Vec<(Vec<u8>, Vec<u8>)>) -> DeadLet
             .zip(APPENDED)
             .all(|((k, _), name)| k.as_slice() == name.as_bytes());
     if !laid_out {
+        fields.extend(order.into_iter().flatten());
         return DeadLetter {
             id,
             fields,
@@ -110,10 +128,15 @@ pub(crate) fn split(id: EntryId, mut fields: Vec<(Vec<u8>, Vec<u8>)>) -> DeadLet
                 delivery_count,
                 error: text(5),
                 failed_at_ms,
+                order_key: order.as_ref().map(|o| o[0].1.clone()),
+                on_key_failure: order
+                    .as_ref()
+                    .map(|o| String::from_utf8_lossy(&o[1].1).into_owned()),
             }),
         },
         _ => {
             fields.extend(appended);
+            fields.extend(order.into_iter().flatten());
             DeadLetter {
                 id,
                 fields,

@@ -588,6 +588,7 @@ impl BrokerBuilder {
                 redis: OnceLock::new(),
                 result: Mutex::new(None),
                 done: watch::channel(false).0,
+                orders_checked: Mutex::new(std::collections::HashSet::new()),
             }),
         };
         self.cell.set(&broker);

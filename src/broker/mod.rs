@@ -24,7 +24,7 @@ use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
 use crate::connection::{Connector, Topology};
-use crate::error::{Error, HookError, HookFailures};
+use crate::error::{ConfigError, Error, HookError, HookFailures};
 use crate::lifecycle::{Owner, Phase, SupervisorOutcome};
 use crate::redis::{Publish, Query, RedisActor};
 use crate::source::Source;
@@ -52,6 +52,8 @@ struct Inner {
     redis: OnceLock<Addr<RedisActor>>,
     result: Mutex<Option<(SupervisorOutcome, Arc<[HookError]>)>>,
     done: watch::Sender<bool>,
+    /// Ordered streams whose partition count a publish checked: (name, count).
+    orders_checked: Mutex<std::collections::HashSet<(String, u16)>>,
 }
 
 /// The handle to a running set of consumers and the shared connections:
@@ -493,6 +495,78 @@ impl Broker {
         self.send_publish(stream, payloads).await
     }
 
+    /// Adds `value` to a stream [ordered by key](Stream::ordered_by), in the
+    /// partition of `key` ([`partition_of`](crate::partition_of)): `XADD
+    /// <name>:p<partition> * data <bytes> <key_field> <key>`. Entries
+    /// published with one key are handled in the order of their publishes.
+    /// Returns the entry id (in its partition).
+    ///
+    /// The first publish to a stream by this broker records its partition
+    /// count in Redis if none is (`SET … NX`), or checks it.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a stream that is not ordered, or when Redis
+    /// records another partition count for it (both named); else as
+    /// [`publish`](Self::publish).
+    pub async fn publish_keyed<T: Serialize + ?Sized, C: Codec>(
+        &self,
+        stream: &Stream<C>,
+        key: impl AsRef<[u8]>,
+        value: &T,
+    ) -> Result<EntryId, Error> {
+        let key = key.as_ref();
+        let names = stream.names();
+        names.validate()?;
+        let Some(order) = names.order.clone() else {
+            return Err(Error::Config(ConfigError::Invalid {
+                kind: Some(crate::kind::SourceKind::Stream),
+                key: names.name.to_string(),
+                option: "partitions",
+                reason: "publish_keyed needs a stream ordered by key (Stream::ordered_by)".into(),
+            }));
+        };
+        let payload = encode(stream, value)?;
+        let redis = self.redis_addr()?;
+        let checked = (names.name.to_string(), order.partitions);
+        if !self.inner.orders_checked.lock().expect("lock").contains(&checked) {
+            let (record, _) = crate::keys::ordered_keys(&names.name, &names.group);
+            let answer = redis
+                .send(Query(
+                    "set",
+                    crate::source::stream::ordered::record_command(&record, order.partitions),
+                ))
+                .await
+                .map_err(|_| Error::ShutDown)??;
+            crate::source::stream::ordered::check_recorded(
+                &names.name,
+                &record,
+                order.partitions,
+                &answer,
+            )?;
+            self.inner.orders_checked.lock().expect("lock").insert(checked);
+        }
+        #[cfg(feature = "otel")]
+        let traceparent = crate::otel::current();
+        #[cfg(not(feature = "otel"))]
+        let traceparent = None;
+        let partition = crate::order::partition_name(
+            &names.name,
+            crate::order::partition_of(key, order.partitions),
+        );
+        let mut ids = redis
+            .send(Publish {
+                stream: partition.into(),
+                field: names.field,
+                max_len: names.max_len,
+                payloads: vec![payload],
+                traceparent,
+                key: Some((order.key_field, key.to_vec())),
+            })
+            .await
+            .map_err(|_| Error::ShutDown)??;
+        ids.pop().ok_or(Error::ShutDown)
+    }
+
     /// Sends PING on a shared connection.
     ///
     /// # Errors
@@ -535,6 +609,14 @@ impl Broker {
         let names = stream.names();
         // A producer's `Stream` never went through `build()`.
         names.validate()?;
+        if names.order.is_some() {
+            return Err(Error::Config(ConfigError::Invalid {
+                kind: Some(crate::kind::SourceKind::Stream),
+                key: names.name.to_string(),
+                option: "partitions",
+                reason: "the stream is ordered by key: publish with publish_keyed, which picks the key's partition".into(),
+            }));
+        }
         self.redis_addr()?
             .send(Publish {
                 stream: names.name,
@@ -542,6 +624,7 @@ impl Broker {
                 max_len: names.max_len,
                 payloads,
                 traceparent,
+                key: None,
             })
             .await
             .map_err(|_| Error::ShutDown)?

@@ -241,14 +241,16 @@ impl Broker {
             .map_err(Error::Config)?;
         check_live(&self.boards().list(), source.board()).map_err(Error::Config)?;
         if let Source::Stream(sub) = &source {
-            self.redis_addr()?
-                .send(CreateGroup {
-                    stream: sub.names.name.clone(),
-                    group: sub.names.group.clone(),
-                    start_id: sub.opts.start_id.as_str().into(),
-                })
-                .await
-                .map_err(|_| Error::ShutDown)??;
+            for reader in sub.readers() {
+                self.redis_addr()?
+                    .send(CreateGroup {
+                        stream: reader.names.name.clone(),
+                        group: reader.names.group.clone(),
+                        start_id: reader.opts.start_id.as_str().into(),
+                    })
+                    .await
+                    .map_err(|_| Error::ShutDown)??;
+            }
         }
         let sup = self.supervisor().ok_or(Error::NotStarted)?;
         let board = source.board().clone();

@@ -75,6 +75,8 @@ pub(crate) struct Publish {
     pub payloads: Vec<Vec<u8>>,
     /// A W3C `traceparent` added to each entry as its own field.
     pub traceparent: Option<crate::TraceParent>,
+    /// The key field and key of an entry of a stream ordered by key.
+    pub key: Option<(Arc<str>, Vec<u8>)>,
 }
 
 impl Publish {
@@ -85,6 +87,9 @@ impl Publish {
             c.arg("MAXLEN").arg("~").arg(n);
         }
         c.arg("*").arg(&*self.field).arg(payload);
+        if let Some((field, key)) = &self.key {
+            c.arg(&**field).arg(key.as_slice());
+        }
         if let Some(tp) = &self.traceparent {
             c.arg(crate::traceparent::TRACEPARENT_FIELD)
                 .arg(tp.as_str());
@@ -179,6 +184,20 @@ pub(crate) struct DeadLetterEntry {
     pub error: String,
     /// The dead-letter stream's cap, in entries (`MAXLEN ~`), if any.
     pub dlq_max_len: Option<usize>,
+    /// An entry of a stream ordered by key: its key and what its failure
+    /// means for the key's later entries, recorded in the copy.
+    pub order: Option<DeadLetterOrder>,
+}
+
+/// The ordering part of a dead letter.
+#[derive(Debug)]
+pub(crate) struct DeadLetterOrder {
+    pub key: Vec<u8>,
+    /// `skip` or `fail_rest`.
+    pub on_key_failure: &'static str,
+    /// With `fail_rest`: the hash of failed keys where the move marks the
+    /// key (`HSETNX <hash> <key> <id>`), in the same script.
+    pub mark: Option<Arc<str>>,
 }
 
 /// A dead-letter move done: the dead-letter entry's id, and how many of the
@@ -200,7 +219,8 @@ pub(crate) struct Moved {
 ///
 /// The copy keeps every original field verbatim and adds `origin_stream`,
 /// `origin_id`, `origin_group`, `origin_consumer`, `delivery_count`, `error`
-/// and `failed_at_ms` (ms since the Unix epoch). An entry this client could
+/// and `failed_at_ms` (ms since the Unix epoch), and for an entry of a
+/// stream ordered by key `order_key` and `on_key_failure`. An entry this client could
 /// not be sent (`fields: None`) is copied by the script from the stream
 /// (`XRANGE <id> <id>`), and `{entry_bytes}` in its error text is replaced
 /// by the entry's size; an entry deleted meanwhile leaves a copy with the
@@ -213,9 +233,11 @@ pub(crate) struct Moved {
 #[rtype(result = "Result<Option<Moved>, Error>")]
 pub(crate) struct DeadLetter(pub Arc<DeadLetterEntry>);
 
-/// KEYS: stream, dlq. ARGV: group, id, consumer, the dead-letter cap (`0`:
-/// none), whether to copy the entry's fields from the stream (`1`) or take
-/// them from the arguments (`0`), then XADD's field/value pairs. Answers
+/// KEYS: stream, dlq, and for `fail_rest` the hash of failed keys. ARGV:
+/// group, id, consumer, the dead-letter cap (`0`: none), whether to copy
+/// the entry's fields from the stream (`1`) or take them from the arguments
+/// (`0`), the key to mark failed (empty: none), then XADD's field/value
+/// pairs. Answers
 /// `{dlq id, dead letters the cap removed, the copied entry's bytes (-1: not
 /// copied here)}`, or false when the entry is no longer this consumer's.
 ///
@@ -233,6 +255,9 @@ end
 if not redis.acl_check_cmd('XACK', KEYS[1], ARGV[1], ARGV[2]) then
   return redis.error_reply('NOPERM this user has no permissions to run the xack command on ' .. KEYS[1])
 end
+if ARGV[6] ~= '' and not redis.acl_check_cmd('HSETNX', KEYS[3], ARGV[6], ARGV[2]) then
+  return redis.error_reply('NOPERM this user has no permissions to run the hsetnx command on ' .. KEYS[3])
+end
 local cap = tonumber(ARGV[4])
 local fields = {}
 local bytes = -1
@@ -246,7 +271,7 @@ if ARGV[5] == '1' then
     end
   end
 end
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   local v = ARGV[i]
   if bytes >= 0 then v = (string.gsub(v, '{entry_bytes}', tostring(bytes))) end
   fields[#fields + 1] = v
@@ -261,6 +286,7 @@ else
   trimmed = 0
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+if ARGV[6] ~= '' then redis.call('HSETNX', KEYS[3], ARGV[6], ARGV[2]) end
 return {dlq_id, trimmed, bytes}
 "#;
 
@@ -277,12 +303,17 @@ impl Handler<DeadLetter> for RedisActor {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
             let mut call = DEAD_LETTER.key(&*e.stream);
-            call.key(&*e.dlq)
-                .arg(&*e.group)
+            call.key(&*e.dlq);
+            let mark = e.order.as_ref().and_then(|o| Some((o.mark.as_ref()?, &o.key)));
+            if let Some((hash, _)) = mark {
+                call.key(&**hash);
+            }
+            call.arg(&*e.group)
                 .arg(&e.id)
                 .arg(&*e.consumer)
                 .arg(e.dlq_max_len.unwrap_or(0))
-                .arg(if e.fields.is_some() { "0" } else { "1" });
+                .arg(if e.fields.is_some() { "0" } else { "1" })
+                .arg(mark.map_or(&[][..], |(_, key)| key.as_slice()));
             for (k, v) in e.fields.iter().flat_map(|f| f.iter()) {
                 call.arg(k).arg(v);
             }
@@ -300,6 +331,12 @@ impl Handler<DeadLetter> for RedisActor {
                 .arg(&e.error)
                 .arg("failed_at_ms")
                 .arg(now_ms);
+            if let Some(o) = &e.order {
+                call.arg("order_key")
+                    .arg(o.key.as_slice())
+                    .arg("on_key_failure")
+                    .arg(o.on_key_failure);
+            }
             let moved: Option<(String, u64, i64)> = pool
                 .run("evalsha", COMMAND_WAIT, |mut conn| async move {
                     call.invoke_async(&mut conn).await

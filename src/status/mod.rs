@@ -204,8 +204,12 @@ pub struct SubscriptionStatus {
     /// (0 for other kinds).
     pub dropped: u64,
     /// Figures read from the server at the last poll (`None` before the
-    /// first).
+    /// first). For an ordered stream, the sums over its partitions (the
+    /// oldest pending age: the oldest of any).
     pub server: Option<ServerFigures>,
+    /// An [ordered stream](crate::Stream::ordered_by)'s partitions, by
+    /// index (empty for any other subscription).
+    pub partitions: Vec<PartitionStatus>,
 }
 
 /// A subscription's figures as the server reported them at one poll.
@@ -250,6 +254,12 @@ pub(crate) struct Board {
     dead_lettered: AtomicU64,
     dropped: AtomicU64,
     server: Mutex<Option<ServerFigures>>,
+    /// An ordered stream's partitions (empty for any other subscription).
+    parts: Vec<Arc<Board>>,
+    /// A partition's board: the ordered stream's, which its counts go to too.
+    parent: Option<std::sync::Weak<Board>>,
+    /// A partition: whether this consumer owns it now (holds its lease).
+    owned: std::sync::atomic::AtomicBool,
 }
 
 impl Board {
@@ -273,27 +283,92 @@ impl Board {
             dead_lettered: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             server: Mutex::new(None),
+            parts: Vec::new(),
+            parent: None,
+            owned: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The board of an ordered stream read by `consumer`, with one board
+    /// per partition (`partitions`: each partition's stream and dead-letter
+    /// stream). A partition's board sets no state gauge (the ordered
+    /// stream's does) and adds its counts to the ordered stream's too.
+    pub(crate) fn ordered(
+        stream: Arc<str>,
+        group: Arc<str>,
+        consumer: Arc<str>,
+        partitions: Vec<(Arc<str>, Arc<str>)>,
+    ) -> Arc<Self> {
+        crate::telemetry::state(&stream, &group, "starting", &SubscriptionState::NAMES);
+        Arc::new_cyclic(|me| {
+            let parts = partitions
+                .into_iter()
+                .map(|(partition, dlq)| {
+                    Arc::new(Board {
+                        parent: Some(me.clone()),
+                        ..Board::bare(partition, group.clone(), consumer.clone(), dlq)
+                    })
+                })
+                .collect();
+            Board {
+                parts,
+                ..Board::bare(stream.clone(), group.clone(), consumer.clone(), "".into())
+            }
+        })
+    }
+
+    /// A stream board that sets no gauge.
+    fn bare(stream: Arc<str>, group: Arc<str>, consumer: Arc<str>, dlq: Arc<str>) -> Self {
+        Board {
+            kind: SourceKind::Stream,
+            stream,
+            group,
+            consumer,
+            dlq,
+            state: Mutex::new(SubscriptionState::Starting),
+            handled: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            server: Mutex::new(None),
+            parts: Vec::new(),
+            parent: None,
+            owned: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// An ordered stream's partitions' boards, by index (empty otherwise).
+    pub(crate) fn parts(&self) -> &[Arc<Board>] {
+        &self.parts
+    }
+
+    /// Marks a partition owned by this consumer, or not.
+    pub(crate) fn set_owned(&self, owned: bool) {
+        self.owned.store(owned, Ordering::Relaxed);
+    }
+
+    /// Runs `f` on the ordered stream's board, for a partition's.
+    fn up(&self, f: impl FnOnce(&Board)) {
+        if let Some(p) = self.parent.as_ref().and_then(std::sync::Weak::upgrade) {
+            f(&p);
+        }
+    }
+
+    /// Sets the state gauges, except for a partition's board.
+    fn gauge(&self, state: &str) {
+        if self.parent.is_none() {
+            crate::telemetry::state(&self.stream, &self.group, state, &SubscriptionState::NAMES);
         }
     }
 
     /// Sets the state gauges to the state as it is.
     pub(crate) fn publish_state(&self) {
         let state = self.state.lock().expect("status lock");
-        crate::telemetry::state(
-            &self.stream,
-            &self.group,
-            state.name(),
-            &SubscriptionState::NAMES,
-        );
+        self.gauge(state.name());
     }
 
     pub(crate) fn set_state(&self, state: SubscriptionState) {
-        crate::telemetry::state(
-            &self.stream,
-            &self.group,
-            state.name(),
-            &SubscriptionState::NAMES,
-        );
+        self.gauge(state.name());
         *self.state.lock().expect("status lock") = state;
     }
 
@@ -305,12 +380,7 @@ impl Board {
             _ => SystemTime::now(),
         };
         if !matches!(*s, SubscriptionState::Reconnecting { .. }) {
-            crate::telemetry::state(
-                &self.stream,
-                &self.group,
-                "reconnecting",
-                &SubscriptionState::NAMES,
-            );
+            self.gauge("reconnecting");
         }
         *s = SubscriptionState::Reconnecting {
             since,
@@ -322,26 +392,24 @@ impl Board {
     pub(crate) fn read_ok(&self) {
         let mut s = self.state.lock().expect("status lock");
         if !matches!(*s, SubscriptionState::Running) {
-            crate::telemetry::state(
-                &self.stream,
-                &self.group,
-                "running",
-                &SubscriptionState::NAMES,
-            );
+            self.gauge("running");
             *s = SubscriptionState::Running;
         }
     }
 
     pub(crate) fn handled(&self) {
         self.handled.fetch_add(1, Ordering::Relaxed);
+        self.up(Board::handled);
     }
 
     pub(crate) fn failed(&self) {
         self.failed.fetch_add(1, Ordering::Relaxed);
+        self.up(Board::failed);
     }
 
     pub(crate) fn dead_lettered(&self) {
         self.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        self.up(Board::dead_lettered);
     }
 
     pub(crate) fn dropped(&self) {
@@ -364,6 +432,46 @@ impl Board {
             dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
             server: self.server.lock().expect("status lock").clone(),
+            partitions: self
+                .parts
+                .iter()
+                .enumerate()
+                .map(|(index, p)| PartitionStatus {
+                    index: index as u16,
+                    key: p.stream.to_string(),
+                    owned: p.owned.load(Ordering::Relaxed),
+                    state: p.state.lock().expect("status lock").clone(),
+                    handled: p.handled.load(Ordering::Relaxed),
+                    failed: p.failed.load(Ordering::Relaxed),
+                    dead_lettered: p.dead_lettered.load(Ordering::Relaxed),
+                    server: p.server.lock().expect("status lock").clone(),
+                })
+                .collect(),
         }
     }
+}
+
+/// One partition of an [ordered stream](crate::Stream::ordered_by), as one
+/// consumer sees it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PartitionStatus {
+    /// Its index, `0..partitions`.
+    pub index: u16,
+    /// Its stream key, `<name>:p<index>`.
+    pub key: String,
+    /// Whether this consumer owns it now (holds its lease and reads it).
+    pub owned: bool,
+    /// This consumer's reader of it: `Running` while owned, `WaitingForLease`
+    /// while its previous owner hands it over, `Stopped` once handed on.
+    pub state: SubscriptionState,
+    /// Entries of it this consumer handled.
+    pub handled: u64,
+    /// Handler runs of it that failed here.
+    pub failed: u64,
+    /// Entries of it this consumer moved to its dead-letter stream.
+    pub dead_lettered: u64,
+    /// Its group's figures from the server (lag, pending, dead letters),
+    /// polled like the subscription's.
+    pub server: Option<ServerFigures>,
 }

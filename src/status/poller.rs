@@ -56,7 +56,12 @@ impl StatusPoller {
             }
             let boards = all.list();
             for b in boards.iter().filter(|b| b.kind != SourceKind::Channel) {
-                match figures(&redis, b).await {
+                let polled = if b.parts().is_empty() {
+                    figures(&redis, b).await
+                } else {
+                    ordered_figures(&redis, b).await
+                };
+                match polled {
                     Ok(f) => {
                         crate::telemetry::polled(
                             &b.stream,
@@ -135,6 +140,43 @@ async fn figures(redis: &Addr<RedisActor>, b: &Board) -> Result<ServerFigures, E
         oldest_pending_age,
         dead_letters,
     })
+}
+
+/// An ordered stream's figures: each partition's, polled and set on its
+/// board and in its metrics, and their sums (the oldest pending age: the
+/// oldest of any; lag unknown when one partition's is).
+async fn ordered_figures(redis: &Addr<RedisActor>, b: &Board) -> Result<ServerFigures, Error> {
+    let mut sum = ServerFigures {
+        polled_at: SystemTime::now(),
+        lag: Some(0),
+        pending: 0,
+        oldest_pending_age: None,
+        dead_letters: 0,
+    };
+    for p in b.parts() {
+        let f = match figures(redis, p).await {
+            Ok(f) => f,
+            // A partition nobody published to yet has no stream.
+            Err(e) if e.class() == crate::error::Class::Fatal => continue,
+            Err(e) => return Err(e),
+        };
+        crate::telemetry::polled(
+            &p.stream,
+            &p.group,
+            crate::telemetry::Polled {
+                lag: f.lag,
+                pending: f.pending,
+                oldest_pending_age: f.oldest_pending_age,
+                dead_letters: f.dead_letters,
+            },
+        );
+        sum.lag = sum.lag.zip(f.lag).map(|(a, b)| a + b);
+        sum.pending += f.pending;
+        sum.dead_letters += f.dead_letters;
+        sum.oldest_pending_age = sum.oldest_pending_age.max(f.oldest_pending_age);
+        p.set_server(f);
+    }
+    Ok(sum)
 }
 
 /// A list's figures: lag is its length (`LLEN`), pending the length of

@@ -70,10 +70,24 @@ pub(crate) async fn connect(
     .map_err(fail)?;
     let redis = RedisActor::new(pool, connector.watch_failovers(), shared.publish_timeout).start();
     opened(redis.clone());
+    // An ordered stream's partition count: recorded the first time, else
+    // checked against the one recorded.
+    for sub in subs {
+        let Some(ordered) = &sub.ordered else { continue };
+        let checked = wait_until_ready(connector, "SET", "set", deadline, || {
+            crate::source::stream::ordered::check_partitions(&redis, &sub.names.name, ordered)
+        })
+        .await;
+        if let Err(e) = checked {
+            let _ = redis.send(Close).await;
+            return Err(fail(e));
+        }
+    }
     // Consumer groups, and an ACL probe of XREADGROUP: a user that may
     // not read the stream fails here, naming XREADGROUP, rather than retrying
-    // its reads forever once started.
-    for sub in subs {
+    // its reads forever once started. An ordered stream's on each partition.
+    for sub in subs.iter().flat_map(Subscription::readers) {
+        let sub = &sub;
         let created = wait_until_ready(
             connector,
             "XGROUP CREATE",

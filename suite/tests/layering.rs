@@ -17,7 +17,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("connections and topologies", &["connection"]),
     (
         "message vocabulary and telemetry",
-        &["stream", "handler", "traceparent", "otel", "telemetry"],
+        &["order", "stream", "handler", "traceparent", "otel", "telemetry"],
     ),
     ("shared Redis actor", &["redis"]),
     ("status boards", &["status"]),

@@ -170,6 +170,8 @@ pub(crate) struct Lease {
     stream: Arc<str>,
     group: Arc<str>,
     consumer: Arc<str>,
+    /// A partition's lease (see [`Lease::partition`]), not a consumer name's.
+    partition: bool,
 }
 
 /// What a take answered.
@@ -192,6 +194,32 @@ impl Lease {
             stream: stream.into(),
             group: group.into(),
             consumer: consumer.into(),
+            partition: false,
+        }
+    }
+
+    /// The lease of one partition of an ordered stream for `group`, held
+    /// by the consumer that reads it (`<slot>:rillkit:owner:<group>`, in the
+    /// partition's hash slot); its token is `<consumer> <process token>`, so
+    /// the owner's name shows wherever the holder does.
+    pub(crate) fn partition(partition: &str, group: &str, consumer: &str, ttl: Duration) -> Self {
+        Lease {
+            key: crate::keys::partition_keys(partition, group).0.into(),
+            token: format!("{consumer} {}", crate::keys::process_token()).into(),
+            ttl,
+            stream: partition.into(),
+            group: group.into(),
+            consumer: consumer.into(),
+            partition: true,
+        }
+    }
+
+    /// What the lease is, for log lines.
+    fn what(&self) -> &'static str {
+        if self.partition {
+            "the partition's lease"
+        } else {
+            "the consumer name's lease"
         }
     }
 
@@ -247,7 +275,7 @@ impl Lease {
             let (holder, remaining) = match self.take(redis).await? {
                 Taken::Held => {
                     if warned {
-                        tracing::info!(stream = %self.stream, group = %self.group, consumer = %self.consumer, waited_ms = began.elapsed().as_millis() as u64, "the consumer name's lease is free again; it is ours now");
+                        tracing::info!(stream = %self.stream, group = %self.group, consumer = %self.consumer, waited_ms = began.elapsed().as_millis() as u64, lease = self.what(), "the lease is free again; it is ours now");
                     }
                     return Ok(());
                 }
@@ -270,11 +298,20 @@ impl Lease {
                     holder: holder.clone(),
                     since: std::time::SystemTime::now(),
                 });
-                tracing::warn!(
-                    stream = %self.stream, group = %self.group, consumer = %self.consumer,
-                    holder = %holder, lease_ms = remaining.as_millis() as u64,
-                    "another live process holds this consumer name; waiting for its lease to lapse (two processes must not run one consumer's entries)"
-                );
+                if self.partition {
+                    // A hand-over: the previous owner finishes what it holds first.
+                    tracing::info!(
+                        stream = %self.stream, group = %self.group, consumer = %self.consumer,
+                        holder = %holder, lease_ms = remaining.as_millis() as u64,
+                        "the partition's previous owner still holds it; waiting until it hands it over or its lease lapses"
+                    );
+                } else {
+                    tracing::warn!(
+                        stream = %self.stream, group = %self.group, consumer = %self.consumer,
+                        holder = %holder, lease_ms = remaining.as_millis() as u64,
+                        "another live process holds this consumer name; waiting for its lease to lapse (two processes must not run one consumer's entries)"
+                    );
+                }
             }
             // Ask again when it should have lapsed (a holder that stopped
             // renewing), at most every second and never past the deadline.
@@ -305,7 +342,7 @@ impl Lease {
         });
         if let Ok(Err(e)) = req.await {
             let e = self.denied(e);
-            tracing::warn!(key = %self.key, error = %e, "could not drop the consumer name's lease; it lapses after its TTL");
+            tracing::warn!(key = %self.key, error = %e, lease = self.what(), "could not drop the lease; it lapses after its TTL");
         }
     }
 

@@ -32,6 +32,7 @@
 
 pub(crate) mod hygiene;
 mod options;
+pub(crate) mod ordered;
 mod run;
 
 use crate::delivery::default_consumer_name;
@@ -62,8 +63,13 @@ pub(crate) struct Subscription {
     pub drain_timeout: std::time::Duration,
     /// Its live status, read by `Broker::status`.
     pub board: Arc<crate::status::Board>,
-    /// Its consumer name's lease (`None`: `without_lease`).
+    /// Its consumer name's lease (`None`: `without_lease`), or for a
+    /// partition of an ordered stream the partition's lease.
     pub lease: Option<hygiene::Lease>,
+    /// An ordered stream: its partitions (the loop shares them out).
+    pub ordered: Option<ordered::Ordered>,
+    /// A partition of an ordered stream: the key gate.
+    pub key_order: Option<ordered::KeyOrder>,
 }
 
 impl Subscription {
@@ -90,6 +96,34 @@ impl Subscription {
             Some(c) => c.as_str().into(),
             None => default_consumer_name(&names.group).into(),
         };
+        if let Some(order) = names.order.clone() {
+            let partitions = (0..order.partitions)
+                .map(|i| {
+                    let p = crate::order::partition_name(&names.name, i);
+                    let dlq = crate::keys::dead_letter_name(&p, cluster);
+                    (p.into(), dlq.into())
+                })
+                .collect();
+            let board = crate::status::Board::ordered(
+                names.name.clone(),
+                names.group.clone(),
+                consumer.clone(),
+                partitions,
+            );
+            let mut sub = Subscription {
+                lease: None,
+                ordered: None,
+                key_order: None,
+                names,
+                consumer,
+                opts,
+                handler,
+                drain_timeout,
+                board,
+            };
+            sub.ordered = Some(ordered::Ordered::build(order, &sub, cluster)?);
+            return Ok(sub);
+        }
         let board = Arc::new(crate::status::Board::new(
             crate::kind::SourceKind::Stream,
             names.name.clone(),
@@ -102,6 +136,8 @@ impl Subscription {
             .map(|ttl| hygiene::Lease::new(&names.name, &names.group, &consumer, ttl));
         Ok(Subscription {
             lease,
+            ordered: None,
+            key_order: None,
             names,
             consumer,
             opts,
@@ -109,6 +145,17 @@ impl Subscription {
             drain_timeout,
             board,
         })
+    }
+}
+
+impl Subscription {
+    /// The streams this subscription reads: its partitions for an ordered
+    /// stream, else itself.
+    pub(crate) fn readers(self: &Arc<Self>) -> Vec<Arc<Subscription>> {
+        match &self.ordered {
+            Some(o) => o.parts.clone(),
+            None => vec![self.clone()],
+        }
     }
 }
 
@@ -121,5 +168,8 @@ pub(crate) fn stream_loop(
     stop: watch::Receiver<Option<Instant>>,
     ready: Option<oneshot::Sender<()>>,
 ) -> LocalBoxFuture<'static, ConsumerReport> {
+    if sub.ordered.is_some() {
+        return Box::pin(ordered::consume(sub, connector, redis, stop, ready));
+    }
     Box::pin(run::consume(sub, connector, redis, reclaimer, stop, ready))
 }

@@ -3,6 +3,7 @@ use std::time::Duration;
 use crate::delivery::{MAX_DURATION, RetryBackoff};
 use crate::error::ConfigError;
 use crate::kind::SourceKind;
+use crate::order::OnKeyFailure;
 
 /// How one subscription reads and retries. Each option, mostly a Redis
 /// argument, is set with `with_<option>` and read back with `<option>()`.
@@ -20,6 +21,7 @@ use crate::kind::SourceKind;
 /// | [`with_start_id`](Self::with_start_id) | `0` | `XGROUP CREATE <stream> <group> <id>` for a new group |
 /// | [`with_lease_ttl`](Self::with_lease_ttl) | 10 s | the consumer name's lease (`SET … PX`), renewed every third of it |
 /// | [`with_prune_idle`](Self::with_prune_idle) | off | delete the group's consumers idle longer than this and holding nothing (`XGROUP DELCONSUMER`) |
+/// | [`with_on_key_failure`](Self::with_on_key_failure) | skip | an [ordered stream](crate::Stream::ordered_by)'s key after one of its entries is dead-lettered |
 ///
 /// ```
 /// use std::time::Duration;
@@ -46,6 +48,7 @@ pub struct ConsumerOptions {
     pub(crate) retry_backoff: RetryBackoff,
     pub(crate) lease_ttl: Option<Duration>,
     pub(crate) prune_idle: Option<Duration>,
+    pub(crate) on_key_failure: OnKeyFailure,
 }
 
 impl Default for ConsumerOptions {
@@ -62,6 +65,7 @@ impl Default for ConsumerOptions {
             retry_backoff: RetryBackoff::default(),
             lease_ttl: Some(Duration::from_secs(10)),
             prune_idle: None,
+            on_key_failure: OnKeyFailure::Skip,
         }
     }
 }
@@ -221,6 +225,24 @@ impl ConsumerOptions {
     pub fn with_prune_idle(mut self, ttl: Duration) -> Self {
         self.prune_idle = Some(ttl);
         self
+    }
+
+    /// For a stream [ordered by key](crate::Stream::ordered_by): what
+    /// happens to a key's later entries once one of its entries is
+    /// dead-lettered: [`OnKeyFailure::Skip`] (the default) runs them,
+    /// [`OnKeyFailure::FailRest`] dead-letters them after it. Until then a
+    /// failing entry holds up only its own key, for its retries and their
+    /// backoff. Streams that are not ordered ignore it.
+    #[must_use]
+    pub fn with_on_key_failure(mut self, on_failure: OnKeyFailure) -> Self {
+        self.on_key_failure = on_failure;
+        self
+    }
+
+    /// What a dead-lettered entry means for its key's later entries, set
+    /// with [`with_on_key_failure`](Self::with_on_key_failure).
+    pub fn on_key_failure(&self) -> OnKeyFailure {
+        self.on_key_failure
     }
 
     /// The lease TTL (`None`: [`without_lease`](Self::without_lease)), set

@@ -20,6 +20,7 @@ use super::Subscription;
 mod drain;
 mod handle;
 mod hygiene;
+mod order;
 mod read;
 mod reclaim;
 mod retry;
@@ -56,6 +57,8 @@ struct Queued {
     /// Its last run failed here (a handler error or a caught panic), so it
     /// need not run alone: it is not the kind that kills the process.
     retried_here: bool,
+    /// Its key, in a partition of a stream ordered by key.
+    key: Option<Vec<u8>>,
 }
 
 /// A handler run that has ended (or panicked).
@@ -145,6 +148,7 @@ pub(crate) async fn consume(
         unblock_at: None,
         report: ConsumerReport::default(),
         in_flight_shown: 0,
+        gate: None,
     };
     let mut stop = stop;
     if let Some(lease) = &lp.sub.lease {
@@ -164,6 +168,19 @@ pub(crate) async fn consume(
             Err(e) => {
                 tracing::error!(stream = %lp.sub.names.name, consumer = %lp.sub.consumer, error = %e, "could not take the consumer name's lease; consumer ends");
                 lp.report.error = Some(e);
+                return lp.report;
+            }
+        }
+    }
+    if lp.sub.key_order.is_some() {
+        match take_partition(&lp.sub, &lp.redis, &mut stop).await {
+            Ok(gate) => lp.gate = Some(gate),
+            Err(e) => {
+                lp.release_lease().await;
+                if !matches!(e, Error::StartAborted | Error::ShutDown) {
+                    lp.report.error = Some(e);
+                }
+                lp.sub.board.set_owned(false);
                 return lp.report;
             }
         }
@@ -188,6 +205,7 @@ pub(crate) async fn consume(
         lp.leave_group().await;
     }
     lp.release_lease().await;
+    lp.sub.board.set_owned(false);
     lp.reader.quit().await;
     if lp.report.error.is_none() && lp.report.panic.is_none() {
         lp.sub.board.set_state(SubscriptionState::Stopped);
@@ -298,6 +316,8 @@ struct Loop {
     report: ConsumerReport,
     /// Handlers in flight as last added to the in-flight gauge.
     in_flight_shown: usize,
+    /// In a partition of a stream ordered by key: which keys are taken.
+    gate: Option<order::Gate>,
 }
 
 impl Loop {
@@ -478,6 +498,9 @@ impl Loop {
         if !self.lease_ok() {
             return;
         }
+        if self.gate.is_some() {
+            return self.start_queued_in_key_order();
+        }
         while self.running.len() < self.sub.opts.concurrency && !self.isolated {
             let Some(front) = self.queue.front() else {
                 break;
@@ -532,14 +555,14 @@ impl Loop {
                 // not wait out its round trip. Slow handlers get no
                 // prefetch: for them a read waits until nothing is queued.
                 let ahead = self.prefetch();
-                if self.queue.len() > ahead {
+                if self.startable() > ahead || self.queue_full() {
                     return None;
                 }
                 // Handlers that have not finished anything for longer than
                 // the fetch window are stalled on a slow entry: fetch
                 // nothing more ahead of them for another consumer to wait
                 // on.
-                if !self.queue.is_empty()
+                if self.startable() > 0
                     && !self.running.is_empty()
                     && self.last_progress.elapsed() > self.fetch_window()
                 {
@@ -609,11 +632,13 @@ impl Loop {
                 continue;
             };
             if self.held.insert(raw.id.clone()) {
+                let key = self.entry_key(&fields);
                 self.queue.push_back(Queued {
                     id: raw.id,
                     fields,
                     delivery_count,
                     retried_here: false,
+                    key,
                 });
             } else {
                 tracing::debug!(id = %raw.id, "entry already held; not queued twice");
@@ -621,6 +646,49 @@ impl Loop {
         }
         if gone > 0 {
             tracing::warn!(stream = %self.sub.names.name, entries = gone, "pending entries were deleted or trimmed; acking and skipping them");
+        }
+    }
+}
+
+/// A partition of a stream ordered by key, its lease just taken: marks it
+/// owned, takes every pending entry of the group's other consumers (a
+/// previous owner's, so the re-read of the own pending entries runs them
+/// first, in id order) and reads the keys marked failed. Waits for Redis
+/// with backoff until `stop` changes.
+///
+/// # Errors
+/// [`Error::StartAborted`] on a stop; an error no wait fixes.
+async fn take_partition(
+    sub: &Subscription,
+    redis: &Addr<RedisActor>,
+    stop: &mut watch::Receiver<Option<Instant>>,
+) -> Result<order::Gate, Error> {
+    use crate::source::stream::ordered;
+    let k = sub.key_order.as_ref().expect("a partition");
+    sub.board.set_owned(true);
+    let mut retry = Retry::default();
+    loop {
+        let taken = async {
+            let n = ordered::take_pending(redis, sub).await?;
+            let failed = ordered::failed_keys(redis, &k.failed_keys).await?;
+            Ok::<_, Error>((n, failed))
+        };
+        let e = match taken.await {
+            Ok((n, failed)) => {
+                tracing::info!(stream = %sub.names.name, consumer = %sub.consumer, taken_over = n, failed_keys = failed.len(), "partition taken; its pending entries run first");
+                return Ok(order::Gate::new(failed));
+            }
+            Err(e @ Error::ShutDown) => return Err(e),
+            Err(e) if !e.class().is_transient() => return Err(e),
+            Err(e) => e,
+        };
+        let (delay, log) = retry.failed();
+        if log {
+            log_wait!(e.class(), stream = %sub.names.name, error = %e, retry_in_ms = delay.as_millis() as u64, "could not take the partition's pending entries; trying again");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            _ = stop.changed() => return Err(Error::StartAborted),
         }
     }
 }

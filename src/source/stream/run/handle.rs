@@ -12,6 +12,7 @@ impl Loop {
             fields,
             delivery_count,
             retried_here: _,
+            key: _,
         } = q;
         let s = &self.sub;
         let msg = Message {
@@ -23,6 +24,12 @@ impl Loop {
             fields: fields.into(),
             data_field: s.names.field.clone(),
         };
+        if let Some(why) = self.key_marked(&msg.id) {
+            tracing::warn!(stream = %msg.stream, id = %msg.id, reason = %why, "an earlier entry of this key was dead-lettered; moving this one after it");
+            self.dead_letter(msg, why);
+            return;
+        }
+        let s = &self.sub;
         let max_runs = s.opts.max_retries.saturating_add(1);
         if delivery_count > max_runs {
             // Delivered more often than it may run: earlier runs never
@@ -100,6 +107,7 @@ impl Loop {
         let error = match run.ran {
             Ran::Ok => {
                 self.metrics.record_end_to_end(&msg.id);
+                self.release_key(&msg.id);
                 // Stays held until the XACK is done (see `on_acked`).
                 self.acks.push(msg.id);
                 return;

@@ -100,18 +100,33 @@ impl Loop {
                 _ => None,
             })
             .collect();
+        let mut ahead = Vec::new();
         for m in msgs {
             if !back.contains(&m.id) {
                 tracing::info!(stream = %m.stream, id = %m.id, "entry waiting for its retry is no longer pending (acked or deleted elsewhere)");
+                self.release_key(&m.id);
                 self.held.remove(&m.id);
                 continue;
             }
-            self.queue.push_back(super::Queued {
+            let fields = m.fields.to_vec();
+            let key = self.entry_key(&fields);
+            let q = super::Queued {
                 id: m.id,
-                fields: m.fields.to_vec(),
+                fields,
                 delivery_count: m.delivery_count + 1,
                 retried_here: true,
-            });
+                key,
+            };
+            if self.gate.is_some() {
+                // Ahead of its key's later entries, which wait behind it.
+                ahead.push(q);
+            } else {
+                self.queue.push_back(q);
+            }
+        }
+        ahead.sort_by(|a, b| b.id.parts().cmp(&a.id.parts()));
+        for q in ahead {
+            self.queue.push_front(q);
         }
         if self.deadline.is_some() {
             self.hand_back();

@@ -15,6 +15,7 @@ impl Loop {
     /// stays held, so it is kept fresh and never reclaimed meanwhile, and the
     /// move is retried with backoff until it is done or the broker shuts down.
     pub(super) fn dead_letter(&mut self, msg: Message, error: String) {
+        let order = self.dead_letter_order(&msg.id);
         let names = &self.sub.names;
         self.held.insert(msg.id.clone());
         let entry = Arc::new(DeadLetterEntry {
@@ -27,6 +28,7 @@ impl Loop {
             fields: Some(msg.fields),
             error,
             dlq_max_len: names.dlq_max_len,
+            order,
         });
         self.send_dead_letter(entry, None);
     }
@@ -48,6 +50,7 @@ impl Loop {
             fields: None,
             error,
             dlq_max_len: names.dlq_max_len,
+            order: None,
         });
         self.send_dead_letter(entry, None);
     }
@@ -119,6 +122,12 @@ impl Loop {
         if res.is_ok() {
             self.dead_letter_retry.succeeded();
         }
+        if let (Ok(Some(_)), Some(o)) = (&res, &entry.order) {
+            if o.mark.is_some() {
+                self.key_failed(&o.key, &entry.id);
+            }
+        }
+        self.release_key(&entry.id);
         self.held.remove(&entry.id);
     }
 

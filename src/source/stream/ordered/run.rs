@@ -1,0 +1,289 @@
+//! The ordered stream's loop: membership, the share-out of partitions, and
+//! one stream consumer loop per partition this consumer owns. See the parent
+//! module for the rules.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::{Actor, Addr};
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::watch;
+
+use super::{MEMBERS, Ordered, check_partitions};
+use crate::connection::Connector;
+use crate::delivery::ConsumerReport;
+use crate::error::Error;
+use crate::reclaimer::ReclaimerActor;
+use crate::redis::{Eval, Query, RedisActor};
+use crate::source::stream::Subscription;
+use crate::status::SubscriptionState;
+use crate::util::{Retry, log_wait};
+
+/// A partition this consumer reads (or waits to read): how to stop it.
+struct Part {
+    stop: watch::Sender<Option<Instant>>,
+    /// Told to stop (handed on, or the drain).
+    stopping: bool,
+}
+
+/// The partitions `me` owns among `members` (the live consumers): every
+/// `n`-th from its place in name order.
+pub(crate) fn share(members: &[String], me: &str, partitions: u16) -> BTreeSet<u16> {
+    let mut names: Vec<&str> = members.iter().map(String::as_str).collect();
+    names.sort_unstable();
+    names.dedup();
+    let Some(place) = names.iter().position(|m| *m == me) else {
+        return BTreeSet::new();
+    };
+    (0..partitions)
+        .filter(|i| usize::from(*i) % names.len() == place)
+        .collect()
+}
+
+pub(crate) async fn consume(
+    sub: Arc<Subscription>,
+    connector: Connector,
+    redis: Addr<RedisActor>,
+    mut stop: watch::Receiver<Option<Instant>>,
+    ready: Option<tokio::sync::oneshot::Sender<()>>,
+) -> ConsumerReport {
+    let ord = sub.ordered.as_ref().expect("an ordered stream's subscription");
+    let mut report = ConsumerReport::default();
+    let mut retry = Retry::default();
+    // The partition count first: a consumer configured with another count
+    // than the one recorded must not read.
+    loop {
+        let e = match check_partitions(&redis, &sub.names.name, ord).await {
+            Ok(()) => break,
+            Err(Error::ShutDown) => return report,
+            Err(e) if !e.class().is_transient() || matches!(e, Error::Config(_)) => {
+                tracing::error!(stream = %sub.names.name, error = %e, "ordered stream cannot be read; consumer ends");
+                report.error = Some(e);
+                return report;
+            }
+            Err(e) => e,
+        };
+        let (delay, log) = retry.failed();
+        if log {
+            log_wait!(e.class(), stream = %sub.names.name, error = %e, retry_in_ms = delay.as_millis() as u64, "could not check the ordered stream's partition count; trying again");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            _ = stop.changed() => return report,
+        }
+    }
+    sub.board.set_state(SubscriptionState::Running);
+    if let Some(tx) = ready {
+        let _ = tx.send(());
+    }
+    tracing::info!(
+        stream = %sub.names.name, group = %sub.names.group, consumer = %sub.consumer,
+        partitions = ord.order.partitions, key_field = %ord.order.key_field,
+        on_key_failure = %sub.opts.on_key_failure,
+        "ordered consumer started"
+    );
+    let mut lp = Manager {
+        sub: sub.clone(),
+        connector,
+        redis,
+        parts: BTreeMap::new(),
+        running: FuturesUnordered::new(),
+        desired: BTreeSet::new(),
+        deadline: None,
+    };
+    let renew_every = ord.ttl / 3;
+    let mut tick = tokio::time::Instant::now();
+    let mut members: Option<LocalBoxFuture<'static, Result<Vec<String>, Error>>> = None;
+    let mut members_retry = Retry::default();
+    loop {
+        if lp.deadline.is_some() && lp.running.is_empty() {
+            break;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(tick), if lp.deadline.is_none() && members.is_none() => {
+                members = Some(lp.renew_membership());
+            }
+            res = async { members.as_mut().expect("guarded").await }, if members.is_some() => {
+                members = None;
+                match res {
+                    Ok(live) => {
+                        members_retry.succeeded();
+                        tick = tokio::time::Instant::now() + renew_every;
+                        lp.desired = share(&live, &lp.sub.consumer, ord.order.partitions);
+                        lp.apply();
+                    }
+                    Err(Error::ShutDown) => {}
+                    Err(e) => {
+                        // The partitions held keep going under their own
+                        // leases; the share-out waits for the next answer.
+                        let (delay, log) = members_retry.failed();
+                        if log {
+                            log_wait!(e.class(), stream = %lp.sub.names.name, error = %e, retry_in_ms = delay.as_millis() as u64, "could not renew this consumer's membership of the ordered stream's group; trying again");
+                        }
+                        tick = tokio::time::Instant::now() + delay.min(renew_every);
+                    }
+                }
+            }
+            Some((index, ended)) = lp.running.next(), if !lp.running.is_empty() => {
+                lp.parts.remove(&index);
+                report.timed_out |= ended.timed_out;
+                if let Some(p) = ended.panic {
+                    report.panic.get_or_insert(p);
+                }
+                match ended.error {
+                    Some(Error::ConsumerNameInUse { holder, .. }) => {
+                        tracing::warn!(stream = %lp.sub.names.name, partition = index, holder = %holder, "another consumer took this partition after its lease lapsed here; it is read there now");
+                    }
+                    Some(e) if lp.deadline.is_none() => {
+                        tracing::error!(stream = %lp.sub.names.name, partition = index, error = %e, "a partition's consumer ended with an error; the ordered consumer drains and ends");
+                        report.error = Some(e);
+                        lp.drain(Instant::now() + lp.sub.drain_timeout);
+                    }
+                    Some(e) => {
+                        report.error.get_or_insert(e);
+                    }
+                    None => {}
+                }
+                if lp.deadline.is_none() {
+                    lp.apply();
+                }
+            }
+            changed = stop.changed(), if lp.deadline.is_none() => {
+                let deadline = match changed {
+                    Ok(()) => (*stop.borrow()).unwrap_or_else(Instant::now),
+                    Err(_) => Instant::now(),
+                };
+                lp.drain(deadline);
+            }
+        }
+    }
+    lp.leave().await;
+    if report.error.is_none() && report.panic.is_none() {
+        sub.board.set_state(SubscriptionState::Stopped);
+    }
+    tracing::info!(stream = %sub.names.name, consumer = %sub.consumer, "ordered consumer stopped");
+    report
+}
+
+struct Manager {
+    sub: Arc<Subscription>,
+    connector: Connector,
+    redis: Addr<RedisActor>,
+    parts: BTreeMap<u16, Part>,
+    running: FuturesUnordered<LocalBoxFuture<'static, (u16, ConsumerReport)>>,
+    /// The partitions the last share-out gave this consumer.
+    desired: BTreeSet<u16>,
+    /// Set once draining.
+    deadline: Option<Instant>,
+}
+
+impl Manager {
+    fn ordered(&self) -> &Ordered {
+        self.sub.ordered.as_ref().expect("an ordered stream's subscription")
+    }
+
+    /// Puts this consumer in the group's members with a new expiry and
+    /// answers the live members.
+    fn renew_membership(&self) -> LocalBoxFuture<'static, Result<Vec<String>, Error>> {
+        let ord = self.ordered();
+        let req = self.redis.send(Eval {
+            script: &MEMBERS,
+            keys: vec![ord.members_key.as_bytes().to_vec()],
+            args: vec![
+                self.sub.consumer.as_bytes().to_vec(),
+                (ord.ttl.as_millis() as u64).to_string().into_bytes(),
+            ],
+        });
+        async move {
+            let answer = req.await.unwrap_or(Err(Error::ShutDown))?;
+            redis::from_redis_value(answer)
+                .map_err(|e| Error::unparsable("membership script reply", e.to_string()))
+        }
+        .boxed_local()
+    }
+
+    /// Starts the partitions given to this consumer that it does not read
+    /// yet, and hands on those it reads that are no longer its own (their
+    /// loops drain: running handlers finish, unstarted entries go back,
+    /// then the lease is dropped for the next owner).
+    fn apply(&mut self) {
+        let handover = Instant::now() + self.sub.drain_timeout;
+        for (index, part) in &mut self.parts {
+            if !part.stopping && !self.desired.contains(index) {
+                part.stopping = true;
+                tracing::info!(stream = %self.sub.names.name, partition = *index, "handing this partition on to another consumer of the group");
+                let _ = part.stop.send(Some(handover));
+            }
+        }
+        let new: Vec<u16> = self
+            .desired
+            .iter()
+            .copied()
+            .filter(|i| !self.parts.contains_key(i))
+            .collect();
+        for index in new {
+            self.start(index);
+        }
+    }
+
+    fn start(&mut self, index: u16) {
+        let part = self.ordered().parts[usize::from(index)].clone();
+        let (stop, rx) = watch::channel(None);
+        let reclaimer = ReclaimerActor::new(part.names.clone(), self.redis.clone()).start();
+        let run = super::super::run::consume(
+            part,
+            self.connector.clone(),
+            self.redis.clone(),
+            reclaimer,
+            rx,
+            None,
+        );
+        self.running
+            .push(run.map(move |report| (index, report)).boxed_local());
+        self.parts.insert(
+            index,
+            Part {
+                stop,
+                stopping: false,
+            },
+        );
+    }
+
+    /// Drains every partition by `deadline`.
+    fn drain(&mut self, deadline: Instant) {
+        self.deadline = Some(deadline);
+        for part in self.parts.values_mut() {
+            part.stopping = true;
+            let _ = part.stop.send(Some(deadline));
+        }
+    }
+
+    /// Leaves the group's members, so the others share out the partitions
+    /// at their next renewal rather than after the TTL. Best effort.
+    async fn leave(&self) {
+        let mut cmd = redis::cmd("ZREM");
+        cmd.arg(&*self.ordered().members_key)
+            .arg(&*self.sub.consumer);
+        if let Ok(Err(e)) = self.redis.send(Query("zrem", cmd)).await {
+            tracing::debug!(stream = %self.sub.names.name, error = %e, "could not leave the ordered stream's members; the entry lapses after its TTL");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share;
+
+    #[test]
+    fn partitions_are_shared_out_by_place_in_name_order() {
+        let members = vec!["b".to_owned(), "a".to_owned(), "c".to_owned()];
+        assert_eq!(share(&members, "a", 7).into_iter().collect::<Vec<_>>(), [0, 3, 6]);
+        assert_eq!(share(&members, "b", 7).into_iter().collect::<Vec<_>>(), [1, 4]);
+        assert_eq!(share(&members, "c", 7).into_iter().collect::<Vec<_>>(), [2, 5]);
+        assert!(share(&members, "d", 7).is_empty());
+        assert_eq!(share(&["a".to_owned()], "a", 3).len(), 3);
+    }
+}

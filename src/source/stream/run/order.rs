@@ -1,0 +1,164 @@
+//! The key gate of a partition of a stream ordered by key: entries of one
+//! key start one at a time, in the order they were read (id order), while
+//! entries of other keys start beside them.
+//!
+//! A key is taken by the entry that starts, and stays taken while that
+//! entry runs, waits for its retry, or is on its way to the dead-letter
+//! stream; it is given back when the handler succeeds (its `XACK` may
+//! still be on its way) or the dead-letter move is done. Later entries of a
+//! taken key wait in the queue, behind it; entries without a key run
+//! without ordering. An entry whose retry is due goes to the front of the
+//! queue, ahead of its key's later entries.
+//!
+//! With `fail_rest`, the dead-letter move of an entry marks its key failed
+//! (in the same script); from then on this consumer dead-letters the key's
+//! entries instead of running them.
+
+use std::collections::{HashMap, HashSet};
+
+use super::{Loop, Queued};
+use crate::order::OnKeyFailure;
+use crate::redis::DeadLetterOrder;
+use crate::source::stream::ordered::KeyOrder;
+use crate::stream::EntryId;
+
+/// The key gate's state.
+pub(super) struct Gate {
+    /// Which entry holds each taken key.
+    taken: HashMap<Vec<u8>, EntryId>,
+    /// The key of each entry that holds one.
+    key_of: HashMap<EntryId, Vec<u8>>,
+    /// Keys marked failed (`fail_rest`), with the entry that failed first.
+    failed: HashMap<Vec<u8>, String>,
+    /// Queued entries held back by their key at the last look.
+    blocked: usize,
+}
+
+impl Gate {
+    pub(super) fn new(failed: HashMap<Vec<u8>, String>) -> Self {
+        Gate {
+            taken: HashMap::new(),
+            key_of: HashMap::new(),
+            failed,
+            blocked: 0,
+        }
+    }
+}
+
+/// The most entries a partition's queue holds while keys hold them back:
+/// entries of other keys are read past a busy key, up to this many.
+fn queue_cap(count: usize) -> usize {
+    count.saturating_mul(10).max(100)
+}
+
+impl Loop {
+    fn key_order(&self) -> Option<&KeyOrder> {
+        self.sub.key_order.as_ref()
+    }
+
+    /// The key of a fetched entry, when the stream is ordered.
+    pub(super) fn entry_key(&self, fields: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u8>> {
+        let k = self.key_order()?;
+        crate::order::entry_key(fields, &k.key_field, &self.sub.names.field)
+    }
+
+    /// Queued entries that may start as soon as a handler slot is free.
+    pub(super) fn startable(&self) -> usize {
+        let blocked = self.gate.as_ref().map_or(0, |g| g.blocked);
+        self.queue.len().saturating_sub(blocked)
+    }
+
+    /// Whether the queue is as full as held-back keys may make it.
+    pub(super) fn queue_full(&self) -> bool {
+        self.gate.is_some() && self.queue.len() >= queue_cap(self.sub.opts.count)
+    }
+
+    /// Starts queued entries whose key is free, in queue order, while
+    /// handler slots are free (a redelivery that must run alone still
+    /// waits for the others, as in [`start_queued`](Loop::start_queued)).
+    pub(super) fn start_queued_in_key_order(&mut self) {
+        let mut held_back: HashSet<Vec<u8>> = HashSet::new();
+        let mut blocked = 0;
+        let mut i = 0;
+        while i < self.queue.len() {
+            if self.running.len() >= self.sub.opts.concurrency || self.isolated {
+                break;
+            }
+            let q = &self.queue[i];
+            if let Some(key) = &q.key {
+                let gate = self.gate.as_ref().expect("ordered");
+                let taken_by_other = gate.taken.get(key).is_some_and(|id| *id != q.id);
+                if taken_by_other || held_back.contains(key) {
+                    held_back.insert(key.clone());
+                    blocked += 1;
+                    i += 1;
+                    continue;
+                }
+            }
+            let alone = q.delivery_count > 1 && !q.retried_here;
+            if alone && !self.running.is_empty() {
+                break;
+            }
+            let q: Queued = self.queue.remove(i).expect("in range");
+            if let Some(key) = &q.key {
+                let gate = self.gate.as_mut().expect("ordered");
+                gate.taken.insert(key.clone(), q.id.clone());
+                gate.key_of.insert(q.id.clone(), key.clone());
+            }
+            let before = self.running.len();
+            self.start(q);
+            self.isolated = alone && self.running.len() > before;
+        }
+        if let Some(g) = self.gate.as_mut() {
+            // What was not looked at counts as startable: fewer reads, never
+            // more.
+            g.blocked = blocked;
+        }
+    }
+
+    /// Gives back the key `id` holds, if any.
+    pub(super) fn release_key(&mut self, id: &EntryId) {
+        let Some(gate) = self.gate.as_mut() else {
+            return;
+        };
+        if let Some(key) = gate.key_of.remove(id) {
+            if gate.taken.get(&key) == Some(id) {
+                gate.taken.remove(&key);
+            }
+        }
+    }
+
+    /// `key` is marked failed: its later entries are dead-lettered.
+    pub(super) fn key_failed(&mut self, key: &[u8], id: &EntryId) {
+        if let Some(gate) = self.gate.as_mut() {
+            gate.failed
+                .entry(key.to_vec())
+                .or_insert_with(|| id.as_str().to_owned());
+        }
+    }
+
+    /// Why the entry `id` must not run: its key is marked failed
+    /// (`fail_rest`).
+    pub(super) fn key_marked(&self, id: &EntryId) -> Option<String> {
+        let gate = self.gate.as_ref()?;
+        let key = gate.key_of.get(id)?;
+        let first = gate.failed.get(key)?;
+        Some(format!(
+            "entry {first} of key {:?} was dead-lettered before it; with on_key_failure = fail_rest the key's later entries are dead-lettered too",
+            String::from_utf8_lossy(key)
+        ))
+    }
+
+    /// The ordering part of the dead letter of `id`: its key, the choice
+    /// made for its key's later entries, and with `fail_rest` the hash
+    /// where the move marks the key.
+    pub(super) fn dead_letter_order(&self, id: &EntryId) -> Option<DeadLetterOrder> {
+        let k = self.key_order()?;
+        let key = self.gate.as_ref()?.key_of.get(id)?.clone();
+        Some(DeadLetterOrder {
+            key,
+            on_key_failure: k.on_failure.name(),
+            mark: (k.on_failure == OnKeyFailure::FailRest).then(|| k.failed_keys.clone()),
+        })
+    }
+}

@@ -1,0 +1,458 @@
+//! Ordered consumption by key: entries of one key run one at a time, in
+//! publish order, while keys run side by side; partitions are shared out
+//! among the group's live consumers and handed over without two consumers
+//! running one key at once; after a crash the new owner runs the
+//! partition's pending entries first; `skip` and `fail_rest`; the partition
+//! count is recorded and checked; partitions spread over a cluster.
+
+mod support;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::Commands;
+use rillkit::prelude::*;
+use rillkit::{OnKeyFailure, RetryBackoff, Topology, partition_of};
+use serde::{Deserialize, Serialize};
+use support::{RedisServer, Worker, eventually, eventually_blocking};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Event {
+    key: String,
+    seq: u64,
+    #[serde(default)]
+    fail: bool,
+}
+
+/// What the handlers saw, shared by every consumer of a test.
+#[derive(Default)]
+struct Seen {
+    /// Keys whose handler runs now.
+    running: HashSet<String>,
+    /// A key found running when one of its entries started.
+    overlaps: Vec<String>,
+    /// Every run, in the order they started: (key, seq).
+    starts: Vec<(String, u64)>,
+    /// Runs that succeeded, per (key, seq).
+    done: HashMap<(String, u64), usize>,
+}
+
+type Shared = Arc<Mutex<Seen>>;
+
+/// A handler that records each run, fails the entries marked `fail`, and
+/// takes `ms` to run.
+fn handler(
+    seen: Shared,
+    ms: u64,
+) -> impl Fn(Event) -> std::pin::Pin<Box<dyn std::future::Future<Output = HandlerResult>>>
++ Send
++ Sync
++ Clone
++ 'static {
+    move |e: Event| {
+        let seen = seen.clone();
+        Box::pin(async move {
+            {
+                let mut s = seen.lock().unwrap();
+                if !s.running.insert(e.key.clone()) {
+                    s.overlaps.push(e.key.clone());
+                }
+                s.starts.push((e.key.clone(), e.seq));
+            }
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            let mut s = seen.lock().unwrap();
+            s.running.remove(&e.key);
+            if e.fail {
+                return Err(HandlerError::retry(format!("{} {} fails", e.key, e.seq)));
+            }
+            *s.done.entry((e.key, e.seq)).or_default() += 1;
+            Ok(())
+        })
+    }
+}
+
+/// For every key, the first runs of its entries in publish order (`seq`):
+/// the keys whose order was broken.
+fn out_of_order(seen: &Seen) -> Vec<String> {
+    let mut first: HashMap<&str, Vec<u64>> = HashMap::new();
+    let mut started: HashSet<(&str, u64)> = HashSet::new();
+    for (k, seq) in &seen.starts {
+        if started.insert((k.as_str(), *seq)) {
+            first.entry(k.as_str()).or_default().push(*seq);
+        }
+    }
+    first
+        .into_iter()
+        .filter(|(_, seqs)| seqs.windows(2).any(|w| w[0] > w[1]))
+        .map(|(k, seqs)| format!("{k}: {seqs:?}"))
+        .collect()
+}
+
+fn opts(consumer: &str) -> ConsumerOptions {
+    ConsumerOptions::default()
+        .with_consumer(consumer)
+        .with_block(Duration::from_millis(100))
+        .with_concurrency(16)
+        .with_count(50)
+        .with_lease_ttl(Duration::from_millis(900))
+        .with_max_retries(1)
+        .with_retry_backoff(RetryBackoff::fixed(Duration::from_millis(30)))
+}
+
+fn events(keys: usize, per_key: u64) -> Vec<Event> {
+    (0..per_key)
+        .flat_map(|seq| {
+            (0..keys).map(move |k| Event {
+                key: format!("key-{k}"),
+                seq,
+                fail: false,
+            })
+        })
+        .collect()
+}
+
+#[actix_rt::test]
+async fn one_key_runs_one_at_a_time_in_publish_order_while_keys_run_side_by_side() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("orders", "g").ordered_by("key", 4);
+    let seen: Shared = Default::default();
+    let broker = Broker::builder(redis.url())
+        .subscribe(&s, opts("c1"), handler(seen.clone(), 2))
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let all = events(64, 10);
+    for e in &all {
+        broker.publish_keyed(&s, &e.key, e).await.unwrap();
+    }
+    eventually("640 handled", WAIT, || seen.lock().unwrap().done.len() == 640).await;
+    let status = broker.status();
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    let seen = seen.lock().unwrap();
+    assert!(seen.overlaps.is_empty(), "a key ran twice at once: {:?}", seen.overlaps);
+    assert!(out_of_order(&seen).is_empty(), "{:?}", out_of_order(&seen));
+    // Keys ran side by side: more than one ran at once at some point (16
+    // handler slots, 64 keys): the starts interleave keys.
+    let distinct_first_16: HashSet<&String> = seen.starts.iter().take(16).map(|(k, _)| k).collect();
+    assert!(distinct_first_16.len() > 1, "{:?}", &seen.starts[..16]);
+    // The partitions are the documented streams, each key in its own.
+    let mut c = redis.conn();
+    for e in all.iter().take(64) {
+        let p = format!("orders:p{}", partition_of(e.key.as_bytes(), 4));
+        let ids: Vec<redis::Value> = redis::cmd("XRANGE").arg(&p).arg("-").arg("+").query(&mut c).unwrap();
+        assert!(!ids.is_empty(), "{p} holds {}'s entries", e.key);
+    }
+    let recorded: String = c.get("{orders}:rillkit:partitions").unwrap();
+    assert_eq!(recorded, "4");
+    let sub = &status.subscriptions[0];
+    assert_eq!(sub.partitions.len(), 4);
+    assert!(sub.partitions.iter().all(|p| p.owned), "{:?}", sub.partitions);
+    assert_eq!(sub.handled, 640);
+}
+
+#[actix_rt::test]
+async fn consumers_joining_and_leaving_move_partitions_without_running_a_key_twice_at_once() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("orders", "g").ordered_by("key", 8);
+    let seen: Shared = Default::default();
+    let start = |name: &str| {
+        Broker::builder(redis.url())
+            .shutdown_timeout(Duration::from_secs(10))
+            .subscribe(&s, opts(name), handler(seen.clone(), 3))
+            .build()
+            .unwrap()
+    };
+    let a = start("a");
+    a.start().await.unwrap();
+    let owned = |b: &Broker| {
+        b.status().subscriptions[0]
+            .partitions
+            .iter()
+            .filter(|p| p.owned)
+            .count()
+    };
+    eventually("a owns all 8", WAIT, || owned(&a) == 8).await;
+    let all = events(32, 30);
+    let (first, rest) = all.split_at(320);
+    for e in first {
+        a.publish_keyed(&s, &e.key, e).await.unwrap();
+    }
+    // b joins while a works through the backlog.
+    let b = start("b");
+    b.start().await.unwrap();
+    eventually("the partitions shared 4 and 4", WAIT, || {
+        owned(&a) == 4 && owned(&b) == 4
+    })
+    .await;
+    for e in &rest[..320] {
+        b.publish_keyed(&s, &e.key, e).await.unwrap();
+    }
+    // a leaves: b takes everything.
+    assert_eq!(a.stop().await.unwrap().exit_code(), 0);
+    eventually("b owns all 8", WAIT, || owned(&b) == 8).await;
+    for e in &rest[320..] {
+        b.publish_keyed(&s, &e.key, e).await.unwrap();
+    }
+    eventually("960 handled", WAIT, || seen.lock().unwrap().done.len() == 960).await;
+    assert_eq!(b.stop().await.unwrap().exit_code(), 0);
+    let seen = seen.lock().unwrap();
+    assert!(seen.overlaps.is_empty(), "a key ran twice at once: {:?}", seen.overlaps);
+    assert!(out_of_order(&seen).is_empty(), "{:?}", out_of_order(&seen));
+}
+
+/// Publishes key `k1` entries 0..6 with entry 1 failing every run, and key
+/// `k2` entries 0..6; answers the broker's outcome and what ran.
+async fn one_entry_fails(on_failure: OnKeyFailure) -> (RedisServer, Shared) {
+    let redis = RedisServer::start();
+    let s = Stream::new("orders", "g").ordered_by("key", 2);
+    let seen: Shared = Default::default();
+    let broker = Broker::builder(redis.url())
+        .subscribe(
+            &s,
+            opts("c1").with_on_key_failure(on_failure),
+            handler(seen.clone(), 1),
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    for seq in 0..6 {
+        for key in ["k1", "k2"] {
+            let e = Event {
+                key: key.into(),
+                seq,
+                fail: key == "k1" && seq == 1,
+            };
+            broker.publish_keyed(&s, key, &e).await.unwrap();
+        }
+    }
+    let dlq = format!("orders:p{}-dlq", partition_of(b"k1", 2));
+    let expected_dead = if on_failure == OnKeyFailure::Skip { 1 } else { 5 };
+    let mut c = redis.conn();
+    eventually("k2 done and k1's dead letters in", WAIT, || {
+        let k2 = (0..6).all(|q| seen.lock().unwrap().done.contains_key(&("k2".into(), q)));
+        k2 && support::stream_len(&mut c, &dlq) == expected_dead
+    })
+    .await;
+    eventually("k1 settled", WAIT, || {
+        let p = format!("orders:p{}", partition_of(b"k1", 2));
+        support::pending_count(&mut c, &p, "g") == 0
+    })
+    .await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    (redis, seen)
+}
+
+fn dead_letters(redis: &RedisServer) -> Vec<HashMap<String, String>> {
+    let dlq = format!("orders:p{}-dlq", partition_of(b"k1", 2));
+    let entries: redis::streams::StreamRangeReply =
+        redis.conn().xrange_all(&dlq).unwrap();
+    entries
+        .ids
+        .iter()
+        .map(|e| {
+            e.map
+                .iter()
+                .map(|(k, v)| (k.clone(), redis::from_redis_value::<String>(v.clone()).unwrap()))
+                .collect()
+        })
+        .collect()
+}
+
+#[actix_rt::test]
+async fn skip_dead_letters_the_failing_entry_alone_and_its_key_goes_on_after_it() {
+    support::init_tracing();
+    let (redis, seen) = one_entry_fails(OnKeyFailure::Skip).await;
+    let seen = seen.lock().unwrap();
+    let k1: BTreeSet<u64> = seen.done.keys().filter(|(k, _)| k == "k1").map(|(_, q)| *q).collect();
+    assert_eq!(k1, BTreeSet::from([0, 2, 3, 4, 5]));
+    // Entry 1 ran twice (max_retries 1) before entry 2 ran at all: the key
+    // waited out the retry.
+    let k1_starts: Vec<u64> = seen.starts.iter().filter(|(k, _)| k == "k1").map(|(_, q)| *q).collect();
+    assert_eq!(k1_starts, [0, 1, 1, 2, 3, 4, 5]);
+    assert!(seen.overlaps.is_empty());
+    let dead = dead_letters(&redis);
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0]["order_key"], "k1");
+    assert_eq!(dead[0]["on_key_failure"], "skip");
+    assert!(dead[0]["error"].contains("k1 1 fails"), "{:?}", dead[0]);
+}
+
+#[actix_rt::test]
+async fn fail_rest_dead_letters_the_keys_later_entries_after_the_failing_one() {
+    support::init_tracing();
+    let (redis, seen) = one_entry_fails(OnKeyFailure::FailRest).await;
+    let seen = seen.lock().unwrap();
+    let k1: Vec<u64> = seen.done.keys().filter(|(k, _)| k == "k1").map(|(_, q)| *q).collect();
+    assert_eq!(k1, [0], "only the entry before the failure ran to success");
+    let k1_starts: Vec<u64> = seen.starts.iter().filter(|(k, _)| k == "k1").map(|(_, q)| *q).collect();
+    assert_eq!(k1_starts, [0, 1, 1], "later entries never ran");
+    let dead = dead_letters(&redis);
+    assert_eq!(dead.len(), 5);
+    let seqs: Vec<u64> = dead
+        .iter()
+        .map(|d| serde_json::from_str::<Event>(&d["data"]).unwrap().seq)
+        .collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5], "dead-lettered in order, the failing one first");
+    assert!(dead.iter().all(|d| d["on_key_failure"] == "fail_rest" && d["order_key"] == "k1"));
+    assert!(dead[1]["error"].contains("fail_rest"), "{:?}", dead[1]);
+    // The key's mark: the id of the entry that failed first.
+    let p = format!("orders:p{}", partition_of(b"k1", 2));
+    let mark: Option<String> = redis
+        .conn()
+        .hget(format!("{{{p}}}:rillkit:failed-keys:g"), "k1")
+        .unwrap();
+    assert_eq!(mark.as_deref(), Some(dead[0]["origin_id"].as_str()));
+    // k2 was not held up.
+    let k2: BTreeSet<u64> = seen.done.keys().filter(|(k, _)| k == "k2").map(|(_, q)| *q).collect();
+    assert_eq!(k2.len(), 6);
+}
+
+#[actix_rt::test]
+async fn a_consumer_or_producer_with_another_partition_count_is_refused() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let sixteen = Stream::new("orders", "g").ordered_by("key", 16);
+    let first = Broker::builder(redis.url())
+        .subscribe(&sixteen, opts("c1"), handler(Default::default(), 0))
+        .build()
+        .unwrap();
+    first.start().await.unwrap();
+    let eight = Stream::new("orders", "g").ordered_by("key", 8);
+    let err = first
+        .publish_keyed(&eight, "k", &Event { key: "k".into(), seq: 0, fail: false })
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("16") && text.contains('8'), "{text}");
+    assert!(matches!(err, rillkit::Error::Config(_)), "{err:?}");
+    let second = Broker::builder(redis.url())
+        .subscribe(&eight, opts("c2"), handler(Default::default(), 0))
+        .build()
+        .unwrap();
+    let err = second.start().await.unwrap_err();
+    assert!(err.to_string().contains("16 partitions"), "{err}");
+    // A plain publish to an ordered stream is refused: it has no key.
+    let err = first.publish(&sixteen, &1u64).await.unwrap_err();
+    assert!(err.to_string().contains("publish_keyed"), "{err}");
+    assert_eq!(first.stop().await.unwrap().exit_code(), 0);
+}
+
+/// `handled <id> delivery <n> at <ms>` lines as (id, ms).
+fn handled_at(w: &Worker) -> Vec<(u64, u64)> {
+    w.lines()
+        .iter()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            match f.as_slice() {
+                ["handled", id, "delivery", _, "at", ms] => Some((id.parse().ok()?, ms.parse().ok()?)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn three_workers_with_one_killed_handle_every_entry_and_keep_each_keys_order() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let env = |name: &'static str| {
+        support::worker_env(
+            name,
+            &[
+                ("RILLKIT_ORDER_BY", "key"),
+                ("RILLKIT_PARTITIONS", "16"),
+                ("RILLKIT_CONCURRENCY", "8"),
+                ("RILLKIT_COUNT", "20"),
+                ("RILLKIT_BLOCK_MS", "200"),
+                ("RILLKIT_CLAIM_IDLE_MS", "2000"),
+            ],
+        )
+    };
+    let mut workers = vec![
+        Worker::spawn(&redis.url(), &env("w1")),
+        Worker::spawn(&redis.url(), &env("w2")),
+        Worker::spawn(&redis.url(), &env("w3")),
+    ];
+    // 64 keys × 40 entries, published by a plain client into the
+    // documented partitions; job id = seq * 64 + key.
+    let mut c = redis.conn();
+    let total = 64 * 40;
+    let mut pipe = redis::pipe();
+    for id in 0..total {
+        let (seq, key) = (id / 64, id % 64);
+        let key = format!("key-{key}");
+        let p = format!("tasks:p{}", partition_of(key.as_bytes(), 16));
+        let json = format!(r#"{{"id":{id},"key":"{key}","seq":{seq},"sleep_ms":2}}"#);
+        pipe.cmd("XADD").arg(p).arg("*").arg("data").arg(json).ignore();
+    }
+    pipe.query::<()>(&mut c).unwrap();
+    eventually_blocking("500 handled before the kill", WAIT, || {
+        workers.iter().map(|w| w.handled().len()).sum::<usize>() >= 500
+    });
+    workers[1].signal("KILL");
+    let _ = workers[1].wait_exit(Duration::from_secs(10));
+    eventually_blocking("every entry handled", Duration::from_secs(120), || {
+        let ids: HashSet<u64> = workers.iter().flat_map(|w| w.handled()).map(|(id, _)| id).collect();
+        ids.len() == total as usize
+    });
+    // First runs per key in publish order (by the time each printed its
+    // line, ms since the epoch, on one machine).
+    let mut first: HashMap<u64, u64> = HashMap::new();
+    for (id, at) in workers.iter().flat_map(handled_at) {
+        let e = first.entry(id).or_insert(at);
+        *e = (*e).min(at);
+    }
+    let mut broken = Vec::new();
+    for key in 0..64u64 {
+        let times: Vec<u64> = (0..40).map(|seq| first[&(seq * 64 + key)]).collect();
+        if times.windows(2).any(|w| w[0] > w[1]) {
+            broken.push((key, times));
+        }
+    }
+    assert!(broken.is_empty(), "keys run out of order: {broken:?}");
+    for w in workers.iter_mut().step_by(2) {
+        w.signal("TERM");
+        assert_eq!(w.wait_exit(Duration::from_secs(30)), Some(0));
+    }
+}
+
+#[actix_rt::test]
+async fn partitions_spread_over_every_master_of_a_cluster() {
+    support::init_tracing();
+    let cluster = support::RedisCluster::start();
+    let s = Stream::new("orders", "g").ordered_by("key", 16);
+    let masters: BTreeSet<usize> = (0..16)
+        .map(|i| cluster.owner_of_slot(cluster.slot_of(&format!("orders:p{i}"))))
+        .collect();
+    assert_eq!(masters.len(), 3, "16 partitions land on all three masters");
+    let seen: Shared = Default::default();
+    let broker = Broker::with_topology(Topology::cluster(cluster.seeds()))
+        .subscribe(&s, opts("c1"), handler(seen.clone(), 1))
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let all = events(32, 5);
+    for e in &all {
+        broker.publish_keyed(&s, &e.key, e).await.unwrap();
+    }
+    eventually("160 handled", WAIT, || seen.lock().unwrap().done.len() == 160).await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    let seen = seen.lock().unwrap();
+    assert!(seen.overlaps.is_empty());
+    assert!(out_of_order(&seen).is_empty(), "{:?}", out_of_order(&seen));
+    // Each partition's entries are on the master of its slot.
+    let mut on: BTreeSet<usize> = BTreeSet::new();
+    for i in 0..16 {
+        let p = format!("orders:p{i}");
+        let len: usize = cluster.conn_for_key(&p).xlen(&p).unwrap();
+        if len > 0 {
+            on.insert(cluster.owner_of_slot(cluster.slot_of(&p)));
+        }
+    }
+    assert_eq!(on.len(), 3, "entries on every master");
+}
