@@ -34,7 +34,10 @@ pub const MAX_PARTITIONS: u16 = 1024;
 /// # Panics
 /// When `partitions` is 0.
 pub fn partition_of(key: &[u8], partitions: u16) -> u16 {
-    assert!(partitions > 0, "an ordered stream has at least one partition");
+    assert!(
+        partitions > 0,
+        "an ordered stream has at least one partition"
+    );
     (crc32fast::hash(key) % u32::from(partitions)) as u16
 }
 

@@ -109,7 +109,12 @@ pub(super) async fn lifecycle(
     // 4. Consumers, and retention for the streams that ask for it.
     let _ = me.send(StartConsumers(redis.clone())).await;
     let retention = crate::retention::start(
-        streams.iter().flat_map(|s| s.readers()).map(|s| s.names.clone()).collect::<Vec<_>>().iter(),
+        streams
+            .iter()
+            .flat_map(|s| s.readers())
+            .map(|s| s.names.clone())
+            .collect::<Vec<_>>()
+            .iter(),
         &redis,
         broker.retention_period(),
     );

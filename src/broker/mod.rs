@@ -528,7 +528,13 @@ impl Broker {
         let payload = encode(stream, value)?;
         let redis = self.redis_addr()?;
         let checked = (names.name.to_string(), order.partitions);
-        if !self.inner.orders_checked.lock().expect("lock").contains(&checked) {
+        if !self
+            .inner
+            .orders_checked
+            .lock()
+            .expect("lock")
+            .contains(&checked)
+        {
             let (record, _) = crate::keys::ordered_keys(&names.name, &names.group);
             let answer = redis
                 .send(Query(
@@ -543,7 +549,11 @@ impl Broker {
                 order.partitions,
                 &answer,
             )?;
-            self.inner.orders_checked.lock().expect("lock").insert(checked);
+            self.inner
+                .orders_checked
+                .lock()
+                .expect("lock")
+                .insert(checked);
         }
         #[cfg(feature = "otel")]
         let traceparent = crate::otel::current();

@@ -304,7 +304,10 @@ impl Handler<DeadLetter> for RedisActor {
                 .map_or(0, |d| d.as_millis() as u64);
             let mut call = DEAD_LETTER.key(&*e.stream);
             call.key(&*e.dlq);
-            let mark = e.order.as_ref().and_then(|o| Some((o.mark.as_ref()?, &o.key)));
+            let mark = e
+                .order
+                .as_ref()
+                .and_then(|o| Some((o.mark.as_ref()?, &o.key)));
             if let Some((hash, _)) = mark {
                 call.key(&**hash);
             }

@@ -73,7 +73,9 @@ pub(crate) async fn connect(
     // An ordered stream's partition count: recorded the first time, else
     // checked against the one recorded.
     for sub in subs {
-        let Some(ordered) = &sub.ordered else { continue };
+        let Some(ordered) = &sub.ordered else {
+            continue;
+        };
         let checked = wait_until_ready(connector, "SET", "set", deadline, || {
             crate::source::stream::ordered::check_partitions(&redis, &sub.names.name, ordered)
         })

@@ -17,7 +17,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("connections and topologies", &["connection"]),
     (
         "message vocabulary and telemetry",
-        &["order", "stream", "handler", "traceparent", "otel", "telemetry"],
+        &[
+            "order",
+            "stream",
+            "handler",
+            "traceparent",
+            "otel",
+            "telemetry",
+        ],
     ),
     ("shared Redis actor", &["redis"]),
     ("status boards", &["status"]),

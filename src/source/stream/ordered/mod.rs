@@ -178,7 +178,12 @@ pub(crate) async fn check_partitions(
         .send(Query("set", cmd))
         .await
         .unwrap_or(Err(Error::ShutDown))?;
-    check_recorded(stream, &ordered.record_key, ordered.order.partitions, &answer)
+    check_recorded(
+        stream,
+        &ordered.record_key,
+        ordered.order.partitions,
+        &answer,
+    )
 }
 
 /// KEYS: members. ARGV: consumer, TTL ms. Puts the consumer in the set with

@@ -50,7 +50,10 @@ pub(crate) async fn consume(
     mut stop: watch::Receiver<Option<Instant>>,
     ready: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> ConsumerReport {
-    let ord = sub.ordered.as_ref().expect("an ordered stream's subscription");
+    let ord = sub
+        .ordered
+        .as_ref()
+        .expect("an ordered stream's subscription");
     let mut report = ConsumerReport::default();
     let mut retry = Retry::default();
     // The partition count first: a consumer configured with another count
@@ -182,7 +185,10 @@ struct Manager {
 
 impl Manager {
     fn ordered(&self) -> &Ordered {
-        self.sub.ordered.as_ref().expect("an ordered stream's subscription")
+        self.sub
+            .ordered
+            .as_ref()
+            .expect("an ordered stream's subscription")
     }
 
     /// Puts this consumer in the group's members with a new expiry and
@@ -280,9 +286,18 @@ mod tests {
     #[test]
     fn partitions_are_shared_out_by_place_in_name_order() {
         let members = vec!["b".to_owned(), "a".to_owned(), "c".to_owned()];
-        assert_eq!(share(&members, "a", 7).into_iter().collect::<Vec<_>>(), [0, 3, 6]);
-        assert_eq!(share(&members, "b", 7).into_iter().collect::<Vec<_>>(), [1, 4]);
-        assert_eq!(share(&members, "c", 7).into_iter().collect::<Vec<_>>(), [2, 5]);
+        assert_eq!(
+            share(&members, "a", 7).into_iter().collect::<Vec<_>>(),
+            [0, 3, 6]
+        );
+        assert_eq!(
+            share(&members, "b", 7).into_iter().collect::<Vec<_>>(),
+            [1, 4]
+        );
+        assert_eq!(
+            share(&members, "c", 7).into_iter().collect::<Vec<_>>(),
+            [2, 5]
+        );
         assert!(share(&members, "d", 7).is_empty());
         assert_eq!(share(&["a".to_owned()], "a", 3).len(), 3);
     }
