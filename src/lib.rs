@@ -85,7 +85,7 @@ pub use lifecycle::{Phase, Stage, SupervisorOutcome, shutdown_signal};
 pub use source::channel::{Channel, ChannelOptions};
 pub use source::list::{List, ListOptions};
 pub use source::stream::ConsumerOptions;
-pub use status::{ServerFigures, Status, SubscriptionState, SubscriptionStatus};
+pub use status::{ServerFigures, Status, SubscriptionId, SubscriptionState, SubscriptionStatus};
 pub use stream::{Codec, EntryId, Json, Stream};
 pub use supervisor::RestartPolicy;
 pub use traceparent::{InvalidTraceParent, TRACEPARENT_FIELD, TraceParent};

@@ -132,7 +132,7 @@ pub(crate) fn describe() {
     );
     describe_gauge!(
         STATE,
-        "1 for the state the subscription is in (label state: starting, running, reconnecting, restarting, waiting_for_lease, failed, stopped), 0 for the others."
+        "1 for the state the subscription is in (label state: starting, running, reconnecting, restarting, waiting_for_lease, failed, stopped, paused), 0 for the others."
     );
 }
 

@@ -109,6 +109,7 @@ fn state(s: &SubscriptionState) -> String {
         }
         SubscriptionState::Failed => "failed".into(),
         SubscriptionState::Stopped => "stopped".into(),
+        SubscriptionState::Paused => "paused".into(),
     }
 }
 

@@ -3,6 +3,12 @@
 //! go), and figures from the server (lag, pending, oldest pending entry,
 //! dead-letter length) polled by [`StatusPoller`] every `status_period`
 //! (default 5 s).
+//!
+//! A board also carries its subscription's pause flag
+//! ([`Broker::pause`](crate::Broker::pause)): every source's loop reads it
+//! before it starts a read or a pop, wakes on its changes, and reports
+//! [`SubscriptionState::Paused`] through [`Board::settle_pause`] once no
+//! read of its own is in flight.
 
 mod poller;
 
@@ -12,6 +18,8 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::watch;
 
 use crate::Phase;
 use crate::kind::SourceKind;
@@ -98,14 +106,20 @@ pub struct Status {
 impl Status {
     /// Ready to serve: the broker is running, Redis answers
     /// ([`redis_reachable`](Self::redis_reachable)) and every subscription
-    /// is [`Running`](SubscriptionState::Running) (for a readiness probe).
+    /// is [`Running`](SubscriptionState::Running) or
+    /// [`Paused`](SubscriptionState::Paused) (for a readiness probe). A
+    /// pause is an operator's decision, not a fault: a probe that failed on
+    /// it would have the process taken out of service or restarted, and a
+    /// restart forgets the pause.
     pub fn is_ready(&self) -> bool {
         self.phase == Phase::Running
             && self.redis_reachable
-            && self
-                .subscriptions
-                .iter()
-                .all(|s| s.state == SubscriptionState::Running)
+            && self.subscriptions.iter().all(|s| {
+                matches!(
+                    s.state,
+                    SubscriptionState::Running | SubscriptionState::Paused
+                )
+            })
     }
 }
 
@@ -149,11 +163,18 @@ pub enum SubscriptionState {
     Failed,
     /// Stopped with the broker.
     Stopped,
+    /// Paused by [`Broker::pause`](crate::Broker::pause): it starts no read
+    /// or pop (and a stream consumer claims nothing from other consumers)
+    /// until [`Broker::resume`](crate::Broker::resume); what it already
+    /// holds still runs, is acked or settled, and its lease or heartbeat
+    /// and its held entries' refreshes go on. Counts as ready
+    /// ([`Status::is_ready`]).
+    Paused,
 }
 
 impl SubscriptionState {
     /// Every state's name, as [`name`](Self::name) gives it.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "starting",
         "running",
         "reconnecting",
@@ -161,11 +182,13 @@ impl SubscriptionState {
         "waiting_for_lease",
         "failed",
         "stopped",
+        "paused",
     ];
 
     /// The state's name, without its details: `starting`, `running`,
-    /// `reconnecting`, `restarting`, `waiting_for_lease`, `failed` or
-    /// `stopped` (the `state` label of `rillkit_subscription_state`).
+    /// `reconnecting`, `restarting`, `waiting_for_lease`, `failed`,
+    /// `stopped` or `paused` (the `state` label of
+    /// `rillkit_subscription_state`).
     pub fn name(&self) -> &'static str {
         match self {
             SubscriptionState::Starting => "starting",
@@ -175,6 +198,7 @@ impl SubscriptionState {
             SubscriptionState::WaitingForLease { .. } => "waiting_for_lease",
             SubscriptionState::Failed => "failed",
             SubscriptionState::Stopped => "stopped",
+            SubscriptionState::Paused => "paused",
         }
     }
 }
@@ -206,6 +230,79 @@ pub struct SubscriptionStatus {
     /// Figures read from the server at the last poll (`None` before the
     /// first).
     pub server: Option<ServerFigures>,
+    /// A pause was asked for ([`Broker::pause`](crate::Broker::pause)) and
+    /// not undone: no read or pop starts. [`state`](Self::state) turns
+    /// [`Paused`](SubscriptionState::Paused) once no read of its own is in
+    /// flight (at once for an idle one; a blocked read is cut short with
+    /// `CLIENT UNBLOCK`, or else ends within its `block`).
+    pub paused: bool,
+}
+
+impl SubscriptionStatus {
+    /// What names this subscription for
+    /// [`Broker::pause`](crate::Broker::pause) and
+    /// [`resume`](crate::Broker::resume).
+    pub fn id(&self) -> SubscriptionId {
+        SubscriptionId {
+            kind: self.kind,
+            key: self.key.clone(),
+            group: self.group.clone(),
+            consumer: self.consumer.clone(),
+        }
+    }
+}
+
+/// Names one subscription of a broker: what it reads, its key, its group
+/// and its consumer name (unique among a broker's stream and list
+/// subscriptions). Made with [`stream`](Self::stream) or
+/// [`list`](Self::list), or taken from a status row with
+/// [`SubscriptionStatus::id`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct SubscriptionId {
+    /// What it reads.
+    pub kind: SourceKind,
+    /// The stream or list key, or the channel (or pattern).
+    pub key: String,
+    /// The consumer group (empty for lists and channels).
+    pub group: String,
+    /// The consumer name.
+    pub consumer: String,
+}
+
+impl SubscriptionId {
+    /// The subscription of `consumer` in `group` on `stream`.
+    pub fn stream(
+        stream: impl Into<String>,
+        group: impl Into<String>,
+        consumer: impl Into<String>,
+    ) -> Self {
+        SubscriptionId {
+            kind: SourceKind::Stream,
+            key: stream.into(),
+            group: group.into(),
+            consumer: consumer.into(),
+        }
+    }
+
+    /// The reliable subscription of `consumer` on `list` (for an
+    /// at-most-once one, set [`kind`](Self::kind) to
+    /// [`SourceKind::ListAtMostOnce`]).
+    pub fn list(list: impl Into<String>, consumer: impl Into<String>) -> Self {
+        SubscriptionId {
+            kind: SourceKind::List,
+            key: list.into(),
+            group: String::new(),
+            consumer: consumer.into(),
+        }
+    }
+
+    /// With another [`kind`](Self::kind).
+    #[must_use]
+    pub fn with_kind(mut self, kind: SourceKind) -> Self {
+        self.kind = kind;
+        self
+    }
 }
 
 /// A subscription's figures as the server reported them at one poll.
@@ -250,6 +347,8 @@ pub(crate) struct Board {
     dead_lettered: AtomicU64,
     dropped: AtomicU64,
     server: Mutex<Option<ServerFigures>>,
+    /// Whether a pause was asked for; the loop watches it.
+    pause: watch::Sender<bool>,
 }
 
 impl Board {
@@ -273,7 +372,55 @@ impl Board {
             dead_lettered: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             server: Mutex::new(None),
+            pause: watch::Sender::new(false),
         }
+    }
+
+    /// Whether this board is the subscription `id` names.
+    pub(crate) fn is(&self, id: &SubscriptionId) -> bool {
+        self.kind == id.kind
+            && *self.stream == *id.key
+            && *self.group == *id.group
+            && *self.consumer == *id.consumer
+    }
+
+    /// Asks the loop to pause (`true`) or to read again (`false`).
+    pub(crate) fn set_paused(&self, on: bool) {
+        self.pause
+            .send_if_modified(|p| std::mem::replace(p, on) != on);
+    }
+
+    /// Whether a pause is asked for: the loop starts no read or pop.
+    pub(crate) fn paused(&self) -> bool {
+        *self.pause.borrow()
+    }
+
+    /// What a loop awaits (`changed()`) to wake when a pause is asked for
+    /// or undone.
+    pub(crate) fn pause_watch(&self) -> watch::Receiver<bool> {
+        self.pause.subscribe()
+    }
+
+    /// A loop's turn tells where it is with the pause: paused and no read
+    /// of its own in flight (`reading` false) turns `Running` into
+    /// `Paused`; no longer paused turns `Paused` back into `Running`.
+    /// Other states (trouble, a lease being waited for) are left as they
+    /// are.
+    pub(crate) fn settle_pause(&self, reading: bool) {
+        let paused = self.paused();
+        let mut s = self.state.lock().expect("status lock");
+        let next = match (&*s, paused) {
+            (SubscriptionState::Running, true) if !reading => SubscriptionState::Paused,
+            (SubscriptionState::Paused, false) => SubscriptionState::Running,
+            _ => return,
+        };
+        crate::telemetry::state(
+            &self.stream,
+            &self.group,
+            next.name(),
+            &SubscriptionState::NAMES,
+        );
+        *s = next;
     }
 
     /// Sets the state gauges to the state as it is.
@@ -364,6 +511,7 @@ impl Board {
             dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
             server: self.server.lock().expect("status lock").clone(),
+            paused: self.paused(),
         }
     }
 }
