@@ -167,6 +167,24 @@ pub enum Command {
         #[arg(long)]
         create: bool,
     },
+    /// Every stream's and group's gauges in the Prometheus text format.
+    ///
+    /// Lag, pending entries, oldest pending age, consumers and dead letters
+    /// of every consumer group found (SCAN, XINFO GROUPS, XPENDING, XLEN),
+    /// with the metric names and HELP text the library exports: for
+    /// node_exporter's textfile collector (write to a temporary file, then
+    /// rename it) or a cron job. With --listen, served at /metrics instead.
+    Metrics {
+        /// The most groups written (label cardinality), in the order of
+        /// their stream's name; the rest are counted in
+        /// rillkit_server_metrics_groups_skipped.
+        #[arg(long, value_name = "N", default_value_t = 200)]
+        max_groups: usize,
+        /// Serve the gauges at http://HOST:PORT/metrics, read afresh for
+        /// each scrape, until Ctrl-C (exit 0).
+        #[arg(long, value_name = "HOST:PORT")]
+        listen: Option<std::net::SocketAddr>,
+    },
     /// The newest entries of a stream; with --follow, then each new one.
     ///
     /// XREVRANGE, printed oldest first; --follow then reads with XREAD BLOCK
