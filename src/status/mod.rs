@@ -16,7 +16,7 @@ pub(crate) use poller::{StatusPoller, Stop};
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
@@ -349,6 +349,11 @@ pub(crate) struct Board {
     server: Mutex<Option<ServerFigures>>,
     /// Whether a pause was asked for; the loop watches it.
     pause: watch::Sender<bool>,
+    /// The same, read on every turn of a loop without a lock.
+    asked: AtomicBool,
+    /// The state is `Paused` (so `settle_pause` takes no lock while there
+    /// is nothing to settle).
+    shown_paused: AtomicBool,
 }
 
 impl Board {
@@ -373,6 +378,8 @@ impl Board {
             dropped: AtomicU64::new(0),
             server: Mutex::new(None),
             pause: watch::Sender::new(false),
+            asked: AtomicBool::new(false),
+            shown_paused: AtomicBool::new(false),
         }
     }
 
@@ -386,13 +393,14 @@ impl Board {
 
     /// Asks the loop to pause (`true`) or to read again (`false`).
     pub(crate) fn set_paused(&self, on: bool) {
+        self.asked.store(on, Ordering::SeqCst);
         self.pause
             .send_if_modified(|p| std::mem::replace(p, on) != on);
     }
 
     /// Whether a pause is asked for: the loop starts no read or pop.
     pub(crate) fn paused(&self) -> bool {
-        *self.pause.borrow()
+        self.asked.load(Ordering::SeqCst)
     }
 
     /// What a loop awaits (`changed()`) to wake when a pause is asked for
@@ -408,11 +416,19 @@ impl Board {
     /// are.
     pub(crate) fn settle_pause(&self, reading: bool) {
         let paused = self.paused();
+        if !paused && !self.shown_paused.load(Ordering::Relaxed) {
+            return;
+        }
         let mut s = self.state.lock().expect("status lock");
         let next = match (&*s, paused) {
             (SubscriptionState::Running, true) if !reading => SubscriptionState::Paused,
             (SubscriptionState::Paused, false) => SubscriptionState::Running,
-            _ => return,
+            (other, _) => {
+                // Left `Paused` another way (a restart, a stop, trouble).
+                let now = *other == SubscriptionState::Paused;
+                self.shown_paused.store(now, Ordering::Relaxed);
+                return;
+            }
         };
         crate::telemetry::state(
             &self.stream,
@@ -420,6 +436,8 @@ impl Board {
             next.name(),
             &SubscriptionState::NAMES,
         );
+        self.shown_paused
+            .store(next == SubscriptionState::Paused, Ordering::Relaxed);
         *s = next;
     }
 

@@ -19,7 +19,7 @@ characters escaped (\\n, \\u{1b}, \\u{202e}); table cells are cut at 48
 columns (…) unless --wide.
 
 Exit codes:
-  0   done (tail --follow: ended by Ctrl-C)
+  0   done (tail --follow, metrics --listen: ended by Ctrl-C)
   1   Redis error (unreachable, refused, wrong type, no such stream or group),
       or what is asked for does not exist (a dead letter, the stream publish
       writes to without --create, a redrive's origin stream or its group)
