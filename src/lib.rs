@@ -87,7 +87,9 @@ pub use order::{MAX_PARTITIONS, OnKeyFailure, partition_of};
 pub use source::channel::{Channel, ChannelOptions};
 pub use source::list::{List, ListOptions};
 pub use source::stream::ConsumerOptions;
-pub use status::{PartitionStatus, ServerFigures, Status, SubscriptionState, SubscriptionStatus};
+pub use status::{
+    PartitionStatus, ServerFigures, Status, SubscriptionId, SubscriptionState, SubscriptionStatus,
+};
 pub use stream::{Codec, EntryId, Json, Stream};
 pub use supervisor::RestartPolicy;
 pub use traceparent::{InvalidTraceParent, TRACEPARENT_FIELD, TraceParent};

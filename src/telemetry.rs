@@ -47,6 +47,21 @@ pub(crate) const SERVER_GROUPS: &str = "rillkit_server_metrics_groups";
 /// Groups it left out at its last pass (its cap).
 pub(crate) const SERVER_SKIPPED: &str = "rillkit_server_metrics_groups_skipped";
 
+/// The `# HELP` text of the gauges the server-wide collector sets, shared
+/// by [`describe`] and the collector's own text exposition, so both say
+/// the same.
+pub(crate) const LAG_HELP: &str = "Entries not yet delivered to the group (XINFO GROUPS lag; polled; absent while Redis cannot tell).";
+pub(crate) const PENDING_HELP: &str = "Entries delivered to the group and not acked (polled).";
+pub(crate) const OLDEST_PENDING_AGE_HELP: &str =
+    "Age of the oldest pending entry, from its id (polled; 0 when none).";
+pub(crate) const DEAD_LETTERS_HELP: &str = "Entries in the dead-letter stream (polled).";
+pub(crate) const CONSUMERS_HELP: &str =
+    "Consumers of the group (server-wide collector; XINFO GROUPS).";
+pub(crate) const SERVER_GROUPS_HELP: &str =
+    "Groups the server-wide collector exported at its last pass.";
+pub(crate) const SERVER_SKIPPED_HELP: &str =
+    "Groups the server-wide collector left out at its last pass (max_groups).";
+
 /// Every series' `# HELP` text and unit, given to the installed recorder
 /// (an exporter prints them). Called at each start: a recorder installed
 /// after the broker was built still gets them.
@@ -95,44 +110,16 @@ pub(crate) fn describe() {
     );
     describe_histogram!(ACK_ROUND_TRIP, Unit::Seconds, "XACK round trips.");
     describe_gauge!(IN_FLIGHT, Unit::Count, "Handlers running now.");
-    describe_gauge!(
-        LAG,
-        Unit::Count,
-        "Entries not yet delivered to the group (XINFO GROUPS lag; polled; absent while Redis cannot tell)."
-    );
-    describe_gauge!(
-        PENDING,
-        Unit::Count,
-        "Entries delivered to the group and not acked (polled)."
-    );
-    describe_gauge!(
-        OLDEST_PENDING_AGE,
-        Unit::Seconds,
-        "Age of the oldest pending entry, from its id (polled; 0 when none)."
-    );
-    describe_gauge!(
-        DEAD_LETTERS,
-        Unit::Count,
-        "Entries in the dead-letter stream (polled)."
-    );
-    describe_gauge!(
-        CONSUMERS,
-        Unit::Count,
-        "Consumers of the group (server-wide collector; XINFO GROUPS)."
-    );
-    describe_gauge!(
-        SERVER_GROUPS,
-        Unit::Count,
-        "Groups the server-wide collector exported at its last pass."
-    );
-    describe_gauge!(
-        SERVER_SKIPPED,
-        Unit::Count,
-        "Groups the server-wide collector left out at its last pass (max_groups)."
-    );
+    describe_gauge!(LAG, Unit::Count, LAG_HELP);
+    describe_gauge!(PENDING, Unit::Count, PENDING_HELP);
+    describe_gauge!(OLDEST_PENDING_AGE, Unit::Seconds, OLDEST_PENDING_AGE_HELP);
+    describe_gauge!(DEAD_LETTERS, Unit::Count, DEAD_LETTERS_HELP);
+    describe_gauge!(CONSUMERS, Unit::Count, CONSUMERS_HELP);
+    describe_gauge!(SERVER_GROUPS, Unit::Count, SERVER_GROUPS_HELP);
+    describe_gauge!(SERVER_SKIPPED, Unit::Count, SERVER_SKIPPED_HELP);
     describe_gauge!(
         STATE,
-        "1 for the state the subscription is in (label state: starting, running, reconnecting, restarting, waiting_for_lease, failed, stopped), 0 for the others."
+        "1 for the state the subscription is in (label state: starting, running, reconnecting, restarting, waiting_for_lease, failed, stopped, paused), 0 for the others."
     );
 }
 

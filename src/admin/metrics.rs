@@ -1,6 +1,10 @@
 //! Server-wide metrics: the figures of every stream and consumer group on the
 //! server, not only those this process consumes, exported through the same
-//! `metrics` facade and series names as a broker's own polled gauges.
+//! `metrics` facade and series names as a broker's own polled gauges, or
+//! read as a [`MetricsSnapshot`] and written in the Prometheus text format
+//! (what `rillkit metrics` prints).
+
+use std::fmt::Write as _;
 
 use std::time::Duration;
 
@@ -46,6 +50,123 @@ impl Default for ServerMetrics {
             max_groups: 200,
         }
     }
+}
+
+/// One pass's figures, read by [`ServerMetrics::snapshot`] without
+/// setting any gauge.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct MetricsSnapshot {
+    /// Streams found, groups read, groups left out by the cap.
+    pub collected: Collected,
+    /// Each group read, in the order of its stream's name.
+    pub groups: Vec<GroupMetrics>,
+}
+
+/// One consumer group's figures in a [`MetricsSnapshot`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct GroupMetrics {
+    /// The stream.
+    pub stream: String,
+    /// The group.
+    pub group: String,
+    /// Entries not yet delivered to the group (`XINFO GROUPS` `lag`;
+    /// `None` when Redis cannot tell).
+    pub lag: Option<u64>,
+    /// Entries delivered to the group and not acked.
+    pub pending: u64,
+    /// Age of the oldest pending entry, from its id (`None`: nothing
+    /// pending).
+    pub oldest_pending_age: Option<Duration>,
+    /// Consumers of the group.
+    pub consumers: u64,
+    /// Entries in the stream's dead-letter stream.
+    pub dead_letters: u64,
+}
+
+impl MetricsSnapshot {
+    /// The snapshot in the Prometheus text exposition format (0.0.4): for
+    /// each of `rillkit_lag`, `rillkit_pending`,
+    /// `rillkit_oldest_pending_age_seconds`, `rillkit_consumers`,
+    /// `rillkit_dead_letters`, `rillkit_server_metrics_groups` and
+    /// `rillkit_server_metrics_groups_skipped`, its `# HELP` (the text the
+    /// library gives the installed recorder) and `# TYPE … gauge` lines,
+    /// then one sample per group labelled `stream` and `group` (label
+    /// values escaped as the format says). A group whose lag Redis cannot
+    /// tell has no `rillkit_lag` sample. For node_exporter's textfile
+    /// collector, a cron job, or a scrape endpoint.
+    pub fn to_prometheus(&self) -> String {
+        let mut out = String::new();
+        let family = |out: &mut String, name: &str, help: &str| {
+            let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        };
+        type Value = fn(&GroupMetrics) -> Option<String>;
+        let per_group: [(&str, &str, Value); 5] = [
+            (telemetry::LAG, telemetry::LAG_HELP, |g| {
+                g.lag.map(|l| l.to_string())
+            }),
+            (telemetry::PENDING, telemetry::PENDING_HELP, |g| {
+                Some(g.pending.to_string())
+            }),
+            (
+                telemetry::OLDEST_PENDING_AGE,
+                telemetry::OLDEST_PENDING_AGE_HELP,
+                |g| {
+                    Some(
+                        g.oldest_pending_age
+                            .map_or(0.0, |d| d.as_secs_f64())
+                            .to_string(),
+                    )
+                },
+            ),
+            (telemetry::CONSUMERS, telemetry::CONSUMERS_HELP, |g| {
+                Some(g.consumers.to_string())
+            }),
+            (telemetry::DEAD_LETTERS, telemetry::DEAD_LETTERS_HELP, |g| {
+                Some(g.dead_letters.to_string())
+            }),
+        ];
+        for (name, help, value) in per_group {
+            family(&mut out, name, help);
+            for g in &self.groups {
+                if let Some(v) = value(g) {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{stream=\"{}\",group=\"{}\"}} {v}",
+                        label_value(&g.stream),
+                        label_value(&g.group)
+                    );
+                }
+            }
+        }
+        let c = &self.collected;
+        for (name, help, v) in [
+            (
+                telemetry::SERVER_GROUPS,
+                telemetry::SERVER_GROUPS_HELP,
+                c.groups,
+            ),
+            (
+                telemetry::SERVER_SKIPPED,
+                telemetry::SERVER_SKIPPED_HELP,
+                c.skipped,
+            ),
+        ] {
+            family(&mut out, name, help);
+            let _ = writeln!(out, "{name} {v}");
+        }
+        out
+    }
+}
+
+/// A label value as the text format writes it: `\`, `"` and a line feed
+/// escaped.
+fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// What one pass of [`ServerMetrics::collect`] exported.
@@ -105,15 +226,48 @@ impl ServerMetrics {
     /// One pass: finds every stream and group and sets their gauges.
     ///
     /// # Errors
+    /// As [`snapshot`](Self::snapshot).
+    pub async fn collect(&self, admin: &Admin) -> Result<Collected, Error> {
+        let snap = self.snapshot(admin).await?;
+        for g in &snap.groups {
+            telemetry::polled(
+                &g.stream,
+                &g.group,
+                telemetry::Polled {
+                    lag: g.lag,
+                    pending: g.pending,
+                    oldest_pending_age: g.oldest_pending_age,
+                    dead_letters: g.dead_letters,
+                },
+            );
+            telemetry::consumers(&g.stream, &g.group, g.consumers);
+        }
+        let done = snap.collected;
+        telemetry::server_metrics_pass(done.groups, done.skipped);
+        if done.skipped > 0 {
+            tracing::warn!(
+                exported = done.groups,
+                skipped = done.skipped,
+                "server-wide metrics: more groups than max_groups; the rest are not exported"
+            );
+        }
+        Ok(done)
+    }
+
+    /// One pass that reads every stream's and group's figures (within
+    /// [`max_groups`](Self::max_groups)) and sets no gauge: for a caller
+    /// that writes them itself, e.g. with
+    /// [`MetricsSnapshot::to_prometheus`].
+    ///
+    /// # Errors
     /// A connection error, or [`Error::Redis`] when the ACL user may not run
     /// `SCAN`, `XINFO GROUPS`, `XPENDING` or `XLEN` (a key that changed type
     /// meanwhile is skipped).
-    pub async fn collect(&self, admin: &Admin) -> Result<Collected, Error> {
+    pub async fn snapshot(&self, admin: &Admin) -> Result<MetricsSnapshot, Error> {
         let streams = admin.origin_streams().await?;
-        let mut done = Collected {
-            streams: streams.len(),
-            ..Collected::default()
-        };
+        let mut snap = MetricsSnapshot::default();
+        let done = &mut snap.collected;
+        done.streams = streams.len();
         for stream in &streams {
             let groups = match admin.groups(stream).await {
                 Ok(g) => g,
@@ -142,28 +296,18 @@ impl ServerMetrics {
                 } else {
                     None
                 };
-                telemetry::polled(
-                    stream,
-                    &g.name,
-                    telemetry::Polled {
-                        lag: g.lag,
-                        pending: g.pending,
-                        oldest_pending_age: oldest,
-                        dead_letters,
-                    },
-                );
-                telemetry::consumers(stream, &g.name, g.consumers);
+                snap.groups.push(GroupMetrics {
+                    stream: stream.clone(),
+                    group: g.name,
+                    lag: g.lag,
+                    pending: g.pending,
+                    oldest_pending_age: oldest,
+                    consumers: g.consumers,
+                    dead_letters,
+                });
                 done.groups += 1;
             }
         }
-        telemetry::server_metrics_pass(done.groups, done.skipped);
-        if done.skipped > 0 {
-            tracing::warn!(
-                exported = done.groups,
-                skipped = done.skipped,
-                "server-wide metrics: more groups than max_groups; the rest are not exported"
-            );
-        }
-        Ok(done)
+        Ok(snap)
     }
 }

@@ -53,7 +53,7 @@ use crate::redis::info as reply;
 pub use crate::redis::info::{ConsumerInfo, GroupInfo, PendingEntry};
 use crate::stream::EntryId;
 use crate::{Tls, Topology};
-pub use metrics::{Collected, ServerMetrics};
+pub use metrics::{Collected, GroupMetrics, MetricsSnapshot, ServerMetrics};
 
 /// Keys asked for per `SCAN` call.
 const SCAN_COUNT: usize = 1000;

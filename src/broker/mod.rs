@@ -7,6 +7,7 @@ pub(crate) mod builder;
 mod delivery;
 mod driver;
 pub(crate) mod hooks;
+mod pause;
 mod publish;
 pub(crate) mod runtime;
 

@@ -69,6 +69,22 @@ impl SubscriptionHandle {
         self.board.snapshot()
     }
 
+    /// Pauses it, as [`Broker::pause`] does.
+    ///
+    /// # Errors
+    /// [`Error::NotPausable`] for a Pub/Sub subscription.
+    pub fn pause(&self) -> Result<(), Error> {
+        super::pause::set_paused(&self.board, true)
+    }
+
+    /// Resumes it, as [`Broker::resume`] does.
+    ///
+    /// # Errors
+    /// [`Error::NotPausable`] for a Pub/Sub subscription.
+    pub fn resume(&self) -> Result<(), Error> {
+        super::pause::set_paused(&self.board, false)
+    }
+
     /// Removes the subscription, with the broker's `shutdown_timeout` as
     /// the drain deadline: see [`remove_with_timeout`](Self::remove_with_timeout).
     ///

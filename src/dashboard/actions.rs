@@ -19,6 +19,8 @@ pub(super) fn banner(done: Option<&str>, n: u64, skipped: u64) -> Option<String>
         "redrive" => format!("Redriven: {n}."),
         "purge" => format!("Purged: {n}."),
         "handover" => format!("Handed over: {n} pending entries."),
+        "pause" => "Paused: the subscription reads nothing new until it is resumed.".to_owned(),
+        "resume" => "Resumed: the subscription reads again.".to_owned(),
         _ => return None,
     };
     if skipped > 0 {

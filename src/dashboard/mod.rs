@@ -36,6 +36,7 @@ mod entry;
 mod handover;
 mod history;
 mod pages;
+mod pause;
 mod rates;
 mod stream;
 
@@ -198,6 +199,8 @@ impl Dashboard {
     /// | `POST {path}/dlq/{stream}/redrive` | redrive one (`id`), a range (`start`, `end`, `count`) or what a filter selects (`error`, `from`, `to`, `count`) |
     /// | `POST {path}/dlq/{stream}/purge` | delete one, a range or a filter's selection |
     /// | `POST {path}/stream/{stream}/handover` | hand a dead consumer's pending entries to another consumer (`group`, `consumer`, `to`, `count`) |
+    /// | `POST {path}/subscription/pause` | pause a stream or list subscription of the broker (`kind`: `stream`, `list` or `list_at_most_once`; `key`, `group`, `consumer`): see [`Broker::pause`] |
+    /// | `POST {path}/subscription/resume` | resume it ([`Broker::resume`]) |
     pub fn scope(&self, path: &str) -> actix_web::Scope {
         let base = path.trim_end_matches('/').to_owned();
         web::scope(path)
@@ -223,6 +226,8 @@ impl Dashboard {
                 "/stream/{stream}/handover",
                 web::post().to(handover::handover),
             )
+            .route("/subscription/pause", web::post().to(pause::pause))
+            .route("/subscription/resume", web::post().to(pause::resume))
     }
 
     async fn admin(&self) -> Result<Admin, Error> {
@@ -416,7 +421,17 @@ impl Ctx {
     }
 }
 
-async fn overview(ctx: web::Data<Ctx>, req: HttpRequest) -> HttpResponse {
+/// The overview's query: the banner after an action.
+#[derive(serde::Deserialize)]
+struct OverviewQuery {
+    done: Option<String>,
+}
+
+async fn overview(
+    ctx: web::Data<Ctx>,
+    req: HttpRequest,
+    q: web::Query<OverviewQuery>,
+) -> HttpResponse {
     let dash = &ctx.dash;
     dash.shared.rates.start(&dash.broker);
     history::start(dash);
@@ -432,7 +447,17 @@ async fn overview(ctx: web::Data<Ctx>, req: HttpRequest) -> HttpResponse {
         }
     };
     let status = dash.broker.status();
-    ctx.page(&req, |_| pages::overview(&ctx.base, &status, &rows))
+    let done = actions::banner(q.done.as_deref(), 0, 0);
+    let read_only = dash.read_only;
+    ctx.page(&req, |token| {
+        pages::overview(
+            &ctx.base,
+            &status,
+            &rows,
+            done.as_deref(),
+            (!read_only).then_some(token),
+        )
+    })
 }
 
 /// What the overview shows of one stream.

@@ -109,15 +109,25 @@ fn state(s: &SubscriptionState) -> String {
         }
         SubscriptionState::Failed => "failed".into(),
         SubscriptionState::Stopped => "stopped".into(),
+        SubscriptionState::Paused => "paused".into(),
     }
 }
 
-pub(super) fn overview(base: &str, status: &Status, rows: &[StreamRow]) -> Markup {
+/// The overview: `done` is the banner after an action, `token` the CSRF
+/// token for the pause buttons (`None`: read-only, no buttons).
+pub(super) fn overview(
+    base: &str,
+    status: &Status,
+    rows: &[StreamRow],
+    done: Option<&str>,
+    token: Option<&str>,
+) -> Markup {
     layout(
         base,
         "overview",
         true,
         html! {
+            @if let Some(done) = done { p.done { (done) } }
             p.muted { "Broker " (format!("{:?}", status.phase).to_lowercase()) ". Refreshes every 5 s." }
             @if rows.is_empty() {
                 p { "No streams: the broker subscribes to none, and none were declared." }
@@ -168,13 +178,18 @@ pub(super) fn overview(base: &str, status: &Status, rows: &[StreamRow]) -> Marku
             }
             @if !status.subscriptions.is_empty() {
                 h3 { "Subscriptions of this process" }
-                table {
-                    thead { tr { th { "kind" } th { "key" } th { "group" } th { "consumer" } th { "state" } th { "handled" } th { "failed" } th { "dead-lettered" } } }
+                table id="subscriptions" {
+                    thead { tr {
+                        th { "kind" } th { "key" } th { "group" } th { "consumer" } th { "state" } th { "handled" } th { "failed" } th { "dead-lettered" }
+                        @if token.is_some() { th {} }
+                    } }
                     tbody {
                         @for s in &status.subscriptions {
-                            tr {
-                                td { (kind(s.kind)) } td { (s.key) } td { (s.group) } td { (s.consumer) } td { (state(&s.state)) }
+                            tr data-key=(s.key) data-consumer=(s.consumer) {
+                                td { (kind(s.kind)) } td { (s.key) } td { (s.group) } td { (s.consumer) }
+                                td.state { (state(&s.state)) @if s.paused && s.state != SubscriptionState::Paused { " (pausing)" } }
                                 td.n { (s.handled) } td.n { (s.failed) } td.n { (s.dead_lettered) }
+                                @if let Some(token) = token { td { (super::pause::button(base, token, s)) } }
                             }
                         }
                     }

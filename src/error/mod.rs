@@ -198,6 +198,38 @@ pub enum Error {
         "stop() called from the broker's own hook or handler; the stop is requested, use request_stop() there"
     )]
     StopFromWithin,
+    /// [`Broker::pause`](crate::Broker::pause) or
+    /// [`resume`](crate::Broker::resume) named a subscription the broker
+    /// does not have (removed, or never added).
+    #[error(
+        "the broker has no subscription with consumer {consumer:?} {}",
+        source_of(*kind, key, group)
+    )]
+    NoSuchSubscription {
+        /// What the named subscription reads.
+        kind: SourceKind,
+        /// Stream or list key, or channel.
+        key: String,
+        /// Consumer group (empty for a list or a channel).
+        group: String,
+        /// Consumer name.
+        consumer: String,
+    },
+    /// A Pub/Sub subscription cannot be paused: the server keeps no
+    /// message for a subscriber that does not read, so a pause would lose
+    /// every message published meanwhile. Remove it
+    /// ([`SubscriptionHandle::remove`](crate::SubscriptionHandle::remove))
+    /// and subscribe again instead.
+    #[error(
+        "{} {key:?} cannot be paused: Pub/Sub keeps no message for a subscriber that does not read (remove the subscription instead)",
+        noun(*kind)
+    )]
+    NotPausable {
+        /// What the subscription reads ([`SourceKind::Channel`]).
+        kind: SourceKind,
+        /// The channel or pattern.
+        key: String,
+    },
 }
 
 impl Error {

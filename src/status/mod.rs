@@ -3,6 +3,12 @@
 //! go), and figures from the server (lag, pending, oldest pending entry,
 //! dead-letter length) polled by [`StatusPoller`] every `status_period`
 //! (default 5 s).
+//!
+//! A board also carries its subscription's pause flag
+//! ([`Broker::pause`](crate::Broker::pause)): every source's loop reads it
+//! before it starts a read or a pop, wakes on its changes, and reports
+//! [`SubscriptionState::Paused`] through [`Board::settle_pause`] once no
+//! read of its own is in flight.
 
 mod poller;
 
@@ -10,8 +16,10 @@ pub(crate) use poller::{StatusPoller, Stop};
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::watch;
 
 use crate::Phase;
 use crate::kind::SourceKind;
@@ -98,14 +106,20 @@ pub struct Status {
 impl Status {
     /// Ready to serve: the broker is running, Redis answers
     /// ([`redis_reachable`](Self::redis_reachable)) and every subscription
-    /// is [`Running`](SubscriptionState::Running) (for a readiness probe).
+    /// is [`Running`](SubscriptionState::Running) or
+    /// [`Paused`](SubscriptionState::Paused) (for a readiness probe). A
+    /// pause is an operator's decision, not a fault: a probe that failed on
+    /// it would have the process taken out of service or restarted, and a
+    /// restart forgets the pause.
     pub fn is_ready(&self) -> bool {
         self.phase == Phase::Running
             && self.redis_reachable
-            && self
-                .subscriptions
-                .iter()
-                .all(|s| s.state == SubscriptionState::Running)
+            && self.subscriptions.iter().all(|s| {
+                matches!(
+                    s.state,
+                    SubscriptionState::Running | SubscriptionState::Paused
+                )
+            })
     }
 }
 
@@ -149,11 +163,18 @@ pub enum SubscriptionState {
     Failed,
     /// Stopped with the broker.
     Stopped,
+    /// Paused by [`Broker::pause`](crate::Broker::pause): it starts no read
+    /// or pop (and a stream consumer claims nothing from other consumers)
+    /// until [`Broker::resume`](crate::Broker::resume); what it already
+    /// holds still runs, is acked or settled, and its lease or heartbeat
+    /// and its held entries' refreshes go on. Counts as ready
+    /// ([`Status::is_ready`]).
+    Paused,
 }
 
 impl SubscriptionState {
     /// Every state's name, as [`name`](Self::name) gives it.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "starting",
         "running",
         "reconnecting",
@@ -161,11 +182,13 @@ impl SubscriptionState {
         "waiting_for_lease",
         "failed",
         "stopped",
+        "paused",
     ];
 
     /// The state's name, without its details: `starting`, `running`,
-    /// `reconnecting`, `restarting`, `waiting_for_lease`, `failed` or
-    /// `stopped` (the `state` label of `rillkit_subscription_state`).
+    /// `reconnecting`, `restarting`, `waiting_for_lease`, `failed`,
+    /// `stopped` or `paused` (the `state` label of
+    /// `rillkit_subscription_state`).
     pub fn name(&self) -> &'static str {
         match self {
             SubscriptionState::Starting => "starting",
@@ -175,6 +198,7 @@ impl SubscriptionState {
             SubscriptionState::WaitingForLease { .. } => "waiting_for_lease",
             SubscriptionState::Failed => "failed",
             SubscriptionState::Stopped => "stopped",
+            SubscriptionState::Paused => "paused",
         }
     }
 }
@@ -210,6 +234,79 @@ pub struct SubscriptionStatus {
     /// An [ordered stream](crate::Stream::ordered_by)'s partitions, by
     /// index (empty for any other subscription).
     pub partitions: Vec<PartitionStatus>,
+    /// A pause was asked for ([`Broker::pause`](crate::Broker::pause)) and
+    /// not undone: no read or pop starts. [`state`](Self::state) turns
+    /// [`Paused`](SubscriptionState::Paused) once no read of its own is in
+    /// flight (at once for an idle one; a blocked read is cut short with
+    /// `CLIENT UNBLOCK`, or else ends within its `block`).
+    pub paused: bool,
+}
+
+impl SubscriptionStatus {
+    /// What names this subscription for
+    /// [`Broker::pause`](crate::Broker::pause) and
+    /// [`resume`](crate::Broker::resume).
+    pub fn id(&self) -> SubscriptionId {
+        SubscriptionId {
+            kind: self.kind,
+            key: self.key.clone(),
+            group: self.group.clone(),
+            consumer: self.consumer.clone(),
+        }
+    }
+}
+
+/// Names one subscription of a broker: what it reads, its key, its group
+/// and its consumer name (unique among a broker's stream and list
+/// subscriptions). Made with [`stream`](Self::stream) or
+/// [`list`](Self::list), or taken from a status row with
+/// [`SubscriptionStatus::id`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct SubscriptionId {
+    /// What it reads.
+    pub kind: SourceKind,
+    /// The stream or list key, or the channel (or pattern).
+    pub key: String,
+    /// The consumer group (empty for lists and channels).
+    pub group: String,
+    /// The consumer name.
+    pub consumer: String,
+}
+
+impl SubscriptionId {
+    /// The subscription of `consumer` in `group` on `stream`.
+    pub fn stream(
+        stream: impl Into<String>,
+        group: impl Into<String>,
+        consumer: impl Into<String>,
+    ) -> Self {
+        SubscriptionId {
+            kind: SourceKind::Stream,
+            key: stream.into(),
+            group: group.into(),
+            consumer: consumer.into(),
+        }
+    }
+
+    /// The reliable subscription of `consumer` on `list` (for an
+    /// at-most-once one, set [`kind`](Self::kind) to
+    /// [`SourceKind::ListAtMostOnce`]).
+    pub fn list(list: impl Into<String>, consumer: impl Into<String>) -> Self {
+        SubscriptionId {
+            kind: SourceKind::List,
+            key: list.into(),
+            group: String::new(),
+            consumer: consumer.into(),
+        }
+    }
+
+    /// With another [`kind`](Self::kind).
+    #[must_use]
+    pub fn with_kind(mut self, kind: SourceKind) -> Self {
+        self.kind = kind;
+        self
+    }
 }
 
 /// A subscription's figures as the server reported them at one poll.
@@ -260,6 +357,13 @@ pub(crate) struct Board {
     parent: Option<std::sync::Weak<Board>>,
     /// A partition: whether this consumer owns it now (holds its lease).
     owned: std::sync::atomic::AtomicBool,
+    /// Whether a pause was asked for; the loop watches it.
+    pause: watch::Sender<bool>,
+    /// The same, read on every turn of a loop without a lock.
+    asked: AtomicBool,
+    /// The state is `Paused` (so `settle_pause` takes no lock while there
+    /// is nothing to settle).
+    shown_paused: AtomicBool,
 }
 
 impl Board {
@@ -286,6 +390,9 @@ impl Board {
             parts: Vec::new(),
             parent: None,
             owned: std::sync::atomic::AtomicBool::new(false),
+            pause: watch::Sender::new(false),
+            asked: AtomicBool::new(false),
+            shown_paused: AtomicBool::new(false),
         }
     }
 
@@ -334,6 +441,9 @@ impl Board {
             parts: Vec::new(),
             parent: None,
             owned: std::sync::atomic::AtomicBool::new(false),
+            pause: watch::Sender::new(false),
+            asked: AtomicBool::new(false),
+            shown_paused: AtomicBool::new(false),
         }
     }
 
@@ -359,6 +469,72 @@ impl Board {
         if self.parent.is_none() {
             crate::telemetry::state(&self.stream, &self.group, state, &SubscriptionState::NAMES);
         }
+    }
+
+    /// Whether this board is the subscription `id` names.
+    pub(crate) fn is(&self, id: &SubscriptionId) -> bool {
+        self.kind == id.kind
+            && *self.stream == *id.key
+            && *self.group == *id.group
+            && *self.consumer == *id.consumer
+    }
+
+    /// Asks the loop to pause (`true`) or to read again (`false`).
+    /// For an ordered stream, every partition's loop too; its own state
+    /// turns `Paused` at once (the partitions' show their reads).
+    pub(crate) fn set_paused(&self, on: bool) {
+        self.asked.store(on, Ordering::SeqCst);
+        self.pause
+            .send_if_modified(|p| std::mem::replace(p, on) != on);
+        for p in &self.parts {
+            p.set_paused(on);
+        }
+        if !self.parts.is_empty() {
+            self.settle_pause(false);
+        }
+    }
+
+    /// Whether a pause is asked for: the loop starts no read or pop.
+    pub(crate) fn paused(&self) -> bool {
+        self.asked.load(Ordering::SeqCst)
+    }
+
+    /// What a loop awaits (`changed()`) to wake when a pause is asked for
+    /// or undone.
+    pub(crate) fn pause_watch(&self) -> watch::Receiver<bool> {
+        self.pause.subscribe()
+    }
+
+    /// A loop's turn tells where it is with the pause: paused and no read
+    /// of its own in flight (`reading` false) turns `Running` into
+    /// `Paused`; no longer paused turns `Paused` back into `Running`.
+    /// Other states (trouble, a lease being waited for) are left as they
+    /// are.
+    pub(crate) fn settle_pause(&self, reading: bool) {
+        let paused = self.paused();
+        if !paused && !self.shown_paused.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut s = self.state.lock().expect("status lock");
+        let next = match (&*s, paused) {
+            (SubscriptionState::Running, true) if !reading => SubscriptionState::Paused,
+            (SubscriptionState::Paused, false) => SubscriptionState::Running,
+            (other, _) => {
+                // Left `Paused` another way (a restart, a stop, trouble).
+                let now = *other == SubscriptionState::Paused;
+                self.shown_paused.store(now, Ordering::Relaxed);
+                return;
+            }
+        };
+        crate::telemetry::state(
+            &self.stream,
+            &self.group,
+            next.name(),
+            &SubscriptionState::NAMES,
+        );
+        self.shown_paused
+            .store(next == SubscriptionState::Paused, Ordering::Relaxed);
+        *s = next;
     }
 
     /// Sets the state gauges to the state as it is.
@@ -447,6 +623,7 @@ impl Board {
                     server: p.server.lock().expect("status lock").clone(),
                 })
                 .collect(),
+            paused: self.paused(),
         }
     }
 }

@@ -1170,3 +1170,218 @@ fn a_closed_pipe_ends_the_output_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(141), "{stderr}");
 }
+
+/// The lines of the Prometheus text `text` that are `name`'s samples, its
+/// `# HELP` and its `# TYPE`.
+fn family<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| {
+            l.starts_with(&format!("{name}{{"))
+                || l.starts_with(&format!("{name} "))
+                || l.starts_with(&format!("# HELP {name} "))
+                || l.starts_with(&format!("# TYPE {name} "))
+        })
+        .collect()
+}
+
+/// `rillkit metrics` prints every group's gauges, one that no broker
+/// consumes included, with the library's metric names and `# HELP` text
+/// (as a Prometheus recorder renders them), keeps to `--max-groups`, and
+/// escapes label values as the format says.
+#[test]
+fn metrics_prints_every_group_in_the_prometheus_text_format() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    let run = |c: &mut redis::Connection, args: &[&str]| {
+        let _: redis::Value = redis::cmd(args[0]).arg(&args[1..]).query(c).unwrap();
+    };
+    // A group nobody reads: its lag is every entry.
+    run(
+        &mut c,
+        &["XGROUP", "CREATE", "audit", "auditors", "$", "MKSTREAM"],
+    );
+    for i in 0..3 {
+        xadd(&mut c, "audit", &i.to_string());
+    }
+    // One entry delivered and not acked, one dead letter.
+    run(
+        &mut c,
+        &["XGROUP", "CREATE", "orders", "billing", "$", "MKSTREAM"],
+    );
+    xadd(&mut c, "orders", "1");
+    run(
+        &mut c,
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "billing",
+            "w1",
+            "COUNT",
+            "1",
+            "STREAMS",
+            "orders",
+            ">",
+        ],
+    );
+    xadd(&mut c, "orders-dlq", "1");
+    // A name the format must escape.
+    run(&mut c, &["XGROUP", "CREATE", "q\"\\", "g", "$", "MKSTREAM"]);
+
+    let text = ok(&url, &["metrics"]);
+    let audit = r#"{stream="audit",group="auditors"}"#;
+    let orders = r#"{stream="orders",group="billing"}"#;
+    assert!(
+        text.lines().any(|l| l == format!("rillkit_lag{audit} 3")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == format!("rillkit_pending{audit} 0"))
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == format!("rillkit_consumers{audit} 0"))
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == format!("rillkit_pending{orders} 1"))
+    );
+    assert!(text.lines().any(|l| l == format!("rillkit_lag{orders} 0")));
+    assert!(
+        text.lines()
+            .any(|l| l == format!("rillkit_dead_letters{orders} 1"))
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!("rillkit_oldest_pending_age_seconds{orders} "))),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == r#"rillkit_pending{stream="q\"\\",group="g"} 0"#),
+        "{text}"
+    );
+    assert!(!text.contains(r#"stream="orders-dlq""#), "{text}");
+    assert!(text.lines().any(|l| l == "rillkit_server_metrics_groups 3"));
+    assert!(
+        text.lines()
+            .any(|l| l == "rillkit_server_metrics_groups_skipped 0")
+    );
+    for name in [
+        "rillkit_lag",
+        "rillkit_pending",
+        "rillkit_oldest_pending_age_seconds",
+        "rillkit_consumers",
+        "rillkit_dead_letters",
+        "rillkit_server_metrics_groups",
+        "rillkit_server_metrics_groups_skipped",
+    ] {
+        assert!(
+            text.contains(&format!("\n# TYPE {name} gauge\n")),
+            "{name}: {text}"
+        );
+    }
+
+    // The same HELP lines as the library gives an installed recorder.
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let scrape = recorder.handle();
+    {
+        let _local = metrics::set_default_local_recorder(&recorder);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let admin = rillkit::admin::Admin::connect(&url).await.unwrap();
+            rillkit::admin::ServerMetrics::new()
+                .collect(&admin)
+                .await
+                .unwrap();
+        });
+    }
+    let exported = scrape.render();
+    for name in ["rillkit_lag", "rillkit_pending", "rillkit_consumers"] {
+        let help = |t: &str| {
+            family(t, name)
+                .into_iter()
+                .find(|l| l.starts_with("# HELP"))
+                .map(str::to_owned)
+        };
+        assert!(help(&exported).is_some(), "{exported}");
+        assert_eq!(help(&text), help(&exported), "{name}");
+    }
+
+    // The cap: one group, the others counted.
+    let out = rillkit(&url, &["metrics", "--max-groups", "1"]);
+    assert_eq!(out.status.code(), Some(0));
+    let capped = String::from_utf8(out.stdout.clone()).unwrap();
+    assert_eq!(family(&capped, "rillkit_pending").len(), 3, "{capped}");
+    assert!(
+        capped
+            .lines()
+            .any(|l| l == "rillkit_server_metrics_groups_skipped 2"),
+        "{capped}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("2 groups left out"),
+        "{out:?}"
+    );
+
+    // --json: the same figures.
+    let doc = json(&url, &["metrics"]);
+    let groups = doc["groups"].as_array().unwrap();
+    let audit = groups
+        .iter()
+        .find(|g| g["stream"] == "audit")
+        .expect("audit");
+    assert_eq!(audit["lag"], 3);
+}
+
+/// `rillkit metrics --listen` serves the gauges at /metrics, read afresh
+/// for each scrape, 404 elsewhere, until Ctrl-C (exit 0).
+#[test]
+fn metrics_listen_serves_every_scrape_afresh() {
+    use std::io::{Read as _, Write as _};
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    let _: redis::Value = redis::cmd("XGROUP")
+        .arg(&["CREATE", "audit", "auditors", "$", "MKSTREAM"])
+        .query(&mut c)
+        .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = Command::new(support::rillkit_bin());
+    cmd.env_remove("REDIS_URL").args([
+        "--url",
+        &url,
+        "metrics",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    let mut p = support::Worker::spawn_command(cmd);
+    let get = |path: &str| -> Option<(String, String)> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        let (head, body) = out.split_once("\r\n\r\n")?;
+        Some((head.lines().next()?.to_owned(), body.to_owned()))
+    };
+    let wait = std::time::Duration::from_secs(10);
+    support::eventually_blocking("it listens", wait, || get("/metrics").is_some());
+    let (status, body) = get("/metrics").unwrap();
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let lag = r#"rillkit_lag{stream="audit",group="auditors"}"#;
+    assert!(body.lines().any(|l| l == format!("{lag} 0")), "{body}");
+    xadd(&mut c, "audit", "1");
+    let (_, body) = get("/metrics").unwrap();
+    assert!(body.lines().any(|l| l == format!("{lag} 1")), "{body}");
+    assert_eq!(get("/elsewhere").unwrap().0, "HTTP/1.1 404 Not Found");
+    p.signal("INT");
+    assert_eq!(p.wait_exit(wait), Some(0), "Ctrl-C ends it with 0");
+}

@@ -2,8 +2,9 @@
 //! WebDriver (Debian's `chromium` and `chromium-driver`): the overview lists
 //! a stream with its lag; a dead letter shows its error; redrive (confirmed)
 //! puts it back and the handler runs it; a `<script>` payload leaves
-//! `window` untouched; read-only mode has no buttons and refuses a forged
-//! POST, as does a POST without the CSRF cookie.
+//! `window` untouched; Pause and Resume of a subscription work from the
+//! overview; read-only mode has no buttons and refuses a forged POST, as
+//! does a POST without the CSRF cookie.
 //!
 //! Without chromedriver these tests skip with a message, except under
 //! `CI=true`, where they fail: `.ci/run` installs it.
@@ -20,6 +21,7 @@ use std::time::Duration;
 
 use actix_web::{App, HttpServer};
 use fantoccini::{Client, ClientBuilder, Locator};
+use rillkit::SubscriptionState;
 use rillkit::dashboard::Dashboard;
 use rillkit::prelude::*;
 use support::{RedisServer, eventually};
@@ -839,6 +841,102 @@ async fn history_is_kept_in_redis_and_charted() {
         .query(&mut conn)
         .unwrap();
     assert!(!written, "the read-only dashboard wrote history");
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
+/// The overview's Pause and Resume buttons: a click pauses the broker's
+/// stream subscription (an entry published then waits), the next resumes
+/// it (the entry runs); a POST without the page's token changes nothing.
+#[actix_rt::test]
+async fn pause_and_resume_a_subscription_from_the_overview() {
+    let Some(driver) = driver() else { return };
+    let redis = RedisServer::start();
+    let orders = Stream::new("orders", "billing");
+    let runs = Arc::new(AtomicU64::new(0));
+    let r = runs.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe(
+            &orders,
+            ConsumerOptions::default().with_consumer("c1"),
+            move |_: u64| {
+                let r = r.clone();
+                async move {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    HandlerResult::Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let base = serve(vec![("/rillkit", Dashboard::new(broker.clone()))]);
+    let state = || broker.status().subscriptions[0].state.clone();
+    let row = "#subscriptions tr[data-key='orders'][data-consumer='c1']";
+
+    // Forged: no cookie, no Origin. Refused, nothing paused.
+    assert_eq!(
+        post(
+            &base,
+            "/rillkit/subscription/pause",
+            "csrf=forged.token&kind=stream&key=orders&group=billing&consumer=c1",
+            None
+        )
+        .await,
+        403
+    );
+    assert!(!broker.status().subscriptions[0].paused);
+
+    let c = browser(&driver).await;
+    c.goto(&format!("{base}/rillkit/")).await.unwrap();
+    c.find(Locator::Css(&format!("{row} button.pause")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let done = text_of(&c, "p.done").await;
+    assert!(done.starts_with("Paused:"), "{done}");
+    eventually("paused", WAIT, || state() == SubscriptionState::Paused).await;
+    // The page offers Resume now, and says so once reloaded.
+    c.refresh().await.unwrap();
+    let shown = text_of(&c, &format!("{row} td.state")).await;
+    assert_eq!(shown, "paused");
+
+    broker.publish(&orders, &1u64).await.unwrap();
+    let mut conn = redis.conn();
+    let lag = |conn: &mut redis::Connection| -> i64 {
+        let groups: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg("orders")
+            .query(conn)
+            .unwrap();
+        match groups[0].get("lag") {
+            Some(redis::Value::Int(n)) => *n,
+            other => panic!("lag: {other:?}"),
+        }
+    };
+    assert_eq!(lag(&mut conn), 1, "published while paused: not read");
+
+    c.find(Locator::Css(&format!("{row} button.resume")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let done = text_of(&c, "p.done").await;
+    assert!(done.starts_with("Resumed:"), "{done}");
+    eventually("handled after the resume", WAIT, || {
+        runs.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(state(), SubscriptionState::Running);
+    assert!(
+        c.find(Locator::Css(&format!("{row} button.pause")))
+            .await
+            .is_ok(),
+        "Pause is offered again"
+    );
+    c.close().await.unwrap();
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 

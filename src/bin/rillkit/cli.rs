@@ -19,7 +19,7 @@ characters escaped (\\n, \\u{1b}, \\u{202e}); table cells are cut at 48
 columns (…) unless --wide.
 
 Exit codes:
-  0   done (tail --follow: ended by Ctrl-C)
+  0   done (tail --follow, metrics --listen: ended by Ctrl-C)
   1   Redis error (unreachable, refused, wrong type, no such stream or group),
       or what is asked for does not exist (a dead letter, the stream publish
       writes to without --create, a redrive's origin stream or its group)
@@ -166,6 +166,24 @@ pub enum Command {
         /// Create the stream if there is none.
         #[arg(long)]
         create: bool,
+    },
+    /// Every stream's and group's gauges in the Prometheus text format.
+    ///
+    /// Lag, pending entries, oldest pending age, consumers and dead letters
+    /// of every consumer group found (SCAN, XINFO GROUPS, XPENDING, XLEN),
+    /// with the metric names and HELP text the library exports: for
+    /// node_exporter's textfile collector (write to a temporary file, then
+    /// rename it) or a cron job. With --listen, served at /metrics instead.
+    Metrics {
+        /// The most groups written (label cardinality), in the order of
+        /// their stream's name; the rest are counted in
+        /// rillkit_server_metrics_groups_skipped.
+        #[arg(long, value_name = "N", default_value_t = 200)]
+        max_groups: usize,
+        /// Serve the gauges at http://HOST:PORT/metrics, read afresh for
+        /// each scrape, until Ctrl-C (exit 0).
+        #[arg(long, value_name = "HOST:PORT")]
+        listen: Option<std::net::SocketAddr>,
     },
     /// The newest entries of a stream; with --follow, then each new one.
     ///

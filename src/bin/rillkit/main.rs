@@ -4,6 +4,7 @@
 //!
 //! `cli.rs` is the command line; `queues.rs` status, pending entries and
 //! consumers; `dlq.rs` dead letters; `entries.rs` publish and tail;
+//! `metrics.rs` the Prometheus text of every group's gauges;
 //! `operator.rs` the confirmation and Ctrl-C; `output.rs` how it prints.
 #![forbid(unsafe_code)]
 
@@ -26,6 +27,7 @@ macro_rules! say_inline {
 mod cli;
 mod dlq;
 mod entries;
+mod metrics;
 mod operator;
 mod output;
 mod queues;
@@ -221,5 +223,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             count,
             follow,
         } => entries::tail(&ctx, stream, *count, *follow).await,
+        Command::Metrics { max_groups, listen } => {
+            metrics::metrics(&ctx, *max_groups, *listen, (topology, tls)).await
+        }
     }
 }

@@ -20,6 +20,7 @@ use tokio::sync::{oneshot, watch};
 
 mod drain;
 mod heartbeat;
+mod pause;
 
 use heartbeat::{Beat, recover_dead};
 
@@ -162,6 +163,8 @@ pub(crate) async fn consume(
     l.sub.board.set_state(SubscriptionState::Running);
     let (mut retry_alarm, mut read_alarm, mut beat_alarm) =
         (Alarm::new(), Alarm::new(), Alarm::new());
+    let (mut pause, mut unblock_alarm, mut unblock_at) =
+        (l.sub.board.pause_watch(), Alarm::new(), None);
     let deadline = loop {
         if let Some(d) = *stop.borrow() {
             break d;
@@ -170,6 +173,7 @@ pub(crate) async fn consume(
             break Instant::now() + l.sub.drain_timeout;
         }
         l.maybe_start();
+        l.pause_turn(&mut unblock_at);
         let next_retry = l.next_due();
         let beat_at = l.liveness.due().filter(|_| reliable);
         tokio::select! {
@@ -192,6 +196,8 @@ pub(crate) async fn consume(
                 l.beat = None;
                 l.on_beat(b);
             }
+            Ok(()) = pause.changed() => {}
+            () = unblock_alarm.until(unblock_at), if unblock_at.is_some() => {}
         }
     };
     l.drain(deadline).await
@@ -288,7 +294,7 @@ impl Loop {
         }
         if self.reconcile_due {
             self.start_reconcile();
-        } else if self.running.len() < self.sub.opts.concurrency {
+        } else if self.running.len() < self.sub.opts.concurrency && !self.sub.board.paused() {
             self.start_read();
         }
     }

@@ -21,6 +21,7 @@ mod drain;
 mod handle;
 mod hygiene;
 mod order;
+mod pause;
 mod read;
 mod reclaim;
 mod retry;
@@ -327,8 +328,10 @@ impl Loop {
         let (mut prune_alarm, mut unblock_alarm, mut deadline_alarm, mut ack_alarm) =
             (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
         let mut progress_alarm = Alarm::new();
+        let mut pause = self.sub.board.pause_watch();
         loop {
             if self.deadline.is_none() {
+                self.pause_turn();
                 self.start_queued();
                 if self.may_reclaim() && tokio::time::Instant::now() >= self.reclaim_due {
                     self.start_reclaim();
@@ -445,6 +448,7 @@ impl Loop {
                     self.prune_idle();
                 }
                 Ok(()) = self.epoch.changed(), if self.deadline.is_none() => self.on_failover(),
+                Ok(()) = pause.changed(), if self.deadline.is_none() => {}
                 changed = stop.changed(), if self.deadline.is_none() => {
                     let deadline = match changed {
                         Ok(()) => (*stop.borrow()).unwrap_or_else(Instant::now),
@@ -533,6 +537,7 @@ impl Loop {
         let o = &self.sub.opts;
         if self.deadline.is_some()
             || !self.lease_ok()
+            || self.sub.board.paused()
             || self.read.is_some()
             || self.isolated
             || self.make_room
@@ -608,6 +613,7 @@ impl Loop {
     fn may_reclaim(&self) -> bool {
         let idle = self.running.is_empty() && self.queue.is_empty() && self.read.is_none();
         self.deadline.is_none()
+            && !self.sub.board.paused()
             && self.reclaim.is_none()
             && matches!(self.cursor, Cursor::New)
             && !self.isolated

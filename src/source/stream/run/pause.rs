@@ -1,0 +1,23 @@
+//! The pause ([`Broker::pause`](crate::Broker::pause)): while the board
+//! asks for it, no read starts (`read_count`) and nothing is claimed from
+//! other consumers (`may_reclaim`); everything else goes on.
+
+use super::*;
+
+impl Loop {
+    /// The pause at a turn of the loop: when asked for, a read not yet on
+    /// the wire (connecting, backing off) is dropped and one on the wire
+    /// cut short (`CLIENT UNBLOCK`, again every 50 ms while it lasts);
+    /// the board shows `Paused` once no read is in flight, `Running` again
+    /// once the pause is undone.
+    pub(super) fn pause_turn(&mut self) {
+        if self.sub.board.paused() && self.read.is_some() && self.unblock_at.is_none() {
+            if self.in_read.get() {
+                self.unblock();
+            } else {
+                self.read = None;
+            }
+        }
+        self.sub.board.settle_pause(self.read.is_some());
+    }
+}
