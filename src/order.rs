@@ -58,10 +58,12 @@ pub enum OnKeyFailure {
     #[default]
     Skip,
     /// The key's later entries are dead-lettered too, each with an error
-    /// naming the entry that failed first, until an operator clears the
-    /// key's mark (`HDEL <partition's slot>:rillkit:failed-keys:<group>
-    /// <key>`; the consumer reads the marks again every third of its lease
-    /// TTL).
+    /// naming the entry that failed first. The key is marked failed in a
+    /// hash beside its partition (`{<partition>}:rillkit:failed-keys:<group>`,
+    /// field: the key, value: the id of the entry that failed first), in the
+    /// same script as the dead-letter move; the mark holds until an
+    /// operator deletes it (`HDEL`), which the partition's consumer reads
+    /// when it next takes the partition (a hand-over or a restart).
     FailRest,
 }
 

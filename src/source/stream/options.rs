@@ -109,7 +109,9 @@ impl ConsumerOptions {
     /// one entry at a time, in stream order). A redelivered entry (delivery
     /// count above 1: a retry, or an entry of a crashed worker) always runs
     /// alone, so an entry that kills its process costs only its own delivery
-    /// count, never its neighbours'.
+    /// count, never its neighbours'. For a stream [ordered by
+    /// key](crate::Stream::ordered_by) it is the consumer's total over the
+    /// partitions it owns, and entries of one key never run side by side.
     #[must_use]
     pub fn with_concurrency(mut self, handlers: usize) -> Self {
         self.concurrency = handlers;

@@ -409,12 +409,22 @@ impl Loop {
             let renew_at = self.lease.as_ref().and_then(Liveness::due);
             let refresh_at = self.refresh.due();
             let prune_at = self.prune_at.filter(|_| self.deadline.is_none());
+            let slot_wait = self
+                .sub
+                .key_order
+                .as_ref()
+                .filter(|_| self.deadline.is_none() && self.waits_for_slot())
+                .map(|k| k.slots.clone());
             tokio::select! {
                 done = maybe(&mut self.read) => {
                     self.read = None;
                     self.on_read(done);
                 }
-                Some(fin) = self.running.next(), if !self.running.is_empty() => self.on_finished(fin),
+                Some(fin) = self.running.next(), if !self.running.is_empty() => {
+                    self.slots_ended(1);
+                    self.on_finished(fin);
+                }
+                () = Loop::slot_given_back(slot_wait.clone()), if slot_wait.is_some() => {}
                 res = maybe(&mut self.ack_inflight) => {
                     self.ack_inflight = None;
                     self.on_acked(res);

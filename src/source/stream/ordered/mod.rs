@@ -57,6 +57,49 @@ pub(crate) struct KeyOrder {
     pub on_failure: OnKeyFailure,
     /// The hash of this group's keys marked failed (`fail_rest`).
     pub failed_keys: Arc<str>,
+    /// The consumer's handler slots, shared by its partitions' loops.
+    pub slots: Arc<Slots>,
+}
+
+/// Handler slots shared by the loops of one consumer's partitions:
+/// `concurrency` handlers run at once across all the partitions it owns.
+/// The loops run on one thread; a slot given back wakes the others.
+pub(crate) struct Slots {
+    limit: usize,
+    used: std::sync::atomic::AtomicUsize,
+    freed: tokio::sync::Notify,
+}
+
+impl Slots {
+    pub(crate) fn new(limit: usize) -> Self {
+        Slots {
+            limit,
+            used: 0.into(),
+            freed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Whether a handler may start now.
+    pub(crate) fn free(&self) -> bool {
+        self.used.load(std::sync::atomic::Ordering::Relaxed) < self.limit
+    }
+
+    pub(crate) fn take(&self) {
+        self.used.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Gives back `n` slots and wakes the loops waiting for one.
+    pub(crate) fn give(&self, n: usize) {
+        if n > 0 {
+            self.used.fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+            self.freed.notify_waiters();
+        }
+    }
+
+    /// Resolves when a slot is given back.
+    pub(crate) async fn freed(&self) {
+        self.freed.notified().await;
+    }
 }
 
 /// The default TTL of membership and partition leases, when the options
@@ -76,6 +119,7 @@ impl Ordered {
         let names = &sub.names;
         let ttl = sub.opts.lease_ttl.unwrap_or(DEFAULT_TTL);
         let (record_key, members_key) = crate::keys::ordered_keys(&names.name, &names.group);
+        let slots = Arc::new(Slots::new(sub.opts.concurrency));
         let parts = (0..order.partitions)
             .map(|i| {
                 let partition = partition_name(&names.name, i);
@@ -103,6 +147,7 @@ impl Ordered {
                         failed_keys: crate::keys::partition_keys(&partition, &names.group)
                             .1
                             .into(),
+                        slots: slots.clone(),
                     }),
                     ordered: None,
                     names: part_names,

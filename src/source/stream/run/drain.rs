@@ -104,6 +104,7 @@ impl Loop {
             );
             self.report.timed_out = true;
         }
+        self.slots_ended(self.running.len());
         self.running.clear();
         self.held.clear();
         self.isolated = false;

@@ -15,6 +15,7 @@
 //! entries instead of running them.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use super::{Loop, Queued};
 use crate::order::OnKeyFailure;
@@ -81,7 +82,7 @@ impl Loop {
         let mut blocked = 0;
         let mut i = 0;
         while i < self.queue.len() {
-            if self.running.len() >= self.sub.opts.concurrency || self.isolated {
+            if !self.slot_free() || self.isolated {
                 break;
             }
             let q = &self.queue[i];
@@ -107,12 +108,47 @@ impl Loop {
             }
             let before = self.running.len();
             self.start(q);
+            if self.running.len() > before {
+                self.slots().take();
+            }
             self.isolated = alone && self.running.len() > before;
         }
         if let Some(g) = self.gate.as_mut() {
             // What was not looked at counts as startable: fewer reads, never
             // more.
             g.blocked = blocked;
+        }
+    }
+
+    /// The consumer's handler slots shared by its partitions.
+    fn slots(&self) -> &crate::source::stream::ordered::Slots {
+        &self.key_order().expect("ordered").slots
+    }
+
+    /// Whether a handler may start: a slot of the consumer's `concurrency`,
+    /// shared by the partitions it owns, is free.
+    fn slot_free(&self) -> bool {
+        self.slots().free()
+    }
+
+    /// `n` handlers of this partition ended (or were abandoned): their
+    /// slots go back to the consumer's partitions.
+    pub(super) fn slots_ended(&self, n: usize) {
+        if self.gate.is_some() {
+            self.slots().give(n);
+        }
+    }
+
+    /// Whether entries wait for a slot another partition holds.
+    pub(super) fn waits_for_slot(&self) -> bool {
+        self.gate.is_some() && self.startable() > 0 && !self.slot_free()
+    }
+
+    /// Resolves when another partition's handler gives its slot back.
+    pub(super) async fn slot_given_back(slots: Option<Arc<crate::source::stream::ordered::Slots>>) {
+        match slots {
+            Some(s) => s.freed().await,
+            None => std::future::pending().await,
         }
     }
 
