@@ -32,6 +32,7 @@
 
 pub(crate) mod dead_letters;
 mod metrics;
+mod ordered;
 mod pending;
 #[cfg(feature = "dashboard")]
 mod preview;

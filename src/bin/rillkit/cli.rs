@@ -157,15 +157,27 @@ pub enum Command {
     /// Add an entry with one field data=JSON (XADD), as rillkit publishes.
     ///
     /// The stream must exist (a misspelt name is not created) unless --create.
+    /// With --key-field, the stream is ordered by key: each document goes to
+    /// the partition of its key (<stream>:p<crc32(key) mod partitions>),
+    /// with the key as a field of its own beside data, pipelined.
     Publish {
-        /// Stream key.
+        /// Stream key (for an ordered stream, its name without :p<i>).
         stream: String,
-        /// The JSON document (checked to parse; stored as given).
+        /// The JSON document (checked to parse; stored as given); `-`: one
+        /// document a line from stdin (all checked before any is added).
         #[arg(value_name = "JSON")]
         document: String,
         /// Create the stream if there is none.
         #[arg(long)]
         create: bool,
+        /// Publish into an ordered stream: the member of each JSON object
+        /// that holds its key (a string, number or boolean).
+        #[arg(long, value_name = "FIELD")]
+        key_field: Option<String>,
+        /// With --key-field: the stream's partition count, recorded if none
+        /// is (else checked); without it, the recorded count is used.
+        #[arg(long, value_name = "N", requires = "key_field")]
+        partitions: Option<u16>,
     },
     /// Every stream's and group's gauges in the Prometheus text format.
     ///

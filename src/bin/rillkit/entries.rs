@@ -15,29 +15,142 @@ const FOLLOW_BLOCK: Duration = Duration::from_secs(2);
 /// Entries one `XREAD` of `tail --follow` reads at most.
 const FOLLOW_COUNT: usize = 100;
 
-/// `publish`: `XADD <stream> * data <document>`. Without `create`, only to
-/// a stream that exists (`NOMKSTREAM`): a misspelt name fails (exit 1)
-/// rather than create a stream nothing reads.
-pub async fn publish(ctx: &Ctx, stream: &str, document: &str, create: bool) -> Result<(), Failure> {
-    let fields = [("data", document)];
-    let id = if create {
-        ctx.admin.add(stream, &fields).await?
-    } else {
-        ctx.admin
-            .add_to_existing(stream, &fields)
-            .await?
-            .ok_or_else(|| {
-                Failure::NotFound(format!(
-                    "no stream {stream:?}: nothing published; to create it, add --create"
-                ))
-            })?
+/// The documents to publish: `document`, or with `-` one a line from
+/// stdin (empty lines skipped), each checked to parse as JSON.
+pub fn documents(document: &str) -> Result<Vec<String>, Failure> {
+    if document != "-" {
+        return Ok(vec![document.to_owned()]);
+    }
+    let mut docs = Vec::new();
+    for (n, line) in std::io::stdin().lines().enumerate() {
+        let line = line.map_err(|e| Failure::Usage(format!("publish: reading stdin: {e}")))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        serde_json::from_str::<serde_json::Value>(&line).map_err(|e| {
+            Failure::Usage(format!(
+                "publish: line {} does not parse as JSON: {e}; nothing published",
+                n + 1
+            ))
+        })?;
+        docs.push(line);
+    }
+    Ok(docs)
+}
+
+/// `publish`: `XADD <stream> * data <document>` per document. Without
+/// `create`, only to a stream that exists (`NOMKSTREAM`): a misspelt name
+/// fails (exit 1) rather than create a stream nothing reads.
+pub async fn publish(
+    ctx: &Ctx,
+    stream: &str,
+    documents: &[String],
+    create: bool,
+) -> Result<(), Failure> {
+    let mut ids = Vec::new();
+    for document in documents {
+        let fields = [("data", document.as_str())];
+        let id = if create {
+            ctx.admin.add(stream, &fields).await?
+        } else {
+            ctx.admin
+                .add_to_existing(stream, &fields)
+                .await?
+                .ok_or_else(|| {
+                    Failure::NotFound(format!(
+                        "no stream {stream:?}: nothing published; to create it, add --create"
+                    ))
+                })?
+        };
+        ids.push(id);
+    }
+    print_ids(ctx, stream, &ids);
+    Ok(())
+}
+
+/// `publish --key-field`: each document into its key's partition of the
+/// ordered stream `stream`, pipelined. The partition count comes from
+/// `partitions` (recorded if none is, else checked) or from the record; a
+/// stream with neither is not found (exit 1). Every document must hold
+/// its key; one that does not stops the publish before anything is added.
+pub async fn publish_keyed(
+    ctx: &Ctx,
+    stream: &str,
+    documents: &[String],
+    key_field: &str,
+    partitions: Option<u16>,
+) -> Result<(), Failure> {
+    let mut entries = Vec::with_capacity(documents.len());
+    for (n, doc) in documents.iter().enumerate() {
+        let key = match serde_json::from_str::<serde_json::Value>(doc) {
+            Ok(serde_json::Value::Object(mut map)) => match map.remove(key_field) {
+                Some(serde_json::Value::String(s)) => Some(s.into_bytes()),
+                Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
+                    Some(v.to_string().into_bytes())
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(key) = key else {
+            return Err(Failure::Usage(format!(
+                "publish: document {} has no key member {:?} (a string, number or boolean); nothing published",
+                n + 1,
+                text(key_field.as_bytes())
+            )));
+        };
+        entries.push((key, doc.as_bytes().to_vec()));
+    }
+    let partitions = match partitions {
+        Some(p) => {
+            ctx.admin.record_partitions(stream, p).await?;
+            p
+        }
+        None => ctx.admin.partitions(stream).await?.ok_or_else(|| {
+            Failure::NotFound(format!(
+                "no ordered stream {stream:?} (no partition count recorded): nothing published; give --partitions N to create it"
+            ))
+        })?,
     };
+    let ids = ctx
+        .admin
+        .add_keyed(stream, partitions, key_field, "data", &entries)
+        .await?;
+    let placed: Vec<(String, &str)> = entries
+        .iter()
+        .zip(&ids)
+        .map(|((key, _), id)| {
+            let p = rillkit::partition_of(key, partitions);
+            (format!("{stream}:p{p}"), id.as_str())
+        })
+        .collect();
     if ctx.json {
-        print_json(&json!({ "stream": stream, "id": id.as_str() }));
+        let list: Vec<_> = placed
+            .iter()
+            .map(|(p, id)| json!({ "partition": p, "id": id }))
+            .collect();
+        print_json(&json!({ "stream": stream, "partitions": partitions, "entries": list }));
     } else {
-        say!("{id}");
+        for (p, id) in &placed {
+            say!("{} {id}", text(p.as_bytes()));
+        }
     }
     Ok(())
+}
+
+/// The ids of what was published, one a line (or as JSON).
+fn print_ids(ctx: &Ctx, stream: &str, ids: &[rillkit::EntryId]) {
+    if ctx.json {
+        let list: Vec<&str> = ids.iter().map(rillkit::EntryId::as_str).collect();
+        match list.as_slice() {
+            [one] => print_json(&json!({ "stream": stream, "id": one })),
+            _ => print_json(&json!({ "stream": stream, "ids": list })),
+        }
+    } else {
+        for id in ids {
+            say!("{id}");
+        }
+    }
 }
 
 /// `tail`: the newest `count` entries, oldest of them first; with `follow`,

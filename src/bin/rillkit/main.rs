@@ -196,8 +196,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let (topology, tls) = configuration(&cli)?;
     // A publish whose JSON does not parse is refused before connecting.
     if let Command::Publish { document, .. } = &cli.command {
-        serde_json::from_str::<serde_json::Value>(document)
-            .map_err(|e| Failure::Usage(format!("publish: the JSON does not parse: {e}")))?;
+        if document != "-" {
+            serde_json::from_str::<serde_json::Value>(document)
+                .map_err(|e| Failure::Usage(format!("publish: the JSON does not parse: {e}")))?;
+        }
     }
     let ctx = Ctx {
         admin: Admin::connect_topology(&topology, tls.as_ref()).await?,
@@ -217,7 +219,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             stream,
             document,
             create,
-        } => entries::publish(&ctx, stream, document, *create).await,
+            key_field,
+            partitions,
+        } => {
+            let documents = entries::documents(document)?;
+            match key_field {
+                Some(field) => {
+                    entries::publish_keyed(&ctx, stream, &documents, field, *partitions).await
+                }
+                None => entries::publish(&ctx, stream, &documents, *create).await,
+            }
+        }
         Command::Tail {
             stream,
             count,
