@@ -195,6 +195,28 @@ pub(super) fn overview(
                     }
                 }
             }
+            @for s in status.subscriptions.iter().filter(|s| !s.partitions.is_empty()) {
+                h3 { "Partitions of " (s.key) " (ordered by key), as " (s.consumer) " sees them" }
+                table.partitions data-key=(s.key) {
+                    thead { tr {
+                        th { "partition" } th { "owner" } th { "state here" } th { "handled here" }
+                        th { "lag" } th { "pending" } th { "dead letters" }
+                    } }
+                    tbody {
+                        @for p in &s.partitions {
+                            tr data-partition=(p.key) {
+                                td { (p.key) }
+                                td { @if p.owned { (s.consumer) } @else { span.muted { "another consumer" } } }
+                                td.state { (state(&p.state)) }
+                                td.n { (p.handled) }
+                                td.n { (p.server.as_ref().and_then(|f| f.lag).map_or("?".to_string(), |l| l.to_string())) }
+                                td.n { (p.server.as_ref().map_or(0, |f| f.pending)) }
+                                td.n { (p.server.as_ref().map_or(0, |f| f.dead_letters)) }
+                            }
+                        }
+                    }
+                }
+            }
             p.muted { "lag: entries not yet delivered to the group (XINFO GROUPS; \"?\" when Redis cannot tell, after deletions). oldest pending: age of the oldest entry delivered and not acked." }
         },
     )

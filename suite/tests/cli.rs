@@ -1416,18 +1416,56 @@ fn ordered_entries_are_published_by_key_into_their_partitions_and_status_shows_t
     let url = redis.url();
     let mut c = redis.conn();
     // No ordered stream yet: without --partitions nothing is published.
-    let out = with_stdin(&url, &["publish", "orders", "-", "--key-field", "order"], "{\"order\":1}\n");
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = with_stdin(
+        &url,
+        &["publish", "orders", "-", "--key-field", "order"],
+        "{\"order\":1}\n",
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A document without its key stops the publish before anything is added.
     let lines = "{\"order\":\"o-1\",\"n\":1}\n{\"n\":2}\n";
-    let out = with_stdin(&url, &["publish", "orders", "-", "--key-field", "order", "--partitions", "4"], lines);
+    let out = with_stdin(
+        &url,
+        &[
+            "publish",
+            "orders",
+            "-",
+            "--key-field",
+            "order",
+            "--partitions",
+            "4",
+        ],
+        lines,
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("document 2"));
     let lines: String = (0..20)
         .map(|n| format!("{{\"order\":\"o-{}\",\"n\":{n}}}\n", n % 5))
         .collect();
-    let out = with_stdin(&url, &["publish", "orders", "-", "--key-field", "order", "--partitions", "4"], &lines);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = with_stdin(
+        &url,
+        &[
+            "publish",
+            "orders",
+            "-",
+            "--key-field",
+            "order",
+            "--partitions",
+            "4",
+        ],
+        &lines,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let printed = String::from_utf8(out.stdout).unwrap();
     assert_eq!(printed.lines().count(), 20);
     // Each into the documented partition, in order per key, with the key as
@@ -1435,21 +1473,48 @@ fn ordered_entries_are_published_by_key_into_their_partitions_and_status_shows_t
     for k in 0..5 {
         let key = format!("o-{k}");
         let p = format!("orders:p{}", rillkit::partition_of(key.as_bytes(), 4));
-        let entries: Vec<(String, Vec<(String, String)>)> =
-            redis::cmd("XRANGE").arg(&p).arg("-").arg("+").query(&mut c).unwrap();
+        let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+            .arg(&p)
+            .arg("-")
+            .arg("+")
+            .query(&mut c)
+            .unwrap();
         let ns: Vec<u64> = entries
             .iter()
             .filter(|(_, f)| f.iter().any(|(k2, v)| k2 == "order" && *v == key))
             .map(|(_, f)| {
                 let data = &f.iter().find(|(k2, _)| k2 == "data").unwrap().1;
-                serde_json::from_str::<Value>(data).unwrap()["n"].as_u64().unwrap()
+                serde_json::from_str::<Value>(data).unwrap()["n"]
+                    .as_u64()
+                    .unwrap()
             })
             .collect();
-        assert_eq!(ns, (0..4).map(|i| i * 5 + k).collect::<Vec<u64>>(), "{key} in {p}");
+        assert_eq!(
+            ns,
+            (0..4).map(|i| i * 5 + k).collect::<Vec<u64>>(),
+            "{key} in {p}"
+        );
     }
     // Another count than the one recorded is refused.
-    let out = with_stdin(&url, &["publish", "orders", "-", "--key-field", "order", "--partitions", "8"], "{\"order\":1}\n");
-    assert_eq!(out.status.code(), Some(78), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = with_stdin(
+        &url,
+        &[
+            "publish",
+            "orders",
+            "-",
+            "--key-field",
+            "order",
+            "--partitions",
+            "8",
+        ],
+        "{\"order\":1}\n",
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(78),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Status: a row per partition with its owner (the lease's holder).
     support::create_group(&mut c, "orders:p0", "g", "0");
     let _: () = redis::cmd("SET")
@@ -1460,7 +1525,12 @@ fn ordered_entries_are_published_by_key_into_their_partitions_and_status_shows_t
     let table = ok(&url, &["status", "orders"]);
     assert!(table.contains("4 partitions"), "{table}");
     assert!(table.contains("orders:p3"), "{table}");
-    assert!(table.lines().any(|l| l.contains("orders:p0") && l.contains("worker-7")), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("orders:p0") && l.contains("worker-7")),
+        "{table}"
+    );
     let doc = json(&url, &["status", "orders"]);
     assert_eq!(doc["partitions"], 4);
     assert_eq!(doc["rows"][0]["owner"], "worker-7");

@@ -940,6 +940,69 @@ async fn pause_and_resume_a_subscription_from_the_overview() {
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 
+#[actix_rt::test]
+async fn an_ordered_streams_partitions_show_with_their_owner_lag_and_pending() {
+    let Some(driver) = driver() else { return };
+    let redis = RedisServer::start();
+    let orders = Stream::new("orders", "billing").ordered_by("order", 4);
+    let broker = Broker::builder(redis.url())
+        .status_period(Duration::from_millis(100))
+        .subscribe(
+            &orders,
+            ConsumerOptions::default().with_consumer("c1"),
+            move |_: u64| async move { HandlerResult::Ok(()) },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    // Key k's entries all go to one partition, which c1 owns and empties.
+    let p2 = format!("orders:p{}", rillkit::partition_of(b"k", 4));
+    for n in 0..3u64 {
+        broker.publish_keyed(&orders, "k", &n).await.unwrap();
+    }
+    eventually("handled", WAIT, || {
+        broker.status().subscriptions[0].handled == 3
+    })
+    .await;
+    eventually("polled", WAIT, || {
+        let s = broker.status();
+        s.subscriptions[0]
+            .partitions
+            .iter()
+            .all(|p| p.owned && p.server.is_some())
+    })
+    .await;
+    let base = serve(vec![("/rillkit", Dashboard::new(broker.clone()))]);
+    let c = browser(&driver).await;
+    c.goto(&format!("{base}/rillkit/")).await.unwrap();
+    let rows = c
+        .find_all(Locator::Css("table.partitions[data-key='orders'] tbody tr"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 4);
+    let row = format!("table.partitions tr[data-partition='{p2}']");
+    let cells: Vec<String> = {
+        let mut out = Vec::new();
+        for td in c
+            .find_all(Locator::Css(&format!("{row} td")))
+            .await
+            .unwrap()
+        {
+            out.push(td.text().await.unwrap());
+        }
+        out
+    };
+    // partition, owner, state, handled here, lag, pending, dead letters.
+    assert_eq!(cells[0], p2);
+    assert_eq!(cells[1], "c1");
+    assert_eq!(cells[2], "running");
+    assert_eq!(cells[3], "3");
+    assert_eq!(cells[4], "0");
+    assert_eq!(cells[5], "0");
+    c.close().await.unwrap();
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
 /// Makes the README's screenshots: `docs/dashboard.png` (the overview),
 /// `docs/dashboard-stream.png` (a stream: history, a dead consumer,
 /// pending entries), `docs/dashboard-entry.png` (a dead letter's page) and

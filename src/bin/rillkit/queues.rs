@@ -182,17 +182,30 @@ async fn ordered_status(ctx: &Ctx, name: &str, partitions: u16) -> Result<(), Fa
                 "-".into(),
                 dlq_length.to_string(),
             ]);
-            docs.push(json!({ "partition": partition, "length": length, "dlq_length": dlq_length }));
+            docs.push(
+                json!({ "partition": partition, "length": length, "dlq_length": dlq_length }),
+            );
         }
     }
     if ctx.json {
         print_json(&json!({ "stream": name, "partitions": partitions, "rows": docs }));
     } else {
-        say!("{}: ordered by key, {partitions} partitions", text(name.as_bytes()));
+        say!(
+            "{}: ordered by key, {partitions} partitions",
+            text(name.as_bytes())
+        );
         say_inline!(
             "{}",
             table(
-                &["PARTITION", "GROUP", "OWNER", "LENGTH", "PENDING", "LAG", "DLQ"],
+                &[
+                    "PARTITION",
+                    "GROUP",
+                    "OWNER",
+                    "LENGTH",
+                    "PENDING",
+                    "LAG",
+                    "DLQ"
+                ],
                 &rows,
                 ctx.cap,
             )
