@@ -425,3 +425,81 @@ async fn publish_without_xadd_answers_an_error_that_is_not_retryable() {
     assert_eq!(stream_len(&mut redis.conn(), "jobs"), 0, "nothing added");
     clean_stop(&broker).await;
 }
+
+/// The README's extra rules for a stream ordered by key (between
+/// `<!-- ordered-acl -->` and `<!-- /ordered-acl -->`), without the
+/// `ACL SETUSER worker` they follow.
+fn readme_ordered_rules() -> Vec<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let readme = std::fs::read_to_string(path).unwrap();
+    let block = readme
+        .split("<!-- ordered-acl -->")
+        .nth(1)
+        .and_then(|r| r.split("<!-- /ordered-acl -->").next())
+        .expect("the README's ordered-acl block");
+    let line = block
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER"))
+        .expect("an ACL SETUSER line");
+    line.split_whitespace().skip(3).map(str::to_owned).collect()
+}
+
+#[actix_rt::test]
+async fn the_readmes_acl_with_its_ordered_rules_runs_an_ordered_consumer() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    setuser(&redis, USER, PASSWORD, &[]);
+    let extra = readme_ordered_rules();
+    assert!(!extra.is_empty());
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(USER)
+        .arg(&extra)
+        .query(&mut redis.conn())
+        .unwrap();
+    let s = Stream::new("jobs", "workers").ordered_by("key", 2);
+    let ok = Arc::new(AtomicUsize::new(0));
+    let k = ok.clone();
+    let opts = ConsumerOptions::default()
+        .with_consumer("acl-1")
+        .with_block(Duration::from_millis(200))
+        .with_max_retries(0)
+        .with_on_key_failure(rillkit::OnKeyFailure::FailRest);
+    let broker = Broker::builder(url_as(&redis, USER, PASSWORD))
+        .subscribe(&s, opts, move |job: Job| {
+            let k = k.clone();
+            async move {
+                if job.id == 3 {
+                    return Err(HandlerError::retry("unlucky"));
+                }
+                k.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    tokio::time::timeout(BOUND, broker.start())
+        .await
+        .expect("start() returned in time")
+        .expect("start() as the README's ACL user");
+    for id in 0..6 {
+        broker
+            .publish_keyed(&s, if id < 3 { "a" } else { "b" }, &Job { id })
+            .await
+            .expect("publish_keyed as the README's ACL user");
+    }
+    // Key a: 0, 1, 2 handled; key b: 3 fails and is dead-lettered with
+    // fail_rest (the mark: HSETNX), 4 and 5 follow it there.
+    eventually("three handled", WAIT, || ok.load(Ordering::SeqCst) == 3).await;
+    let p = format!("jobs:p{}", rillkit::partition_of(b"b", 2));
+    eventually("b's three dead letters", WAIT, || {
+        stream_len(&mut redis.conn(), &format!("{p}-dlq")) == 3
+    })
+    .await;
+    clean_stop(&broker).await;
+    let refused = refusals(&redis);
+    assert!(
+        refused.is_empty(),
+        "the README's ACL lines lack what an ordered consumer ran; ACL LOG: {refused:#?}"
+    );
+}
