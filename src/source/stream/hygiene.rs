@@ -215,7 +215,7 @@ impl Lease {
     }
 
     /// What the lease is, for log lines.
-    fn what(&self) -> &'static str {
+    pub(crate) fn what(&self) -> &'static str {
         if self.partition {
             "the partition's lease"
         } else {

@@ -109,7 +109,7 @@ impl Loop {
             Ok(Taken::Held) => {
                 let renewed = live.confirmed();
                 if renewed.after_failures > 0 {
-                    tracing::info!(stream = %self.sub.names.name, consumer = %self.sub.consumer, "the consumer name's lease is renewed again");
+                    tracing::info!(stream = %self.sub.names.name, consumer = %self.sub.consumer, lease = lease.what(), "the lease is renewed again");
                 }
                 if renewed.lapsed {
                     // Redis answers again after an outage long enough to
@@ -125,7 +125,7 @@ impl Loop {
                     return;
                 }
                 let e = lease.lost(holder);
-                tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, "the consumer name's lease was taken by another process; this consumer starts nothing more and drains");
+                tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, lease = lease.what(), "the lease was taken by another process; this consumer starts nothing more and drains");
                 self.report.error = Some(e);
                 self.begin_drain(Instant::now() + self.sub.drain_timeout);
             }
