@@ -74,7 +74,7 @@ impl Admin {
 
     /// Adds entries to the ordered stream `name` of `partitions`
     /// partitions, each into its key's partition
-    /// ([`partition_of`](crate::partition_of)): `XADD <name>:p<i> *
+    /// ([`partition_of`]): `XADD <name>:p<i> *
     /// <data_field> <data> <key_field> <key>`, pipelined, one pipeline per
     /// partition (a cluster routes each to its master). `entries` are (key,
     /// data) pairs; the ids come back in their order.
