@@ -63,7 +63,7 @@ pub enum OnKeyFailure {
     /// field: the key, value: the id of the entry that failed first), in the
     /// same script as the dead-letter move; the mark holds until an
     /// operator deletes it (`HDEL`), which the partition's consumer reads
-    /// when it next takes the partition (a hand-over or a restart).
+    /// with its next lease renewal (every third of the lease TTL).
     FailRest,
 }
 

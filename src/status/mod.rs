@@ -357,6 +357,8 @@ pub(crate) struct Board {
     parent: Option<std::sync::Weak<Board>>,
     /// A partition: whether this consumer owns it now (holds its lease).
     owned: std::sync::atomic::AtomicBool,
+    /// A partition: its keys marked failed (`fail_rest`), as its loop knows.
+    failed_keys: AtomicU64,
     /// Whether a pause was asked for; the loop watches it.
     pause: watch::Sender<bool>,
     /// The same, read on every turn of a loop without a lock.
@@ -390,6 +392,7 @@ impl Board {
             parts: Vec::new(),
             parent: None,
             owned: std::sync::atomic::AtomicBool::new(false),
+            failed_keys: AtomicU64::new(0),
             pause: watch::Sender::new(false),
             asked: AtomicBool::new(false),
             shown_paused: AtomicBool::new(false),
@@ -441,6 +444,7 @@ impl Board {
             parts: Vec::new(),
             parent: None,
             owned: std::sync::atomic::AtomicBool::new(false),
+            failed_keys: AtomicU64::new(0),
             pause: watch::Sender::new(false),
             asked: AtomicBool::new(false),
             shown_paused: AtomicBool::new(false),
@@ -450,6 +454,11 @@ impl Board {
     /// An ordered stream's partitions' boards, by index (empty otherwise).
     pub(crate) fn parts(&self) -> &[Arc<Board>] {
         &self.parts
+    }
+
+    /// A partition's count of keys marked failed.
+    pub(crate) fn set_failed_keys(&self, n: usize) {
+        self.failed_keys.store(n as u64, Ordering::Relaxed);
     }
 
     /// Marks a partition owned by this consumer, or not.
@@ -620,6 +629,7 @@ impl Board {
                     handled: p.handled.load(Ordering::Relaxed),
                     failed: p.failed.load(Ordering::Relaxed),
                     dead_lettered: p.dead_lettered.load(Ordering::Relaxed),
+                    failed_keys: p.failed_keys.load(Ordering::Relaxed),
                     server: p.server.lock().expect("status lock").clone(),
                 })
                 .collect(),
@@ -648,6 +658,10 @@ pub struct PartitionStatus {
     pub failed: u64,
     /// Entries of it this consumer moved to its dead-letter stream.
     pub dead_lettered: u64,
+    /// Its keys marked failed with
+    /// [`OnKeyFailure::FailRest`](crate::OnKeyFailure::FailRest), as its
+    /// owner read them last (0 where it is not owned).
+    pub failed_keys: u64,
     /// Its group's figures from the server (lag, pending, dead letters),
     /// polled like the subscription's.
     pub server: Option<ServerFigures>,

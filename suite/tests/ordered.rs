@@ -400,6 +400,59 @@ async fn fail_rest_dead_letters_the_keys_later_entries_after_the_failing_one() {
 }
 
 #[actix_rt::test]
+async fn a_deleted_fail_rest_mark_lets_its_key_run_again() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("orders", "g").ordered_by("key", 2);
+    let seen: Shared = Default::default();
+    let broker = Broker::builder(redis.url())
+        .subscribe(
+            &s,
+            opts("c1").with_on_key_failure(OnKeyFailure::FailRest),
+            handler(seen.clone(), 1),
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let event = |seq, fail| Event {
+        key: "k1".into(),
+        seq,
+        fail,
+    };
+    broker
+        .publish_keyed(&s, "k1", &event(0, true))
+        .await
+        .unwrap();
+    broker
+        .publish_keyed(&s, "k1", &event(1, false))
+        .await
+        .unwrap();
+    let p = format!("orders:p{}", partition_of(b"k1", 2));
+    let index = usize::from(partition_of(b"k1", 2));
+    let mut c = redis.conn();
+    eventually("both dead-lettered", WAIT, || {
+        support::stream_len(&mut c, &format!("{p}-dlq")) == 2
+    })
+    .await;
+    let marked = || broker.status().subscriptions[0].partitions[index].failed_keys;
+    eventually("the key marked", WAIT, || marked() == 1).await;
+    let _: () = c
+        .hdel(format!("{{{p}}}:rillkit:failed-keys:g"), "k1")
+        .unwrap();
+    eventually("the deleted mark read", WAIT, || marked() == 0).await;
+    broker
+        .publish_keyed(&s, "k1", &event(2, false))
+        .await
+        .unwrap();
+    eventually("k1 runs again", WAIT, || {
+        seen.lock().unwrap().done.contains_key(&("k1".into(), 2))
+    })
+    .await;
+    assert_eq!(support::stream_len(&mut c, &format!("{p}-dlq")), 2);
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
+#[actix_rt::test]
 async fn a_consumer_or_producer_with_another_partition_count_is_refused() {
     support::init_tracing();
     let redis = RedisServer::start();

@@ -150,6 +150,7 @@ pub(crate) async fn consume(
         report: ConsumerReport::default(),
         in_flight_shown: 0,
         gate: None,
+        marks: None,
     };
     let mut stop = stop;
     if let Some(lease) = &lp.sub.lease {
@@ -175,7 +176,10 @@ pub(crate) async fn consume(
     }
     if lp.sub.key_order.is_some() {
         match take_partition(&lp.sub, &lp.redis, &mut stop).await {
-            Ok(gate) => lp.gate = Some(gate),
+            Ok(gate) => {
+                lp.sub.board.set_failed_keys(gate.failed_count());
+                lp.gate = Some(gate);
+            }
             Err(e) => {
                 lp.release_lease().await;
                 if !matches!(e, Error::StartAborted | Error::ShutDown) {
@@ -207,6 +211,7 @@ pub(crate) async fn consume(
     }
     lp.release_lease().await;
     lp.sub.board.set_owned(false);
+    lp.sub.board.set_failed_keys(0);
     lp.reader.quit().await;
     if lp.report.error.is_none() && lp.report.panic.is_none() {
         lp.sub.board.set_state(SubscriptionState::Stopped);
@@ -319,6 +324,8 @@ struct Loop {
     in_flight_shown: usize,
     /// In a partition of a stream ordered by key: which keys are taken.
     gate: Option<order::Gate>,
+    /// A reload of the keys marked failed, in flight.
+    marks: Option<LocalBoxFuture<'static, order::Marks>>,
 }
 
 impl Loop {
@@ -449,6 +456,11 @@ impl Loop {
                 }
                 () = lease_alarm.until(renew_at), if renew_at.is_some() => {
                     self.renew_lease();
+                    self.reload_marks();
+                }
+                marks = maybe(&mut self.marks) => {
+                    self.marks = None;
+                    self.on_marks(marks);
                 }
                 res = maybe(&mut self.lease_renewal) => {
                     self.lease_renewal = None;

@@ -33,7 +33,14 @@ pub(super) struct Gate {
     failed: HashMap<Vec<u8>, String>,
     /// Queued entries held back by their key at the last look.
     blocked: usize,
+    /// Counts the marks this loop added, so a reload sent before one was
+    /// added does not drop it.
+    marked: u64,
 }
+
+/// A reload of the keys marked failed: the count of marks added when it
+/// was sent, and what Redis answered.
+pub(super) type Marks = (u64, Result<HashMap<Vec<u8>, String>, crate::error::Error>);
 
 impl Gate {
     pub(super) fn new(failed: HashMap<Vec<u8>, String>) -> Self {
@@ -42,7 +49,15 @@ impl Gate {
             key_of: HashMap::new(),
             failed,
             blocked: 0,
+            marked: 0,
         }
+    }
+}
+
+impl Gate {
+    /// How many keys are marked failed.
+    pub(super) fn failed_count(&self) -> usize {
+        self.failed.len()
     }
 }
 
@@ -167,10 +182,49 @@ impl Loop {
     /// `key` is marked failed: its later entries are dead-lettered.
     pub(super) fn key_failed(&mut self, key: &[u8], id: &EntryId) {
         if let Some(gate) = self.gate.as_mut() {
+            gate.marked += 1;
             gate.failed
                 .entry(key.to_vec())
                 .or_insert_with(|| id.as_str().to_owned());
+            self.sub.board.set_failed_keys(gate.failed.len());
         }
+    }
+
+    /// Reads the keys marked failed again (`HGETALL`), with each lease
+    /// renewal: a mark an operator deleted lets its key run again.
+    pub(super) fn reload_marks(&mut self) {
+        let (Some(k), Some(gate)) = (self.key_order(), self.gate.as_ref()) else {
+            return;
+        };
+        if self.marks.is_some() || k.on_failure != OnKeyFailure::FailRest {
+            return;
+        }
+        let (redis, hash, sent) = (self.redis.clone(), k.failed_keys.clone(), gate.marked);
+        self.marks = Some(Box::pin(async move {
+            let res = crate::source::stream::ordered::failed_keys(&redis, &hash).await;
+            (sent, res)
+        }));
+    }
+
+    /// The marks as Redis holds them now; marks this loop added since the
+    /// reload was sent are kept.
+    pub(super) fn on_marks(&mut self, (sent, res): Marks) {
+        let Some(gate) = self.gate.as_mut() else {
+            return;
+        };
+        match res {
+            Ok(marks) if gate.marked == sent => {
+                for key in gate.failed.keys().filter(|k| !marks.contains_key(*k)) {
+                    tracing::info!(stream = %self.sub.names.name, key = %String::from_utf8_lossy(key), "the key's fail_rest mark was deleted; its entries run again");
+                }
+                gate.failed = marks;
+            }
+            Ok(marks) => gate.failed.extend(marks),
+            Err(e) => {
+                tracing::debug!(stream = %self.sub.names.name, error = %e, "could not read the keys marked failed; trying at the next renewal");
+            }
+        }
+        self.sub.board.set_failed_keys(gate.failed.len());
     }
 
     /// Why the entry `id` must not run: its key is marked failed
