@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use super::Subscription;
 
+mod batch;
 mod drain;
 mod handle;
 mod hygiene;
@@ -150,6 +151,7 @@ pub(crate) async fn consume(
         report: ConsumerReport::default(),
         in_flight_shown: 0,
         gate: None,
+        gathering: Default::default(),
     };
     let mut stop = stop;
     if let Some(lease) = &lp.sub.lease {
@@ -292,7 +294,7 @@ struct Loop {
     acks_inflight: usize,
     /// Fetched, not started.
     queue: VecDeque<Queued>,
-    running: FuturesUnordered<LocalBoxFuture<'static, Finished>>,
+    running: FuturesUnordered<LocalBoxFuture<'static, batch::Ended>>,
     read: Option<LocalBoxFuture<'static, ReadDone>>,
     /// Ids to XACK with the next batch.
     acks: Vec<EntryId>,
@@ -319,6 +321,8 @@ struct Loop {
     in_flight_shown: usize,
     /// In a partition of a stream ordered by key: which keys are taken.
     gate: Option<order::Gate>,
+    /// A batch handler's next batch, gathering in the queue.
+    gathering: batch::Gathering,
 }
 
 impl Loop {
@@ -327,7 +331,7 @@ impl Loop {
             (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
         let (mut prune_alarm, mut unblock_alarm, mut deadline_alarm, mut ack_alarm) =
             (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
-        let mut progress_alarm = Alarm::new();
+        let (mut progress_alarm, mut batch_alarm) = (Alarm::new(), Alarm::new());
         let mut pause = self.sub.board.pause_watch();
         loop {
             if self.deadline.is_none() {
@@ -409,12 +413,13 @@ impl Loop {
             let renew_at = self.lease.as_ref().and_then(Liveness::due);
             let refresh_at = self.refresh.due();
             let prune_at = self.prune_at.filter(|_| self.deadline.is_none());
+            let batch_at = self.batch_due();
             tokio::select! {
                 done = maybe(&mut self.read) => {
                     self.read = None;
                     self.on_read(done);
                 }
-                Some(fin) = self.running.next(), if !self.running.is_empty() => self.on_finished(fin),
+                Some(fin) = self.running.next(), if !self.running.is_empty() => self.on_ended(fin),
                 res = maybe(&mut self.ack_inflight) => {
                     self.ack_inflight = None;
                     self.on_acked(res);
@@ -458,6 +463,7 @@ impl Loop {
                     self.begin_drain(deadline);
                 }
                 () = ack_alarm.until(ack_due), if ack_due.is_some() => {}
+                () = batch_alarm.until(batch_at), if batch_at.is_some() => {}
                 () = unblock_alarm.until(unblock_at), if unblock_at.is_some() => {
                     self.unblock();
                 }
@@ -504,6 +510,9 @@ impl Loop {
         }
         if self.gate.is_some() {
             return self.start_queued_in_key_order();
+        }
+        if self.sub.batch.is_some() {
+            return self.start_batches();
         }
         while self.running.len() < self.sub.opts.concurrency && !self.isolated {
             let Some(front) = self.queue.front() else {
@@ -553,6 +562,7 @@ impl Loop {
             // re-read skips those and takes the next one.
             Cursor::Pending(_) => (self.running.is_empty() && self.queue.is_empty())
                 .then_some(self.held.len().min(o.count.max(100)) + 1),
+            Cursor::New if self.sub.batch.is_some() => self.batch_read_count(),
             Cursor::New => {
                 // The next read starts while up to one prefetch (what the
                 // handlers get through in a round trip) is still queued,
