@@ -464,7 +464,7 @@ fn three_workers_with_one_killed_handle_every_entry_and_keep_each_keys_order() {
             ],
         )
     };
-    let mut workers = vec![
+    let mut workers = [
         Worker::spawn(&redis.url(), &env("w1")),
         Worker::spawn(&redis.url(), &env("w2")),
         Worker::spawn(&redis.url(), &env("w3")),

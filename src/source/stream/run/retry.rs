@@ -124,7 +124,7 @@ impl Loop {
                 self.queue.push_back(q);
             }
         }
-        ahead.sort_by(|a, b| b.id.parts().cmp(&a.id.parts()));
+        ahead.sort_by_key(|q| std::cmp::Reverse(q.id.parts()));
         for q in ahead {
             self.queue.push_front(q);
         }
