@@ -292,11 +292,57 @@ pub(crate) fn decode_data<T: DeserializeOwned, C: Codec>(
     codec: &C,
     msg: &Message,
 ) -> Result<T, Undeliverable> {
-    match msg.data() {
+    decode_field(codec, msg.data())
+}
+
+/// A data field's bytes (`None`: the entry has none) decoded into `T`, or
+/// why they cannot be.
+pub(crate) fn decode_field<T: DeserializeOwned, C: Codec>(
+    codec: &C,
+    data: Option<&[u8]>,
+) -> Result<T, Undeliverable> {
+    match data {
         None => Err(Undeliverable::NoData),
         Some([]) => Err(Undeliverable::EmptyData),
         Some(data) => codec.decode::<T>(data).map_err(Undeliverable::Decode),
     }
+}
+
+/// One entry offered to a stream's batch handler: its id, its data field's
+/// bytes (`None`: it has none) and its delivery count.
+pub(crate) struct BatchInput<'a> {
+    pub id: &'a EntryId,
+    pub data: Option<&'a [u8]>,
+    pub delivery_count: u64,
+}
+
+/// The call of a batch handler with the entries that decoded: its future
+/// answers one result per entry, in the order it got them.
+pub(crate) type BatchCall =
+    Box<dyn FnOnce() -> LocalBoxFuture<'static, Vec<HandlerResult>> + 'static>;
+
+/// A batch made ready for its handler: the entries that cannot reach it
+/// (by their index in the batch offered, in order, with why), and the call
+/// with the others (`None`: no entry decoded).
+pub(crate) struct PreparedBatch {
+    pub undeliverable: Vec<(usize, Undeliverable)>,
+    pub call: Option<BatchCall>,
+}
+
+/// A type-erased batch handler of stream entries: decodes the entries
+/// offered and makes the call for those that decoded.
+pub(crate) type ErasedBatch = Arc<dyn Fn(&[BatchInput<'_>]) -> PreparedBatch + Send + Sync>;
+
+/// A stream's batch handler as its consumer loop runs it natively: one
+/// handler future per batch of up to `max_entries` queued entries (a batch
+/// starts when it is full or its first entry has waited `max_wait`),
+/// `concurrency` batches at once.
+#[derive(Clone)]
+pub(crate) struct BatchHandler {
+    pub handler: ErasedBatch,
+    pub max_entries: usize,
+    pub max_wait: std::time::Duration,
+    pub concurrency: usize,
 }
 
 /// Where a list item or a channel message came from and which run this is:

@@ -12,8 +12,9 @@ use super::batch::{BatchOptions, Gatherer};
 use super::delivery::{Delivery, ItemDelivery};
 use super::{Broker, Inner};
 use crate::handler::{
-    BatchEntry, BatchOutcome, ErasedHandler, HandlerError, HandlerResult, ItemHandler, Message,
-    Prepared, decode_data, decode_item,
+    BatchCall, BatchEntry, BatchHandler, BatchInput, BatchOutcome, ErasedBatch, ErasedHandler,
+    HandlerError, HandlerResult, ItemHandler, Message, Prepared, PreparedBatch, decode_data,
+    decode_field, decode_item,
 };
 use crate::stream::Codec;
 
@@ -130,15 +131,17 @@ where
     })
 }
 
-/// A batch handler of stream entries: each entry decoded into `T` joins a
-/// batch (see `batch.rs`); an entry that does not decode is dead-lettered
-/// and never joins one.
+/// A batch handler of stream entries, in both forms: the per-entry handler
+/// whose runs meet in a [`Gatherer`] (see `batch.rs`; the partitions of an
+/// ordered stream run it, an entry that does not decode is dead-lettered
+/// and never joins a batch), and the [`BatchHandler`] a plain stream's loop
+/// runs natively, one future per batch.
 pub(crate) fn typed_batch<T, C, F, Fut, O>(
     codec: C,
     options: BatchOptions,
     concurrency: usize,
     f: F,
-) -> ErasedHandler
+) -> (ErasedHandler, BatchHandler)
 where
     T: DeserializeOwned + Send + 'static,
     C: Codec,
@@ -147,12 +150,59 @@ where
     O: Into<BatchOutcome>,
 {
     let (f, gatherer) = (Arc::new(f), Arc::new(Gatherer::new(options, concurrency)));
-    Arc::new(move |msg: &Message| match decode_data(&codec, msg) {
+    let native = BatchHandler {
+        handler: native_batch(codec.clone(), f.clone()),
+        max_entries: options.max_entries(),
+        max_wait: options.max_wait(),
+        concurrency: concurrency.max(1),
+    };
+    let each: ErasedHandler = Arc::new(move |msg: &Message| match decode_data(&codec, msg) {
         Ok(value) => {
             let entry = BatchEntry::new(value, Some(msg.id.clone()), msg.delivery_count);
             Prepared::Run(gatherer.join(entry, f.clone()))
         }
         Err(why) => Prepared::Undeliverable(why),
+    });
+    (each, native)
+}
+
+/// The native form of a stream's batch handler: decodes the entries
+/// offered, and calls `f` once with those that decoded, its outcome split
+/// into one result per entry.
+fn native_batch<T, C, F, Fut, O>(codec: C, f: Arc<F>) -> ErasedBatch
+where
+    T: DeserializeOwned + Send + 'static,
+    C: Codec,
+    F: Fn(Vec<BatchEntry<T>>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = O> + 'static,
+    O: Into<BatchOutcome>,
+{
+    Arc::new(move |inputs: &[BatchInput<'_>]| {
+        let mut undeliverable = Vec::new();
+        let mut entries = Vec::with_capacity(inputs.len());
+        for (i, input) in inputs.iter().enumerate() {
+            match decode_field(&codec, input.data) {
+                Ok(value) => entries.push(BatchEntry::new(
+                    value,
+                    Some(input.id.clone()),
+                    input.delivery_count,
+                )),
+                Err(why) => undeliverable.push((i, why)),
+            }
+        }
+        let call = (!entries.is_empty()).then(|| {
+            let f = f.clone();
+            Box::new(move || {
+                let n = entries.len();
+                let fut = f(entries);
+                Box::pin(async move { fut.await.into().split(n) })
+                    as LocalBoxFuture<'static, Vec<HandlerResult>>
+            }) as BatchCall
+        });
+        PreparedBatch {
+            undeliverable,
+            call,
+        }
     })
 }
 
@@ -164,7 +214,7 @@ pub(crate) fn typed_batch_with_context<T, C, F, Fut, O>(
     concurrency: usize,
     f: F,
     cell: BrokerCell,
-) -> ErasedHandler
+) -> (ErasedHandler, BatchHandler)
 where
     T: DeserializeOwned + Send + 'static,
     C: Codec,

@@ -16,7 +16,9 @@ use super::{Broker, Inner, Phase};
 use crate::connection::{Connector, Timeouts, Tls, Topology};
 use crate::delivery::MAX_DURATION;
 use crate::error::{BoxError, ConfigError};
-use crate::handler::{BatchEntry, BatchOutcome, ErasedHandler, HandlerError, ItemHandler, Message};
+use crate::handler::{
+    BatchEntry, BatchHandler, BatchOutcome, ErasedHandler, HandlerError, ItemHandler, Message,
+};
 use crate::source::Source;
 use crate::source::channel::{Channel, ChannelOptions, ChannelSub};
 use crate::source::list::{List, ListOptions, ListSub};
@@ -181,14 +183,15 @@ impl BrokerBuilder {
         Fut: Future<Output = O> + 'static,
         O: Into<BatchOutcome>,
     {
-        let h = bind::typed_batch(
+        let (h, native) = bind::typed_batch(
             stream.codec().clone(),
             batch,
             options.concurrency(),
             handler,
         );
         let options = batched(options, batch);
-        self.subs.push(stream_source(stream.names(), options, h));
+        self.subs
+            .push(stream_batch_source(stream.names(), options, h, native));
         self
     }
 
@@ -208,7 +211,7 @@ impl BrokerBuilder {
         Fut: Future<Output = O> + 'static,
         O: Into<BatchOutcome>,
     {
-        let h = bind::typed_batch_with_context(
+        let (h, native) = bind::typed_batch_with_context(
             stream.codec().clone(),
             batch,
             options.concurrency(),
@@ -216,7 +219,8 @@ impl BrokerBuilder {
             self.cell.clone(),
         );
         let options = batched(options, batch);
-        self.subs.push(stream_source(stream.names(), options, h));
+        self.subs
+            .push(stream_batch_source(stream.names(), options, h, native));
         self
     }
 
@@ -622,6 +626,24 @@ pub(crate) fn stream_source(
     Box::new(move |cluster, drain| {
         Subscription::build(names, opts, handler, cluster, drain)
             .map(|s| Source::Stream(Arc::new(s)))
+    })
+}
+
+/// A stream's batch handler: natively on a plain stream's loop (one
+/// future per batch); the partitions of an ordered stream run `each`, the
+/// per-entry form.
+fn stream_batch_source(
+    names: StreamNames,
+    opts: ConsumerOptions,
+    each: ErasedHandler,
+    native: BatchHandler,
+) -> Pending {
+    Box::new(move |cluster, drain| {
+        let mut sub = Subscription::build(names, opts, each, cluster, drain)?;
+        if sub.ordered.is_none() {
+            sub.batch = Some(native);
+        }
+        Ok(Source::Stream(Arc::new(sub)))
     })
 }
 

@@ -35,7 +35,7 @@ pub(crate) enum Ran {
 }
 
 impl Ran {
-    fn of(result: Result<HandlerResult, String>) -> Self {
+    pub(crate) fn of(result: Result<HandlerResult, String>) -> Self {
         match result {
             Ok(Ok(())) => Ran::Ok,
             Ok(Err(e)) => Ran::Failed {
@@ -107,6 +107,49 @@ pub(crate) fn start(
         }
     }
     .instrument(span))
+}
+
+/// One batch handler run: each entry's result, in the order the handler
+/// got them, or the panic that ended the run; how long it took and when it
+/// ended (`None`: making its future panicked).
+pub(crate) struct BatchRun {
+    pub results: Result<Vec<HandlerResult>, String>,
+    pub took: Duration,
+    pub ended: Option<Instant>,
+}
+
+/// A batch handler's run, as [`start`] for one entry: its future made (by
+/// `make`, inside `span`, its panic caught) and run inside `span` with its
+/// panic caught, timed. A panic while making it ends the run at once.
+pub(crate) fn start_batch(
+    span: tracing::Span,
+    make: impl FnOnce() -> LocalBoxFuture<'static, Vec<HandlerResult>>,
+) -> impl Future<Output = BatchRun> + 'static {
+    let made = span.in_scope(|| std::panic::catch_unwind(AssertUnwindSafe(make)));
+    async move {
+        let fut = match made {
+            Ok(fut) => fut,
+            Err(payload) => {
+                return BatchRun {
+                    results: Err(crate::util::panic_message(&*payload)),
+                    took: Duration::ZERO,
+                    ended: None,
+                };
+            }
+        };
+        let t0 = Instant::now();
+        let results = AssertUnwindSafe(fut)
+            .catch_unwind()
+            .await
+            .map_err(|p| crate::util::panic_message(&*p));
+        let ended = Instant::now();
+        BatchRun {
+            results,
+            took: ended - t0,
+            ended: Some(ended),
+        }
+    }
+    .instrument(span)
 }
 
 /// Counts a run on the subscription's board and metrics: its duration when

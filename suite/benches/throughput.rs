@@ -6,6 +6,7 @@
 //! RILLKIT_BENCH_N=20000 cargo bench --bench throughput
 //! RILLKIT_BENCH_ONLY=cpu cargo bench --bench throughput  # section 6 alone
 //! RILLKIT_BENCH_ONLY=consume cargo bench --bench throughput  # rows 1 and 2 alone
+//! RILLKIT_BENCH_ONLY=ordered cargo bench --bench throughput  # row 11 alone
 //! RILLKIT_BENCH_ONLY=dashboard cargo bench --features dashboard --bench throughput
 //! ```
 //!
@@ -19,8 +20,14 @@
 //! ceiling (that many sleeps, no Redis); rows 4b and 4c fan one process out
 //! over several streams and several consumers of one group.
 //!
+//! Row 11 (`RILLKIT_BENCH_ONLY=ordered` alone) runs 16 handlers of 1 ms
+//! over entries of 64 keys, ordered by key in 4 partitions against a plain
+//! stream; `concurrency` applies per partition loop, so ordered may run
+//! more at once than unordered.
+//!
 //! Prints a table and, last, `batch_consume_ratio=` (a batch handler of
-//! 100) and `consume_ratio=<rillkit entries/s ÷ raw entries/s>`.
+//! 100), `consume_ratio=<rillkit entries/s ÷ raw entries/s>` and
+//! `ordered_ratio=<ordered entries/s ÷ unordered entries/s>` (row 11).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -553,6 +560,90 @@ async fn slow_handler_rate(url: &str, concurrency: usize, sleep: Duration, n: u6
     rate
 }
 
+/// Row 11: `n` entries over 64 keys (`key` field) with 16 handlers of
+/// 1 ms, in a stream ordered by key over 4 partitions (each entry `XADD`ed
+/// into its key's partition, `<name>:p<partition_of(key, 4)>`) or, for
+/// `ordered = false`, in a plain stream; entries/s from `start()` until
+/// all are handled.
+async fn keyed_rate(url: &str, ordered: bool, n: u64) -> f64 {
+    const KEYS: u64 = 64;
+    const PARTITIONS: u16 = 4;
+    let name = if ordered {
+        "bench-ordered"
+    } else {
+        "bench-unordered"
+    };
+    let mut conn = connect(url).await;
+    let mut id = 0;
+    while id < n {
+        let mut pipe = redis::pipe();
+        for id in id..(id + 1000).min(n) {
+            let key = format!("k{}", id % KEYS);
+            let data = serde_json::to_vec(&entry(id)).unwrap();
+            let stream = if ordered {
+                let p = rillkit::partition_of(key.as_bytes(), PARTITIONS);
+                format!("{name}:p{p}")
+            } else {
+                name.to_owned()
+            };
+            pipe.cmd("XADD")
+                .arg(stream)
+                .arg("*")
+                .arg("data")
+                .arg(data)
+                .arg("key")
+                .arg(key)
+                .ignore();
+        }
+        let () = pipe.query_async(&mut conn).await.unwrap();
+        id = (id + 1000).min(n);
+    }
+    let mut s = Stream::new(name, "g");
+    if ordered {
+        s = s.ordered_by("key", PARTITIONS);
+    }
+    let handled = Arc::new(AtomicUsize::new(0));
+    let h = handled.clone();
+    let broker = Broker::builder(url)
+        .subscribe(
+            &s,
+            ConsumerOptions::default()
+                .with_count(16)
+                .with_concurrency(16)
+                .with_block(Duration::from_millis(100)),
+            move |_: Entry| {
+                let h = h.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    h.fetch_add(1, Ordering::Relaxed);
+                    HandlerResult::Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    broker.start().await.unwrap();
+    wait_for("keyed handlers", Duration::from_secs(600), || {
+        handled.load(Ordering::Relaxed) as u64 >= n
+    })
+    .await;
+    let rate = n as f64 / t0.elapsed().as_secs_f64();
+    assert!(broker.stop().await.unwrap().is_clean());
+    rate
+}
+
+/// Row 11's two rates (ordered, unordered), the medians of 3 alternating
+/// rounds over `n` entries each.
+async fn ordered_rates(url: &str, n: u64) -> (f64, f64) {
+    let (mut ordered, mut plain) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        ordered.push(keyed_rate(url, true, n).await);
+        plain.push(keyed_rate(url, false, n).await);
+    }
+    (median(ordered), median(plain))
+}
+
 /// The ceiling for `concurrency` handlers sleeping `sleep` each, with no
 /// Redis: `n` sleeps, `concurrency` at a time, in one task (as rillkit runs
 /// handlers); entries/s.
@@ -834,6 +925,24 @@ fn main() {
             );
             return;
         }
+        let keyed_n = (n / 10).max(1_000);
+        let ordered_rows = |ordered: f64, plain: f64| {
+            row(
+                &format!("11. ordered by key: 64 keys, 4 partitions ({keyed_n} entries)"),
+                format!("{ordered:.0} e/s"),
+            );
+            row(
+                "   the same unordered (1 ms handlers, concurrency 16)",
+                format!("{plain:.0} e/s"),
+            );
+            row("   ordered ratio", format!("{:.2}x", ordered / plain));
+        };
+        if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("ordered") {
+            let (ordered, plain) = ordered_rates(&url, keyed_n).await;
+            ordered_rows(ordered, plain);
+            println!("ordered_ratio={:.2}", ordered / plain);
+            return;
+        }
         #[cfg(feature = "dashboard")]
         if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("dashboard") {
             let (median, worst) = dashboard_overview_ms(&url).await;
@@ -893,14 +1002,20 @@ fn main() {
         );
         row("   ratio to raw", format!("{:.2}x", rk / raw));
         let mut batches = Vec::new();
+        let (cpu0, us0) = (cpu_time(), redis_usec(&mut conn).await);
         for round in 0..CONSUME_ROUNDS {
             let group = format!("rillkit-batch-{round}");
             batches.push(rillkit_batch_consume(&url, "bench-consume", &group, n).await);
         }
+        let (cpu1, us1) = (cpu_time(), redis_usec(&mut conn).await);
         let batched = median(batches);
         row(
             "2b. rillkit batch handler (100 entries), medians",
             format!("{batched:.0} e/s"),
+        );
+        row(
+            "   client CPU / redis time per entry",
+            costs(cpu1 - cpu0, us1 - us0, entries),
         );
         row("   ratio to raw", format!("{:.2}x", batched / raw));
         if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("consume") {
@@ -1026,6 +1141,8 @@ fn main() {
             "   list, at most once (BRPOP), concurrency 1",
             format!("{amo:.0} e/s"),
         );
+        let (ordered, plain) = ordered_rates(&url, keyed_n).await;
+        ordered_rows(ordered, plain);
         #[cfg(feature = "dashboard")]
         {
             let (median, worst) = dashboard_overview_ms(&url).await;
@@ -1037,5 +1154,6 @@ fn main() {
         }
         println!("batch_consume_ratio={:.2}", batched / raw);
         println!("consume_ratio={:.2}", rk / raw);
+        println!("ordered_ratio={:.2}", ordered / plain);
     });
 }

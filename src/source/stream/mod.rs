@@ -70,6 +70,10 @@ pub(crate) struct Subscription {
     pub ordered: Option<ordered::Ordered>,
     /// A partition of an ordered stream: the key gate.
     pub key_order: Option<ordered::KeyOrder>,
+    /// A batch handler, run natively by a plain stream's loop (set by the
+    /// broker after `build`; `None` for a partition, whose loop runs
+    /// `handler`).
+    pub batch: Option<crate::handler::BatchHandler>,
 }
 
 impl Subscription {
@@ -111,6 +115,7 @@ impl Subscription {
                 partitions,
             );
             let mut sub = Subscription {
+                batch: None,
                 lease: None,
                 ordered: None,
                 key_order: None,
@@ -135,6 +140,7 @@ impl Subscription {
             .lease_ttl
             .map(|ttl| hygiene::Lease::new(&names.name, &names.group, &consumer, ttl));
         Ok(Subscription {
+            batch: None,
             lease,
             ordered: None,
             key_order: None,

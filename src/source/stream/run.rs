@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use super::Subscription;
 
+mod batch;
 mod drain;
 mod handle;
 mod hygiene;
@@ -151,6 +152,7 @@ pub(crate) async fn consume(
         in_flight_shown: 0,
         gate: None,
         marks: None,
+        gathering: Default::default(),
     };
     let mut stop = stop;
     if let Some(lease) = &lp.sub.lease {
@@ -297,7 +299,7 @@ struct Loop {
     acks_inflight: usize,
     /// Fetched, not started.
     queue: VecDeque<Queued>,
-    running: FuturesUnordered<LocalBoxFuture<'static, Finished>>,
+    running: FuturesUnordered<LocalBoxFuture<'static, batch::Ended>>,
     read: Option<LocalBoxFuture<'static, ReadDone>>,
     /// Ids to XACK with the next batch.
     acks: Vec<EntryId>,
@@ -326,6 +328,8 @@ struct Loop {
     gate: Option<order::Gate>,
     /// A reload of the keys marked failed, in flight.
     marks: Option<LocalBoxFuture<'static, order::Marks>>,
+    /// A batch handler's next batch, gathering in the queue.
+    gathering: batch::Gathering,
 }
 
 impl Loop {
@@ -334,7 +338,7 @@ impl Loop {
             (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
         let (mut prune_alarm, mut unblock_alarm, mut deadline_alarm, mut ack_alarm) =
             (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
-        let mut progress_alarm = Alarm::new();
+        let (mut progress_alarm, mut batch_alarm) = (Alarm::new(), Alarm::new());
         let mut pause = self.sub.board.pause_watch();
         loop {
             if self.deadline.is_none() {
@@ -422,6 +426,7 @@ impl Loop {
                 .as_ref()
                 .filter(|_| self.deadline.is_none() && self.waits_for_slot())
                 .map(|k| k.slots.clone());
+            let batch_at = self.batch_due();
             tokio::select! {
                 done = maybe(&mut self.read) => {
                     self.read = None;
@@ -429,7 +434,7 @@ impl Loop {
                 }
                 Some(fin) = self.running.next(), if !self.running.is_empty() => {
                     self.slots_ended(1);
-                    self.on_finished(fin);
+                    self.on_ended(fin);
                 }
                 () = Loop::slot_given_back(slot_wait.clone()), if slot_wait.is_some() => {}
                 res = maybe(&mut self.ack_inflight) => {
@@ -480,6 +485,7 @@ impl Loop {
                     self.begin_drain(deadline);
                 }
                 () = ack_alarm.until(ack_due), if ack_due.is_some() => {}
+                () = batch_alarm.until(batch_at), if batch_at.is_some() => {}
                 () = unblock_alarm.until(unblock_at), if unblock_at.is_some() => {
                     self.unblock();
                 }
@@ -526,6 +532,9 @@ impl Loop {
         }
         if self.gate.is_some() {
             return self.start_queued_in_key_order();
+        }
+        if self.sub.batch.is_some() {
+            return self.start_batches();
         }
         while self.running.len() < self.sub.opts.concurrency && !self.isolated {
             let Some(front) = self.queue.front() else {
@@ -575,6 +584,7 @@ impl Loop {
             // re-read skips those and takes the next one.
             Cursor::Pending(_) => (self.running.is_empty() && self.queue.is_empty())
                 .then_some(self.held.len().min(o.count.max(100)) + 1),
+            Cursor::New if self.sub.batch.is_some() => self.batch_read_count(),
             Cursor::New => {
                 // The next read starts while up to one prefetch (what the
                 // handlers get through in a round trip) is still queued,

@@ -135,6 +135,7 @@ impl Ordered {
                 }
                 let board = sub.board.parts()[usize::from(i)].clone();
                 Ok(Arc::new(Subscription {
+                    batch: None,
                     lease: Some(Lease::partition(
                         &partition,
                         &names.group,

@@ -80,8 +80,9 @@ impl Loop {
                 if msg.delivery_count > 1 {
                     self.metrics.redelivered.increment(1);
                 }
-                self.running
-                    .push(Box::pin(running.map(move |run| Finished { msg, run })));
+                self.running.push(Box::pin(
+                    running.map(move |run| Finished { msg, run }.into()),
+                ));
             }
             Err(Run {
                 ran: Ran::Undecodable(why),

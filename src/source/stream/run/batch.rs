@@ -1,0 +1,348 @@
+//! A batch handler, run natively: queued entries start as batches of up to
+//! `max_entries` (a batch starts when it is full or its first entry has
+//! waited `max_wait`), each batch one handler future and one slot of
+//! `concurrency`. Entries are decoded when their batch starts; one that does
+//! not decode (or was delivered more often than it may run) is moved to the
+//! dead-letter stream before the batch runs, and never reaches it. When the
+//! batch ends, each entry is settled by its own result: the successes join
+//! the next `XACK`, each failure is retried or dead-lettered by its own
+//! delivery count exactly as a handler run of its own (see `handle.rs`).
+//! Every entry of a batch stays held, and refreshed, until it is settled.
+//! A redelivery that must run alone (see [`Loop::start_queued`]) runs as a
+//! batch of its own. The prefetch counts in batches: as many as the
+//! handlers get through in a round trip, in entries at most `count`.
+
+use super::*;
+use crate::delivery::handler::BatchRun;
+use crate::handler::{BatchHandler, BatchInput, HandlerError};
+
+/// What ended in `running`: one entry's run, or a batch's.
+pub(super) enum Ended {
+    One(Finished),
+    Batch(BatchDone),
+}
+
+impl From<Finished> for Ended {
+    fn from(f: Finished) -> Self {
+        Ended::One(f)
+    }
+}
+
+/// A batch that ended: its entries, in the order the handler got them, and
+/// how its run went.
+pub(super) struct BatchDone {
+    entries: Vec<Queued>,
+    run: BatchRun,
+}
+
+/// The next batch, gathering in the queue.
+#[derive(Default)]
+pub(super) struct Gathering {
+    /// Since when its first entry waits (about: after a batch started, the
+    /// rest of the queue counts from then).
+    since: Option<tokio::time::Instant>,
+}
+
+/// Whether a queued entry must run alone (see [`Loop::start_queued`]).
+fn alone(q: &Queued) -> bool {
+    q.delivery_count > 1 && !q.retried_here
+}
+
+impl Loop {
+    pub(super) fn on_ended(&mut self, ended: Ended) {
+        match ended {
+            Ended::One(f) => self.on_finished(f),
+            Ended::Batch(b) => self.on_batch_done(b),
+        }
+    }
+
+    fn batching(&self) -> &BatchHandler {
+        self.sub.batch.as_ref().expect("a batch handler")
+    }
+
+    /// When the gathering batch is due to start although not full, if it
+    /// may start then (a slot is free) and is not due already.
+    pub(super) fn batch_due(&self) -> Option<tokio::time::Instant> {
+        let b = self.sub.batch.as_ref()?;
+        if self.queue.is_empty()
+            || self.deadline.is_some()
+            || self.isolated
+            || self.running.len() >= b.concurrency
+        {
+            return None;
+        }
+        let due = self.gathering.since? + b.max_wait;
+        (due > tokio::time::Instant::now()).then_some(due)
+    }
+
+    /// Starts batches of queued entries while batch slots are free: a full
+    /// one at once, one less than full once its first entry has waited
+    /// `max_wait` (or a redelivery that runs alone cuts it short).
+    pub(super) fn start_batches(&mut self) {
+        if self.queue.is_empty() {
+            self.gathering.since = None;
+            return;
+        }
+        let (max, wait, slots) = {
+            let b = self.batching();
+            (b.max_entries, b.max_wait, b.concurrency)
+        };
+        let now = tokio::time::Instant::now();
+        let since = *self.gathering.since.get_or_insert(now);
+        let mut started = false;
+        while self.running.len() < slots && !self.isolated {
+            let Some(front) = self.queue.front() else {
+                break;
+            };
+            if alone(front) {
+                if !self.running.is_empty() {
+                    break;
+                }
+                let q = self.queue.pop_front().expect("front exists");
+                let before = self.running.len();
+                self.start_batch(vec![q]);
+                self.isolated = self.running.len() > before;
+                started = true;
+                continue;
+            }
+            let due = now >= since + wait;
+            if self.queue.len() < max && !due {
+                // Gathering; unless a redelivery cuts it short.
+                if !self.queue.iter().any(alone) {
+                    break;
+                }
+            }
+            let ready = self
+                .queue
+                .iter()
+                .take(max)
+                .take_while(|q| !alone(q))
+                .count();
+            let cut = ready < self.queue.len().min(max);
+            if ready < max && !due && !cut {
+                break;
+            }
+            let batch: Vec<Queued> = self.queue.drain(..ready).collect();
+            self.start_batch(batch);
+            started = true;
+        }
+        self.gathering.since = match (self.queue.is_empty(), started) {
+            (true, _) => None,
+            (false, true) => Some(now),
+            (false, false) => Some(since),
+        };
+    }
+
+    /// Decodes a batch's entries and starts its handler (one future);
+    /// entries out of runs or that do not decode go to the dead-letter
+    /// stream first.
+    fn start_batch(&mut self, entries: Vec<Queued>) {
+        let max_runs = self.sub.opts.max_retries.saturating_add(1);
+        let mut entries = entries;
+        if entries.iter().any(|q| q.delivery_count > max_runs) {
+            let all = std::mem::take(&mut entries);
+            for q in all {
+                if q.delivery_count > max_runs {
+                    let count = q.delivery_count;
+                    let err = format!(
+                        "delivered {count} times, more than max_retries + 1 = {max_runs} runs; earlier runs never finished"
+                    );
+                    tracing::warn!(
+                        stream = %self.sub.names.name, id = %q.id, delivery_count = count, error = %err,
+                        "entry had all its runs without finishing; moving it to the dead-letter stream"
+                    );
+                    let msg = self.message(q);
+                    self.dead_letter(msg, err);
+                } else {
+                    entries.push(q);
+                }
+            }
+        }
+        if entries.is_empty() {
+            return;
+        }
+        let field = &*self.sub.names.field;
+        let inputs: Vec<BatchInput<'_>> = entries
+            .iter()
+            .map(|q| BatchInput {
+                id: &q.id,
+                data: q
+                    .fields
+                    .iter()
+                    .find(|(k, _)| k.as_slice() == field.as_bytes())
+                    .map(|(_, v)| v.as_slice()),
+                delivery_count: q.delivery_count,
+            })
+            .collect();
+        let prepare = self.batching().handler.clone();
+        let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| prepare(&inputs)));
+        drop(inputs);
+        let prepared = match prepared {
+            Ok(p) => p,
+            Err(payload) => {
+                // Decoding panicked (a codec's bug): the batch failed.
+                let run = BatchRun {
+                    results: Err(crate::util::panic_message(&*payload)),
+                    took: Duration::ZERO,
+                    ended: None,
+                };
+                return self.on_batch_done(BatchDone { entries, run });
+            }
+        };
+        if !prepared.undeliverable.is_empty() {
+            let mut bad = prepared.undeliverable.into_iter().peekable();
+            let all = std::mem::take(&mut entries);
+            for (i, q) in all.into_iter().enumerate() {
+                match bad.next_if(|(j, _)| *j == i) {
+                    Some((_, why)) => {
+                        tracing::warn!(stream = %self.sub.names.name, id = %q.id, reason = %why, "entry cannot be handled; moving it to the dead-letter stream");
+                        let msg = self.message(q);
+                        self.dead_letter(msg, why.to_string());
+                    }
+                    None => entries.push(q),
+                }
+            }
+        }
+        let Some(call) = prepared.call else { return };
+        let redelivered = entries.iter().filter(|q| q.delivery_count > 1).count();
+        if redelivered > 0 {
+            self.metrics.redelivered.increment(redelivered as u64);
+        }
+        let s = &self.sub;
+        let span = tracing::info_span!(
+            "rillkit.handle_batch",
+            stream = %s.names.name,
+            group = %s.names.group,
+            consumer = %s.consumer,
+            entries = entries.len(),
+            first_id = %entries[0].id,
+            last_id = %entries[entries.len() - 1].id,
+        );
+        #[cfg(feature = "otel")]
+        for q in &entries {
+            if let Some(tp) = q
+                .fields
+                .iter()
+                .find(|(k, _)| k.as_slice() == crate::traceparent::TRACEPARENT_FIELD.as_bytes())
+                .and_then(|(_, v)| std::str::from_utf8(v).ok())
+                .and_then(|t| t.parse::<crate::TraceParent>().ok())
+            {
+                crate::otel::link(&span, &tp);
+            }
+        }
+        let running = handler::start_batch(span, call);
+        self.running.push(Box::pin(
+            running.map(move |run| Ended::Batch(BatchDone { entries, run })),
+        ));
+    }
+
+    /// A batch ended: each entry settled by its own result.
+    fn on_batch_done(&mut self, BatchDone { entries, run }: BatchDone) {
+        if let Some(ended) = run.ended {
+            self.last_progress = tokio::time::Instant::from_std(ended);
+            self.metrics.handler_duration.record(run.took.as_secs_f64());
+        }
+        self.handler_time.add(run.took);
+        // A redelivery that ran alone is done (nothing ran beside it).
+        self.isolated = false;
+        let mut results = match run.results {
+            Ok(results) => results.into_iter(),
+            Err(panic) => {
+                tracing::error!(stream = %self.sub.names.name, entries = entries.len(), error = %panic, "batch handler panicked");
+                let error = crate::handler::bounded(format!("handler panicked: {panic}"));
+                (0..entries.len())
+                    .map(|_| Err(HandlerError::retry(error.clone())))
+                    .collect::<Vec<_>>()
+                    .into_iter()
+            }
+        };
+        let mut ok = 0u64;
+        for q in entries {
+            let result = results.next().unwrap_or_else(|| {
+                Err(HandlerError::retry(
+                    "the batch handler gave no result for this entry",
+                ))
+            });
+            match result {
+                Ok(()) => {
+                    ok += 1;
+                    self.metrics.record_end_to_end(&q.id);
+                    // Stays held until the XACK is done (see `on_acked`).
+                    self.acks.push(q.id);
+                }
+                Err(e) => {
+                    // Settled as a failed run of its own (counted, retried
+                    // or dead-lettered by its own delivery count).
+                    let msg = self.message(q);
+                    let run = Run {
+                        ran: Ran::of(Ok(Err(e))),
+                        took: run.took,
+                        ended: None,
+                    };
+                    self.on_finished(Finished { msg, run });
+                }
+            }
+        }
+        if ok > 0 {
+            self.metrics.handled.increment(ok);
+            for _ in 0..ok {
+                self.sub.board.handled();
+            }
+        }
+    }
+
+    /// How many entries the next read of new entries may fetch (see
+    /// [`Loop::read_count`]), counting in batches: room for a batch per
+    /// free slot, plus the prefetch, less what is queued. While a slot is
+    /// free it fills the gathering batch; else it fetches at least half a
+    /// batch.
+    pub(super) fn batch_read_count(&self) -> Option<usize> {
+        let (b, count) = (self.batching(), self.sub.opts.count);
+        let queued = self.queue.len();
+        if queued > 0
+            && !self.running.is_empty()
+            && self.last_progress.elapsed() > self.fetch_window()
+        {
+            // Stalled on a slow batch: fetch nothing more ahead of it.
+            return None;
+        }
+        let free = b.concurrency.saturating_sub(self.running.len());
+        let room = (free * b.max_entries + self.batch_prefetch()).saturating_sub(queued);
+        let low_water = if free > 0 {
+            1
+        } else {
+            b.max_entries.min(count).div_ceil(2)
+        };
+        (room >= low_water).then_some(count.min(room))
+    }
+
+    /// The prefetch in entries: the batches the handlers get through in one
+    /// round trip (or [`FETCH_WINDOW`]), at most `count` entries; none for
+    /// slow batches, and none until both times are measured.
+    fn batch_prefetch(&self) -> usize {
+        let (Some(handler), Some(_)) = (self.handler_time.get(), self.round_trip.get()) else {
+            return 0;
+        };
+        let b = self.batching();
+        let batches =
+            self.fetch_window().as_nanos() * b.concurrency as u128 / handler.as_nanos().max(1);
+        batches
+            .saturating_mul(b.max_entries as u128)
+            .min(self.sub.opts.count as u128) as usize
+    }
+
+    /// The message a handler of its own would have got: for a dead letter
+    /// or a retry.
+    fn message(&self, q: Queued) -> Message {
+        let s = &self.sub;
+        Message {
+            id: q.id,
+            stream: s.names.name.clone(),
+            group: s.names.group.clone(),
+            consumer: s.consumer.clone(),
+            delivery_count: q.delivery_count,
+            fields: q.fields.into(),
+            data_field: s.names.field.clone(),
+        }
+    }
+}
