@@ -22,8 +22,8 @@
 //!
 //! Row 11 (`RILLKIT_BENCH_ONLY=ordered` alone) runs 16 handlers of 1 ms
 //! over entries of 64 keys, ordered by key in 4 partitions against a plain
-//! stream; `concurrency` applies per partition loop, so ordered may run
-//! more at once than unordered.
+//! stream; `concurrency` is the consumer's total over its partitions, so
+//! both run at most 16 at once.
 //!
 //! Prints a table and, last, `batch_consume_ratio=` (a batch handler of
 //! 100), `consume_ratio=<rillkit entries/s ÷ raw entries/s>` and
