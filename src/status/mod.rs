@@ -379,23 +379,7 @@ impl Board {
         crate::telemetry::state(&stream, &group, "starting", &SubscriptionState::NAMES);
         Board {
             kind,
-            stream,
-            group,
-            consumer,
-            dlq,
-            state: Mutex::new(SubscriptionState::Starting),
-            handled: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            dead_lettered: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
-            server: Mutex::new(None),
-            parts: Vec::new(),
-            parent: None,
-            owned: std::sync::atomic::AtomicBool::new(false),
-            failed_keys: AtomicU64::new(0),
-            pause: watch::Sender::new(false),
-            asked: AtomicBool::new(false),
-            shown_paused: AtomicBool::new(false),
+            ..Board::bare(stream, group, consumer, dlq)
         }
     }
 
@@ -427,7 +411,7 @@ impl Board {
         })
     }
 
-    /// A stream board that sets no gauge.
+    /// A stream's board, before any gauge is set.
     fn bare(stream: Arc<str>, group: Arc<str>, consumer: Arc<str>, dlq: Arc<str>) -> Self {
         Board {
             kind: SourceKind::Stream,

@@ -44,6 +44,26 @@ struct Seen {
 
 type Shared = Arc<Mutex<Seen>>;
 
+impl Seen {
+    /// The entries of `key` that succeeded, by seq.
+    fn done_of(&self, key: &str) -> BTreeSet<u64> {
+        self.done
+            .keys()
+            .filter(|(k, _)| k == key)
+            .map(|(_, q)| *q)
+            .collect()
+    }
+
+    /// Every run of `key`'s entries, by seq, in the order they started.
+    fn starts_of(&self, key: &str) -> Vec<u64> {
+        self.starts
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, q)| *q)
+            .collect()
+    }
+}
+
 /// A handler that records each run, fails the entries marked `fail`, and
 /// takes `ms` to run.
 fn handler(
@@ -323,21 +343,11 @@ async fn skip_dead_letters_the_failing_entry_alone_and_its_key_goes_on_after_it(
     support::init_tracing();
     let (redis, seen) = one_entry_fails(OnKeyFailure::Skip).await;
     let seen = seen.lock().unwrap();
-    let k1: BTreeSet<u64> = seen
-        .done
-        .keys()
-        .filter(|(k, _)| k == "k1")
-        .map(|(_, q)| *q)
-        .collect();
+    let k1 = seen.done_of("k1");
     assert_eq!(k1, BTreeSet::from([0, 2, 3, 4, 5]));
     // Entry 1 ran twice (max_retries 1) before entry 2 ran at all: the key
     // waited out the retry.
-    let k1_starts: Vec<u64> = seen
-        .starts
-        .iter()
-        .filter(|(k, _)| k == "k1")
-        .map(|(_, q)| *q)
-        .collect();
+    let k1_starts = seen.starts_of("k1");
     assert_eq!(k1_starts, [0, 1, 1, 2, 3, 4, 5]);
     assert!(seen.overlaps.is_empty());
     let dead = dead_letters(&redis);
@@ -352,19 +362,9 @@ async fn fail_rest_dead_letters_the_keys_later_entries_after_the_failing_one() {
     support::init_tracing();
     let (redis, seen) = one_entry_fails(OnKeyFailure::FailRest).await;
     let seen = seen.lock().unwrap();
-    let k1: Vec<u64> = seen
-        .done
-        .keys()
-        .filter(|(k, _)| k == "k1")
-        .map(|(_, q)| *q)
-        .collect();
+    let k1: Vec<u64> = seen.done_of("k1").into_iter().collect();
     assert_eq!(k1, [0], "only the entry before the failure ran to success");
-    let k1_starts: Vec<u64> = seen
-        .starts
-        .iter()
-        .filter(|(k, _)| k == "k1")
-        .map(|(_, q)| *q)
-        .collect();
+    let k1_starts = seen.starts_of("k1");
     assert_eq!(k1_starts, [0, 1, 1], "later entries never ran");
     let dead = dead_letters(&redis);
     assert_eq!(dead.len(), 5);
@@ -390,12 +390,7 @@ async fn fail_rest_dead_letters_the_keys_later_entries_after_the_failing_one() {
         .unwrap();
     assert_eq!(mark.as_deref(), Some(dead[0]["origin_id"].as_str()));
     // k2 was not held up.
-    let k2: BTreeSet<u64> = seen
-        .done
-        .keys()
-        .filter(|(k, _)| k == "k2")
-        .map(|(_, q)| *q)
-        .collect();
+    let k2 = seen.done_of("k2");
     assert_eq!(k2.len(), 6);
 }
 

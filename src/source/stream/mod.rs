@@ -100,46 +100,38 @@ impl Subscription {
             Some(c) => c.as_str().into(),
             None => default_consumer_name(&names.group).into(),
         };
-        if let Some(order) = names.order.clone() {
-            let partitions = (0..order.partitions)
-                .map(|i| {
-                    let p = crate::order::partition_name(&names.name, i);
-                    let dlq = crate::keys::dead_letter_name(&p, cluster);
-                    (p.into(), dlq.into())
-                })
-                .collect();
-            let board = crate::status::Board::ordered(
-                names.name.clone(),
-                names.group.clone(),
-                consumer.clone(),
-                partitions,
-            );
-            let mut sub = Subscription {
-                batch: None,
-                lease: None,
-                ordered: None,
-                key_order: None,
-                names,
-                consumer,
-                opts,
-                handler,
-                drain_timeout,
-                board,
-            };
-            sub.ordered = Some(ordered::Ordered::build(order, &sub, cluster)?);
-            return Ok(sub);
-        }
-        let board = Arc::new(crate::status::Board::new(
-            crate::kind::SourceKind::Stream,
-            names.name.clone(),
-            names.group.clone(),
-            consumer.clone(),
-            names.dlq.clone(),
-        ));
-        let lease = opts
-            .lease_ttl
-            .map(|ttl| hygiene::Lease::new(&names.name, &names.group, &consumer, ttl));
-        Ok(Subscription {
+        let order = names.order.clone();
+        let (board, lease) = match &order {
+            Some(order) => {
+                let partitions = (0..order.partitions)
+                    .map(|i| {
+                        let p = crate::order::partition_name(&names.name, i);
+                        let dlq = crate::keys::dead_letter_name(&p, cluster);
+                        (p.into(), dlq.into())
+                    })
+                    .collect();
+                let board = crate::status::Board::ordered(
+                    names.name.clone(),
+                    names.group.clone(),
+                    consumer.clone(),
+                    partitions,
+                );
+                // Each partition has a lease of its own instead.
+                (board, None)
+            }
+            None => (
+                Arc::new(crate::status::Board::new(
+                    crate::kind::SourceKind::Stream,
+                    names.name.clone(),
+                    names.group.clone(),
+                    consumer.clone(),
+                    names.dlq.clone(),
+                )),
+                opts.lease_ttl
+                    .map(|ttl| hygiene::Lease::new(&names.name, &names.group, &consumer, ttl)),
+            ),
+        };
+        let mut sub = Subscription {
             batch: None,
             lease,
             ordered: None,
@@ -150,7 +142,11 @@ impl Subscription {
             handler,
             drain_timeout,
             board,
-        })
+        };
+        if let Some(order) = order {
+            sub.ordered = Some(ordered::Ordered::build(order, &sub, cluster)?);
+        }
+        Ok(sub)
     }
 }
 
