@@ -83,7 +83,7 @@ pub use error::{BoxError, ConfigError, Error, HookError, HookFailures};
 pub use handler::{BatchEntry, BatchOutcome, HandlerError, HandlerResult, Message, Reject};
 pub use kind::SourceKind;
 pub use lifecycle::{Phase, Stage, SupervisorOutcome, shutdown_signal};
-pub use order::{MAX_PARTITIONS, OnKeyFailure, partition_of};
+pub use order::{MAX_PARTITIONS, OnKeyFailure, json_key, partition_of};
 pub use source::channel::{Channel, ChannelOptions};
 pub use source::list::{List, ListOptions};
 pub use source::stream::ConsumerOptions;

@@ -131,11 +131,21 @@ pub(crate) fn entry_key(
         return Some(v.clone());
     }
     let (_, data) = fields.iter().find(|(k, _)| k == data_field.as_bytes())?;
-    json_member(data, key_field)
+    json_key(data, key_field)
 }
 
-/// The member `name` of the JSON object `doc`, as a key's bytes.
-pub(crate) fn json_member(doc: &[u8], name: &str) -> Option<Vec<u8>> {
+/// The key a consumer of an [ordered stream](crate::Stream::ordered_by)
+/// finds in the JSON document `doc` when the entry has no field `name` of
+/// its own: the member `name` of the object, a string as its text, a number
+/// or a boolean as written (`{"order":42}` → `42`). `None` when `doc` is not
+/// a JSON object or the member is missing, null, an array or an object.
+///
+/// ```
+/// assert_eq!(rillkit::json_key(br#"{"order":"o-7"}"#, "order"), Some(b"o-7".to_vec()));
+/// assert_eq!(rillkit::json_key(br#"{"order":42}"#, "order"), Some(b"42".to_vec()));
+/// assert_eq!(rillkit::json_key(br#"{"other":1}"#, "order"), None);
+/// ```
+pub fn json_key(doc: &[u8], name: &str) -> Option<Vec<u8>> {
     let serde_json::Value::Object(mut map) = serde_json::from_slice(doc).ok()? else {
         return None;
     };

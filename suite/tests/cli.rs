@@ -11,17 +11,22 @@ use std::process::{Command, Output};
 use serde_json::Value;
 use support::{RedisServer, stream_len, xadd};
 
-/// Runs the binary against `url` (the caller's `REDIS_*` variables removed).
-fn rillkit(url: &str, args: &[&str]) -> Output {
-    Command::new(support::rillkit_bin())
-        .env_remove("REDIS_URL")
+/// The binary against `url` with `args` (the caller's `REDIS_*` variables
+/// removed).
+fn command(url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(support::rillkit_bin());
+    cmd.env_remove("REDIS_URL")
         .env_remove("REDIS_USER")
         .env_remove("REDIS_PASSWORD")
         .arg("--url")
         .arg(url)
-        .args(args)
-        .output()
-        .expect("run the rillkit binary")
+        .args(args);
+    cmd
+}
+
+/// Runs the binary against `url`.
+fn rillkit(url: &str, args: &[&str]) -> Output {
+    command(url, args).output().expect("run the rillkit binary")
 }
 
 /// Runs it, expects exit 0, answers stdout.
@@ -1152,9 +1157,7 @@ fn a_closed_pipe_ends_the_output_quietly() {
             .ignore();
     }
     let _: () = pipe.query(&mut conn).unwrap();
-    let mut child = Command::new(support::rillkit_bin())
-        .env_remove("REDIS_URL")
-        .args(["--url", &redis.url(), "tail", "big", "--count", "5000"])
+    let mut child = command(&redis.url(), &["tail", "big", "--count", "5000"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -1389,13 +1392,7 @@ fn metrics_listen_serves_every_scrape_afresh() {
 /// Runs the binary with `input` on stdin.
 fn with_stdin(url: &str, args: &[&str], input: &str) -> Output {
     use std::io::Write;
-    let mut child = Command::new(support::rillkit_bin())
-        .env_remove("REDIS_URL")
-        .env_remove("REDIS_USER")
-        .env_remove("REDIS_PASSWORD")
-        .arg("--url")
-        .arg(url)
-        .args(args)
+    let mut child = command(url, args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -82,16 +82,7 @@ pub async fn publish_keyed(
 ) -> Result<(), Failure> {
     let mut entries = Vec::with_capacity(documents.len());
     for (n, doc) in documents.iter().enumerate() {
-        let key = match serde_json::from_str::<serde_json::Value>(doc) {
-            Ok(serde_json::Value::Object(mut map)) => match map.remove(key_field) {
-                Some(serde_json::Value::String(s)) => Some(s.into_bytes()),
-                Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
-                    Some(v.to_string().into_bytes())
-                }
-                _ => None,
-            },
-            _ => None,
-        };
+        let key = rillkit::json_key(doc.as_bytes(), key_field);
         let Some(key) = key else {
             return Err(Failure::Usage(format!(
                 "publish: document {} has no key member {:?} (a string, number or boolean); nothing published",
