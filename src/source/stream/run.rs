@@ -343,26 +343,22 @@ impl Loop {
         loop {
             if self.deadline.is_none() {
                 self.pause_turn();
-                self.start_queued();
+                if self.sub.batch.is_some() {
+                    // A batch decodes all its entries when it starts: the
+                    // next read goes out first, so Redis serves it while
+                    // the client decodes (started after it, the read would
+                    // wait for the decoding and the two would take turns).
+                    // The read's count is the same either way: it counts
+                    // the queued entries and the free batch slots alike.
+                    self.read_turn().await;
+                    self.start_queued();
+                } else {
+                    self.start_queued();
+                }
                 if self.may_reclaim() && tokio::time::Instant::now() >= self.reclaim_due {
                     self.start_reclaim();
                 }
-                if let Some(count) = self.read_count() {
-                    self.start_read(count);
-                    // Hand the command to the connection now and let its
-                    // driver task write it, before the queued handlers
-                    // run: a busy loop that never waits would otherwise
-                    // keep the driver from sending the next read until the
-                    // queue ran dry, and every batch would wait out its
-                    // round trip.
-                    if let Some(read) = self.read.as_mut() {
-                        if let std::task::Poll::Ready(done) = futures::poll!(read.as_mut()) {
-                            self.read = None;
-                            self.on_read(done);
-                        }
-                    }
-                    tokio::task::yield_now().await;
-                }
+                self.read_turn().await;
             }
             let may_reclaim = self.may_reclaim();
             let holding = !self.held.is_empty();
@@ -526,6 +522,26 @@ impl Loop {
     /// process, the crash then costs only its own delivery count, never its
     /// neighbours'. An entry whose handler failed here runs beside others: a
     /// downstream outage must not serialise a consumer of many handlers.
+    /// Starts the next read if one may start now (see [`Loop::read_count`]).
+    async fn read_turn(&mut self) {
+        let Some(count) = self.read_count() else {
+            return;
+        };
+        self.start_read(count);
+        // Hand the command to the connection now and let its driver task
+        // write it, before the queued handlers run: a busy loop that never
+        // waits would otherwise keep the driver from sending the next read
+        // until the queue ran dry, and every batch would wait out its round
+        // trip.
+        if let Some(read) = self.read.as_mut() {
+            if let std::task::Poll::Ready(done) = futures::poll!(read.as_mut()) {
+                self.read = None;
+                self.on_read(done);
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+
     fn start_queued(&mut self) {
         if !self.lease_ok() {
             return;
