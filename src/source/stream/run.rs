@@ -343,18 +343,15 @@ impl Loop {
         loop {
             if self.deadline.is_none() {
                 self.pause_turn();
+                // A batch decodes all its entries when it starts: the next
+                // read goes out first, so Redis serves it while the client
+                // decodes (sent after it, the two would take turns). The
+                // read's count is the same either way: it counts queued
+                // entries and free batch slots alike.
                 if self.sub.batch.is_some() {
-                    // A batch decodes all its entries when it starts: the
-                    // next read goes out first, so Redis serves it while
-                    // the client decodes (started after it, the read would
-                    // wait for the decoding and the two would take turns).
-                    // The read's count is the same either way: it counts
-                    // the queued entries and the free batch slots alike.
                     self.read_turn().await;
-                    self.start_queued();
-                } else {
-                    self.start_queued();
                 }
+                self.start_queued();
                 if self.may_reclaim() && tokio::time::Instant::now() >= self.reclaim_due {
                     self.start_reclaim();
                 }
