@@ -228,6 +228,11 @@ impl Lease {
         &self.key
     }
 
+    /// This process's token, the lease's value while it is held here.
+    pub(crate) fn token(&self) -> &str {
+        &self.token
+    }
+
     /// Takes or renews the lease, once.
     pub(crate) async fn take(&self, redis: &Addr<RedisActor>) -> Result<Taken, Error> {
         let answer = redis
