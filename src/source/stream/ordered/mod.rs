@@ -15,11 +15,19 @@
 //!   old owner (running handlers finish, unstarted entries are handed back,
 //!   acks flushed, up to the drain deadline) before the lease is dropped;
 //!   the new owner waits for the lease, then takes the whole pending entries
-//!   list of the partition (`XCLAIM` of every entry, one script) and runs it
-//!   in id order before anything newer.
+//!   list of the partition (`XCLAIM` of every entry, every page, one
+//!   script) and runs it in id order before anything newer.
+//! * **The lease as a fence.** Every command that takes entries into a
+//!   partition consumer's PEL checks the lease on the server first
+//!   (`fence.rs`), so an old owner's late command delivers nothing, and no
+//!   reclaim by idle time runs in a partition. An owner whose lease lapses on
+//!   its own clock, or whose command meets `LEASELOST`, gives the partition
+//!   up at once (running handlers dropped, entries left pending) and takes
+//!   it again only through the lease.
 //! * **Order inside a partition.** The partition's consumer loop is the
 //!   stream loop with a key gate: entries of one key start one at a time, in
-//!   id order; a key whose entry waits for its retry holds its later
+//!   id order, each once the one before is settled in Redis (acked or
+//!   dead-lettered); a key whose entry waits for its retry holds its later
 //!   entries back; other keys go on (see `run/order.rs`).
 
 mod fence;
