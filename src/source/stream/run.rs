@@ -161,13 +161,12 @@ pub(crate) async fn consume(
     let mut stop = stop;
     if let Some(lease) = &lp.sub.lease {
         match hygiene::hold(lease, &lp.redis, &mut stop, &lp.sub.board).await {
-            Ok(()) => {
+            Ok(sent) => {
+                // Ours for a TTL from when the take was sent: never longer
+                // here than on the server.
                 let stall = lp.stall.clone();
-                lp.lease = Some(Liveness::new(
-                    lease.ttl,
-                    Some(tokio::time::Instant::now()),
-                    stall,
-                ));
+                let sent = tokio::time::Instant::from_std(sent);
+                lp.lease = Some(Liveness::new(lease.ttl, Some(sent), stall));
             }
             Err(Error::StartAborted | Error::ShutDown) => {
                 lp.sub.board.set_state(SubscriptionState::Stopped);

@@ -21,7 +21,8 @@ use crate::util::{Retry, log_wait};
 /// Holds `lease` before a consumer loop starts: waits while another process
 /// holds it (no deadline: the startup already checked it once, so this is a
 /// restart), and while Redis cannot be asked, with backoff, until `stop`
-/// changes ([`Error::StartAborted`]).
+/// changes ([`Error::StartAborted`]). Answers when the take that
+/// succeeded was sent.
 ///
 /// # Errors
 /// [`Error::StartAborted`] on a stop; an error no wait fixes (a missing ACL
@@ -31,11 +32,11 @@ pub(super) async fn hold(
     redis: &actix::Addr<RedisActor>,
     stop: &mut watch::Receiver<Option<Instant>>,
     board: &crate::status::Board,
-) -> Result<(), Error> {
+) -> Result<Instant, Error> {
     let mut retry = Retry::default();
     loop {
         let e = match lease.acquire(redis, None, Some(stop), board).await {
-            Ok(()) => return Ok(()),
+            Ok(sent) => return Ok(sent),
             Err(e @ (Error::StartAborted | Error::ShutDown)) => return Err(e),
             Err(e) if !e.class().is_transient() => return Err(e),
             Err(e) => e,
