@@ -63,7 +63,11 @@ pub enum OnKeyFailure {
     /// field: the key, value: the id of the entry that failed first), in the
     /// same script as the dead-letter move; the mark holds until an
     /// operator deletes it (`HDEL`), which the partition's consumer reads
-    /// with its next lease renewal (every third of the lease TTL).
+    /// with its next lease renewal (every third of the lease TTL), or a
+    /// redrive of the key's dead letters
+    /// ([`Admin::redrive`](crate::admin::Admin::redrive)) deletes it with
+    /// the first one it puts back, so they run again (a mark newer than the
+    /// dead letter, from a later failure of the key, stays).
     FailRest,
 }
 

@@ -13,8 +13,16 @@ use crate::admin::DeadLetterFilter;
 
 /// The banner after an action, from the page's query (`done`, `n`,
 /// `skipped`): one of a fixed set of sentences with its counts; `None` for
-/// anything else, so the URL never paints text of its own.
+/// anything else, so the URL never paints text of its own. A redrive that
+/// skipped every selected dead letter did nothing: its banner says so
+/// ([`failed`]), not "Redriven: 0.".
 pub(super) fn banner(done: Option<&str>, n: u64, skipped: u64) -> Option<String> {
+    if failed(done, n, skipped) {
+        return Some(format!(
+            "Nothing redriven: every one of the {skipped} selected dead letters was skipped \
+             and left in place (the application's log says why)."
+        ));
+    }
     let mut text = match done? {
         "redrive" => format!("Redriven: {n}."),
         "purge" => format!("Purged: {n}."),
@@ -29,6 +37,12 @@ pub(super) fn banner(done: Option<&str>, n: u64, skipped: u64) -> Option<String>
         ));
     }
     Some(text)
+}
+
+/// Whether the banner reports an action that did nothing: a redrive whose
+/// every selected dead letter was skipped.
+pub(super) fn failed(done: Option<&str>, n: u64, skipped: u64) -> bool {
+    done == Some("redrive") && n == 0 && skipped > 0
 }
 
 #[derive(Deserialize)]
@@ -354,17 +368,38 @@ async fn act(
                 .iter()
                 .map(|r| r.dead_letter.as_str())
                 .collect();
-            tracing::info!(
-                target: "rillkit::dashboard::audit",
-                action = "redrive",
-                client = %client,
-                operator = operator.as_deref().unwrap_or("-"),
-                stream = %stream,
-                dlq = %dlq,
-                selection = %selection,
-                redriven = ?ids,
-                "dashboard action: dead letters redriven"
-            );
+            let lifted: Vec<String> = report
+                .redriven
+                .iter()
+                .filter_map(|r| r.lifted_mark.as_deref())
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect();
+            if report.all_skipped() {
+                tracing::warn!(
+                    target: "rillkit::dashboard::audit",
+                    action = "redrive",
+                    client = %client,
+                    operator = operator.as_deref().unwrap_or("-"),
+                    stream = %stream,
+                    dlq = %dlq,
+                    selection = %selection,
+                    skipped = report.skipped.len(),
+                    "dashboard action: nothing redriven, every selected dead letter was skipped"
+                );
+            } else {
+                tracing::info!(
+                    target: "rillkit::dashboard::audit",
+                    action = "redrive",
+                    client = %client,
+                    operator = operator.as_deref().unwrap_or("-"),
+                    stream = %stream,
+                    dlq = %dlq,
+                    selection = %selection,
+                    redriven = ?ids,
+                    fail_rest_marks_deleted = ?lifted,
+                    "dashboard action: dead letters redriven"
+                );
+            }
             for s in &report.skipped {
                 tracing::warn!(
                     target: "rillkit::dashboard::audit",

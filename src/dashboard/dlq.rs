@@ -212,6 +212,7 @@ pub(super) async fn page(
             more,
             filter: &filter,
             done: done.as_deref(),
+            failed: actions::failed(q.done.as_deref(), q.n.unwrap_or(0), q.skipped.unwrap_or(0)),
             token: (!read_only).then_some(token),
         })
     })

@@ -23,7 +23,7 @@ main{padding:16px 20px}table{border-collapse:collapse;background:#fff;margin:8px
 th,td{border:1px solid #dde1e6;padding:4px 8px;text-align:left;vertical-align:top}th{background:#eef0f3}
 td.n{text-align:right;font-variant-numeric:tabular-nums}.warn{color:#b3261e;font-weight:600}
 pre{margin:0;white-space:pre-wrap;word-break:break-all;max-width:60em}.muted{color:#6b7280}
-form{display:inline}button{cursor:pointer}a.entry{white-space:nowrap}.bulk,.bulk-filter{margin:6px 0}.done{background:#e6f4ea;border:1px solid #a8dab5;padding:6px 10px}
+form{display:inline}button{cursor:pointer}a.entry{white-space:nowrap}.bulk,.bulk-filter{margin:6px 0}.done{background:#e6f4ea;border:1px solid #a8dab5;padding:6px 10px}.done.failed{background:#fce8e6;border-color:#f4b4ae}
 "#;
 
 /// The confirmation before an action: a few lines of plain JavaScript.
@@ -354,6 +354,8 @@ pub(super) struct DlqPage<'a> {
     pub more: bool,
     pub filter: &'a Filter,
     pub done: Option<&'a str>,
+    /// The banner reports an action that did nothing (styled apart).
+    pub failed: bool,
     /// The CSRF token; `None` in read-only mode (no buttons).
     pub token: Option<&'a str>,
 }
@@ -398,7 +400,9 @@ pub(super) fn dead_letters(p: &DlqPage<'_>) -> Markup {
         &format!("dead letters of {stream}"),
         false,
         html! {
-            @if let Some(done) = p.done { p.done { (done) } }
+            @if let Some(done) = p.done {
+                p class=(if p.failed { "done failed" } else { "done" }) { (done) }
+            }
             p.count {
                 (p.list.len()) " of " (p.total) " dead letters"
                 @if filtered { " " (described) } " (" (p.dlq) "). "

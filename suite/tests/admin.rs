@@ -504,6 +504,155 @@ async fn under_a_cluster_discovery_scans_every_master_and_redrive_keeps_to_the_s
         admin.purge(&dlq, &DeadLetterFilter::new()).await.unwrap(),
         1
     );
+
+    // A partition of an ordered stream: its fail_rest dead letter goes back
+    // with the key's mark deleted, in one script over three keys of one slot.
+    let partition = "events:p0";
+    let pdlq = admin.dlq_of(partition);
+    let mark = format!("{{{partition}}}:rillkit:failed-keys:g");
+    let _: () = redis::cmd("HSET")
+        .arg(&mark)
+        .arg("k1")
+        .arg("5-0")
+        .query(&mut cluster.conn_for_key(&mark))
+        .unwrap();
+    let dl = admin
+        .add(
+            &pdlq,
+            &ordered_dead_letter(partition, "5-0", "k1", "fail_rest"),
+        )
+        .await
+        .unwrap();
+    let report = admin
+        .redrive(&pdlq, &DeadLetterFilter::new())
+        .await
+        .unwrap();
+    assert_eq!(report.count(), 1, "{report:?}");
+    assert_eq!(report.redriven[0].dead_letter, dl);
+    assert_eq!(report.redriven[0].lifted_mark.as_deref(), Some(&b"k1"[..]));
+    let left: Option<String> = redis::cmd("HGET")
+        .arg(&mark)
+        .arg("k1")
+        .query(&mut cluster.conn_for_key(&mark))
+        .unwrap();
+    assert_eq!(left, None);
+}
+
+/// A dead letter of the partition `origin` laid out as the move writes it
+/// for a stream ordered by key.
+fn ordered_dead_letter(origin: &str, origin_id: &str, key: &str, rule: &str) -> Fields {
+    let data = format!(r#"{{"key":"{key}","at":"{origin_id}"}}"#);
+    pairs(&[
+        ("data", data.as_str()),
+        ("origin_stream", origin),
+        ("origin_id", origin_id),
+        ("origin_group", "g"),
+        ("origin_consumer", "c1"),
+        ("delivery_count", "1"),
+        ("error", "boom"),
+        ("failed_at_ms", "1700000000000"),
+        ("order_key", key),
+        ("on_key_failure", rule),
+    ])
+}
+
+#[actix_rt::test]
+async fn an_ordered_dead_letter_is_redriven_and_lifts_its_keys_mark_unless_a_later_failure_set_it()
+{
+    let redis = RedisServer::start();
+    let admin = Admin::connect(&redis.url()).await.unwrap();
+    let (p, dlq) = ("orders:p0", "orders:p0-dlq");
+    let marks = "{orders:p0}:rillkit:failed-keys:g";
+    let mut c = redis.conn();
+    // k1 failed at 5-0 and 6-0 was dead-lettered behind it; k2's entry 7-0
+    // failed, and its mark, 9-0, is newer: a later failure of k2 set it.
+    let _: () = redis::cmd("HSET")
+        .arg(marks)
+        .arg(&["k1", "5-0", "k2", "9-0"])
+        .query(&mut c)
+        .unwrap();
+    let mut ids = Vec::new();
+    for (id, key, rule) in [
+        ("5-0", "k1", "fail_rest"),
+        ("6-0", "k1", "fail_rest"),
+        ("7-0", "k2", "fail_rest"),
+        ("8-0", "k3", "skip"),
+    ] {
+        ids.push(
+            admin
+                .add(dlq, &ordered_dead_letter(p, id, key, rule))
+                .await
+                .unwrap(),
+        );
+    }
+    let listed = admin
+        .dead_letters(dlq, &DeadLetterFilter::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        listed[0].origin.as_ref().and_then(|o| o.order_key.clone()),
+        Some(b"k1".to_vec())
+    );
+    let report = admin.redrive(dlq, &DeadLetterFilter::new()).await.unwrap();
+    assert!(report.skipped.is_empty(), "{report:?}");
+    assert!(!report.all_skipped());
+    let got: Vec<(&str, Option<&[u8]>)> = report
+        .redriven
+        .iter()
+        .map(|r| (r.dead_letter.as_str(), r.lifted_mark.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (ids[0].as_str(), Some(&b"k1"[..])),
+            (ids[1].as_str(), None),
+            (ids[2].as_str(), None),
+            (ids[3].as_str(), None),
+        ],
+        "back in the order they failed; only k1's mark deleted"
+    );
+    let left: HashMap<String, String> = redis::cmd("HGETALL").arg(marks).query(&mut c).unwrap();
+    assert_eq!(
+        left,
+        HashMap::from([("k2".to_owned(), "9-0".to_owned())]),
+        "a mark newer than the dead letter stays"
+    );
+    assert_eq!(stream_len(&mut c, dlq), 0);
+    let back = admin.newest(p, 4).await.unwrap();
+    let fields: Vec<Fields> = back.into_iter().rev().map(|e| e.fields).collect();
+    assert_eq!(
+        fields,
+        [
+            pairs(&[
+                ("data", r#"{"key":"k1","at":"5-0"}"#),
+                ("redriven_from", "5-0")
+            ]),
+            pairs(&[
+                ("data", r#"{"key":"k1","at":"6-0"}"#),
+                ("redriven_from", "6-0")
+            ]),
+            pairs(&[
+                ("data", r#"{"key":"k2","at":"7-0"}"#),
+                ("redriven_from", "7-0")
+            ]),
+            pairs(&[
+                ("data", r#"{"key":"k3","at":"8-0"}"#),
+                ("redriven_from", "8-0")
+            ]),
+        ],
+        "the original fields only, order_key and on_key_failure left out"
+    );
+    // Nothing selected is not "all skipped"; a stranger alone is.
+    assert!(
+        !admin
+            .redrive(dlq, &DeadLetterFilter::new())
+            .await
+            .unwrap()
+            .all_skipped()
+    );
+    admin.add(dlq, &pairs(&[("data", "{}")])).await.unwrap();
+    let report = admin.redrive(dlq, &DeadLetterFilter::new()).await.unwrap();
+    assert!(report.all_skipped(), "{report:?}");
 }
 
 #[actix_rt::test]

@@ -1532,3 +1532,287 @@ fn ordered_entries_are_published_by_key_into_their_partitions_and_status_shows_t
     assert_eq!(doc["partitions"], 4);
     assert_eq!(doc["rows"][0]["owner"], "worker-7");
 }
+
+/// Streams ordered by key: a `fail_rest` key's dead letters redriven with
+/// the tool run again in their order; a redrive that skips everything fails.
+mod ordered_redrive {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use redis::Commands;
+    use rillkit::prelude::*;
+    use rillkit::{OnKeyFailure, RetryBackoff, partition_of};
+    use serde::{Deserialize, Serialize};
+    use serde_json::Value;
+
+    use super::support::{self, RedisServer, eventually, pending_count, stream_len};
+
+    const WAIT: Duration = Duration::from_secs(60);
+    const PARTITIONS: u16 = 2;
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    struct Event {
+        key: String,
+        seq: u64,
+    }
+
+    /// Every run, in the order they started: (key, seq, succeeded).
+    type Runs = Arc<Mutex<Vec<(String, u64, bool)>>>;
+
+    fn partition(key: &str) -> String {
+        format!("orders:p{}", partition_of(key.as_bytes(), PARTITIONS))
+    }
+
+    /// A key of the other partition than `k1`'s.
+    fn other_key() -> String {
+        (2..)
+            .map(|i| format!("k{i}"))
+            .find(|k| partition(k) != partition("k1"))
+            .unwrap()
+    }
+
+    /// A broker on `orders` (ordered by `key`, `fail_rest`) whose handler
+    /// fails seq 1 of each of `poisoned` while `broken` is set.
+    fn broker(
+        redis: &RedisServer,
+        poisoned: Vec<String>,
+        broken: Arc<AtomicBool>,
+        runs: Runs,
+    ) -> Broker {
+        let s = Stream::new("orders", "g").ordered_by("key", PARTITIONS);
+        Broker::builder(redis.url())
+            .subscribe(
+                &s,
+                ConsumerOptions::default()
+                    .with_consumer("c1")
+                    .with_block(Duration::from_millis(100))
+                    .with_concurrency(8)
+                    .with_lease_ttl(Duration::from_millis(900))
+                    .with_max_retries(1)
+                    .with_retry_backoff(RetryBackoff::fixed(Duration::from_millis(30)))
+                    .with_on_key_failure(OnKeyFailure::FailRest),
+                move |e: Event| {
+                    let fail =
+                        broken.load(Ordering::SeqCst) && e.seq == 1 && poisoned.contains(&e.key);
+                    runs.lock().unwrap().push((e.key.clone(), e.seq, !fail));
+                    async move {
+                        if fail {
+                            return Err(HandlerError::retry(format!("{} {} fails", e.key, e.seq)));
+                        }
+                        HandlerResult::Ok(())
+                    }
+                },
+            )
+            .build()
+            .unwrap()
+    }
+
+    /// The seqs of `key` that succeeded, in the order they ran.
+    fn succeeded(runs: &Runs, key: &str) -> Vec<u64> {
+        runs.lock()
+            .unwrap()
+            .iter()
+            .filter(|(k, _, ok)| k == key && *ok)
+            .map(|(_, q, _)| *q)
+            .collect()
+    }
+
+    /// Seqs 0..6 of every key in `keys` published, seq 1 of each failing:
+    /// with `fail_rest` seqs 1..6 of each go to its partition's dead-letter
+    /// stream, 1 first, and the key is marked; then the broker stops.
+    async fn poison(redis: &RedisServer, keys: &[String]) -> (Arc<AtomicBool>, Runs) {
+        let broken = Arc::new(AtomicBool::new(true));
+        let runs = Runs::default();
+        let b = broker(redis, keys.to_vec(), broken.clone(), runs.clone());
+        b.start().await.unwrap();
+        let s = Stream::new("orders", "g").ordered_by("key", PARTITIONS);
+        for seq in 0..6 {
+            for key in keys {
+                let e = Event {
+                    key: key.clone(),
+                    seq,
+                };
+                b.publish_keyed(&s, key, &e).await.unwrap();
+            }
+        }
+        let mut c = redis.conn();
+        eventually("every poisoned key's seqs 1..6 dead-lettered", WAIT, || {
+            keys.iter()
+                .all(|k| stream_len(&mut c, &format!("{}-dlq", partition(k))) == 5)
+        })
+        .await;
+        eventually("nothing pending", WAIT, || {
+            keys.iter()
+                .all(|k| pending_count(&mut c, &partition(k), "g") == 0)
+        })
+        .await;
+        for k in keys {
+            let mark: Option<String> = c
+                .hget(format!("{{{}}}:rillkit:failed-keys:g", partition(k)), k)
+                .unwrap();
+            assert!(mark.is_some(), "{k} is marked");
+            assert_eq!(succeeded(&runs, k), [0], "only seq 0 of {k} ran to success");
+        }
+        assert_eq!(b.stop().await.unwrap().exit_code(), 0);
+        (broken, runs)
+    }
+
+    /// The tool, off the test's thread: exit code, stdout, stderr.
+    async fn tool(url: &str, args: &[&str]) -> (i32, String, String) {
+        let url = url.to_owned();
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let out = actix_rt::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            super::rillkit(&url, &args)
+        })
+        .await
+        .unwrap();
+        (
+            out.status.code().expect("exited"),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// After the redrive: a new broker, the handler fixed, runs every
+    /// redriven entry of `keys`, each key's in its order, and nothing is
+    /// dead-lettered again.
+    async fn rerun(redis: &RedisServer, keys: &[String]) {
+        let runs = Runs::default();
+        let b = broker(
+            redis,
+            keys.to_vec(),
+            Arc::new(AtomicBool::new(false)),
+            runs.clone(),
+        );
+        b.start().await.unwrap();
+        eventually("the redriven entries ran", WAIT, || {
+            keys.iter().all(|k| succeeded(&runs, k).len() == 5)
+        })
+        .await;
+        let mut c = redis.conn();
+        eventually("the redriven entries acked", WAIT, || {
+            keys.iter()
+                .all(|k| pending_count(&mut c, &partition(k), "g") == 0)
+        })
+        .await;
+        assert_eq!(b.stop().await.unwrap().exit_code(), 0);
+        for k in keys {
+            assert_eq!(succeeded(&runs, k), [1, 2, 3, 4, 5], "{k} in its order");
+            assert_eq!(
+                stream_len(&mut c, &format!("{}-dlq", partition(k))),
+                0,
+                "nothing of {k} dead-lettered again"
+            );
+        }
+    }
+
+    #[actix_rt::test]
+    async fn a_fail_rest_keys_dead_letters_redriven_by_partition_run_again_in_order() {
+        support::init_tracing();
+        let redis = RedisServer::start();
+        let url = redis.url();
+        let _ = support::rillkit_bin();
+        let keys = vec!["k1".to_owned()];
+        let (_, _) = poison(&redis, &keys).await;
+        let p = partition("k1");
+        let dlq = format!("{p}-dlq");
+        let mut c = redis.conn();
+        let before: redis::streams::StreamRangeReply = c.xrange_all(&dlq).unwrap();
+        let dead_ids: Vec<String> = before.ids.iter().map(|e| e.id.clone()).collect();
+
+        let (code, out, err) = tool(&url, &["dlq", "redrive", &p, "--yes", "--json"]).await;
+        assert_eq!(code, 0, "{out}{err}");
+        let doc: Value = serde_json::from_str(&out).unwrap();
+        let redriven = doc["redriven"].as_array().expect("redriven");
+        let ids: Vec<&str> = redriven
+            .iter()
+            .map(|r| r["dead_letter"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, dead_ids, "every one, in the order they failed: {doc}");
+        assert!(redriven.iter().all(|r| r["stream"] == p.as_str()), "{doc}");
+        assert_eq!(redriven[0]["lifted_mark"], "k1", "{doc}");
+        assert_eq!(doc["skipped"], Value::Array(vec![]), "{doc}");
+        assert_eq!(
+            stream_len(&mut c, &dlq),
+            0,
+            "the dead-letter stream is empty"
+        );
+        let mark: Option<String> = c
+            .hget(format!("{{{p}}}:rillkit:failed-keys:g"), "k1")
+            .unwrap();
+        assert_eq!(mark, None, "the key's mark went with the redrive");
+        // The redriven entries carry the original fields only.
+        let back: redis::streams::StreamRangeReply = c.xrange_count(&p, "-", "+", 100).unwrap();
+        let last = back.ids.last().unwrap();
+        let mut names: Vec<&str> = last.map.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["data", "key", "redriven_from"], "{:?}", last.map);
+
+        rerun(&redis, &keys).await;
+    }
+
+    #[actix_rt::test]
+    async fn naming_the_base_stream_redrives_every_partitions_dead_letters_into_its_partition() {
+        support::init_tracing();
+        let redis = RedisServer::start();
+        let url = redis.url();
+        let _ = support::rillkit_bin();
+        let keys = vec!["k1".to_owned(), other_key()];
+        poison(&redis, &keys).await;
+
+        let (code, out, err) =
+            tool(&url, &["dlq", "redrive", "orders", "--dry-run", "--json"]).await;
+        assert_eq!(code, 0, "{out}{err}");
+        let doc: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(doc["would_redrive"], 10, "{doc}");
+        assert_eq!(doc["dlqs"].as_array().map(Vec::len), Some(2), "{doc}");
+
+        let (code, out, err) = tool(&url, &["dlq", "redrive", "orders", "--yes", "--json"]).await;
+        assert_eq!(code, 0, "{out}{err}");
+        let doc: Value = serde_json::from_str(&out).unwrap();
+        let redriven = doc["redriven"].as_array().expect("redriven");
+        assert_eq!(redriven.len(), 10, "{doc}");
+        for r in redriven {
+            let stream = r["stream"].as_str().unwrap();
+            assert_eq!(
+                r["dlq"],
+                format!("{stream}-dlq").as_str(),
+                "back to its own partition: {doc}"
+            );
+        }
+        let mut c = redis.conn();
+        for k in &keys {
+            assert_eq!(stream_len(&mut c, &format!("{}-dlq", partition(k))), 0);
+        }
+        rerun(&redis, &keys).await;
+    }
+
+    #[actix_rt::test]
+    async fn a_redrive_that_skips_every_dead_letter_exits_1_naming_why() {
+        let redis = RedisServer::start();
+        let url = redis.url();
+        let mut c = redis.conn();
+        super::xadd(&mut c, "orders", "{}");
+        let _: () = redis::cmd("XGROUP")
+            .arg(&["CREATE", "orders", "g", "$"])
+            .query(&mut c)
+            .unwrap();
+        // Written by something else than rillkit: no origin.
+        super::xadd(&mut c, "orders-dlq", "{\"stranger\":1}");
+        super::xadd(&mut c, "orders-dlq", "{\"stranger\":2}");
+        let (code, out, err) = tool(&url, &["dlq", "redrive", "orders", "--yes"]).await;
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(
+            out.contains("redrove 0 dead letter(s) from orders-dlq, skipped 2"),
+            "{out}"
+        );
+        assert!(
+            err.contains("nothing redriven")
+                && err.contains("2 because no origin_stream: not a dead letter rillkit wrote"),
+            "{err}"
+        );
+        assert_eq!(stream_len(&mut c, "orders-dlq"), 2);
+    }
+}

@@ -183,6 +183,38 @@ async fn actions_are_refused_from_elsewhere_and_pages_limited_to_the_streams_giv
     let (_, _, page) = call(&base, "GET", &location, vec![], "").await;
     assert!(page.contains("Purged: 2."), "the banner: {page}");
 
+    // A redrive that skips every dead letter it selects (one rillkit did
+    // not write) did nothing: its banner does not say it redrove.
+    let stranger: String = redis::cmd("XADD")
+        .arg("orders-dlq")
+        .arg("*")
+        .arg("data")
+        .arg("{}")
+        .query(&mut conn)
+        .unwrap();
+    let body = format!("csrf={token}&id={stranger}");
+    let headers = vec![("Cookie", jar.clone()), ("Origin", own.clone())];
+    let (code, head, _) = call(&base, "POST", "/d/dlq/orders/redrive", headers, &body).await;
+    assert_eq!(code, 303, "{head}");
+    let location = head
+        .lines()
+        .find_map(|l| l.strip_prefix("location: "))
+        .unwrap_or_else(|| panic!("{head}"))
+        .to_owned();
+    let (_, _, page) = call(&base, "GET", &location, vec![], "").await;
+    assert!(
+        page.contains("Nothing redriven: every one of the 1 selected dead letters was skipped")
+            && page.contains(r#"class="done failed""#)
+            && !page.contains("Redriven:"),
+        "the banner: {page}"
+    );
+    assert_eq!(stream_len(&mut conn, "orders-dlq"), 1, "it stays");
+    let _: i64 = redis::cmd("XDEL")
+        .arg("orders-dlq")
+        .arg(&stranger)
+        .query(&mut conn)
+        .unwrap();
+
     // The banner never shows text from the URL.
     let (code, _, page) = call(
         &base,

@@ -22,7 +22,9 @@ Exit codes:
   0   done (tail --follow, metrics --listen: ended by Ctrl-C)
   1   Redis error (unreachable, refused, wrong type, no such stream or group),
       or what is asked for does not exist (a dead letter, the stream publish
-      writes to without --create, a redrive's origin stream or its group)
+      writes to without --create, a redrive's origin stream or its group),
+      or a redrive that redrove nothing (every selected dead letter skipped;
+      the message says why)
   2   usage error: bad arguments (clap's), a publish whose JSON does not
       parse, a purge, redrive, claim or ack not confirmed (no --yes and no
       terminal to ask on, or not answered y)
@@ -293,10 +295,14 @@ pub enum Dlq {
     ///
     /// Each goes back as a new entry with its original fields plus
     /// redriven_from=<origin id>, and is deleted from the dead-letter stream
-    /// (one script each). Refuses when an origin stream is gone or has no
-    /// consumer group (nothing would read them) unless --create-group. Asks
-    /// first, unless --yes; Ctrl-C stops after the dead letter in hand and
-    /// prints the count (exit 130).
+    /// (one script each), oldest first. For a stream ordered by key, name a
+    /// partition (<name>:p<i>) or the base name for every partition's dead
+    /// letters, each back to its partition; a fail_rest dead letter's key
+    /// mark is deleted with it, so the key's entries run again. Refuses when
+    /// an origin stream is gone or has no consumer group (nothing would read
+    /// them) unless --create-group. Asks first, unless --yes; Ctrl-C stops
+    /// after the dead letter in hand and prints the count (exit 130). Exits
+    /// 1 when every selected dead letter was skipped.
     Redrive {
         #[command(flatten)]
         select: Select,

@@ -83,6 +83,9 @@ pub enum Failure {
     NotFound(String),
     /// Ctrl-C stopped a change: 130 (what was done is in the message).
     Interrupted(String),
+    /// A change that changed nothing: every selected item was skipped, for
+    /// the reasons in the message: 1.
+    NothingDone(String),
     /// An error from rillkit: its exit code (1, or 78 for a configuration
     /// error).
     Rillkit(rillkit::Error),
@@ -99,7 +102,7 @@ impl Failure {
         match self {
             Failure::Config(_) => EXIT_CONFIG,
             Failure::Usage(_) => EXIT_USAGE,
-            Failure::NotFound(_) => 1,
+            Failure::NotFound(_) | Failure::NothingDone(_) => 1,
             Failure::Interrupted(_) => EXIT_INTERRUPTED,
             Failure::Rillkit(e) => u8::try_from(e.exit_code()).unwrap_or(1),
         }
@@ -110,7 +113,8 @@ impl Failure {
             Failure::Config(m)
             | Failure::Usage(m)
             | Failure::NotFound(m)
-            | Failure::Interrupted(m) => m.clone(),
+            | Failure::Interrupted(m)
+            | Failure::NothingDone(m) => m.clone(),
             Failure::Rillkit(e) => e.to_string(),
         }
     }

@@ -84,12 +84,64 @@ struct Origin {
     readers: Readers,
 }
 
+/// The dead-letter streams a redrive reads: `--dlq`; for the base name of a
+/// stream ordered by key (a recorded partition count), every partition's,
+/// each redriven into its own partition; else the stream's.
+async fn sources(admin: &Admin, select: &Select) -> Result<Vec<String>, Failure> {
+    if select.dlq.is_none() && admin.partitions(&select.stream).await?.is_some() {
+        return Ok(admin.dead_letter_streams(&select.stream).await?);
+    }
+    Ok(vec![
+        dead_letter_stream(admin, &select.stream, select.dlq.as_deref()).await?,
+    ])
+}
+
+/// The dead letters `select` picks from `dlqs`, each with its dead-letter
+/// stream: a stream's in its order; from several, merged by dead-letter id
+/// (each stream's order kept) and cut to `--count` in all.
+async fn selection(
+    admin: &Admin,
+    dlqs: &[String],
+    select: &Select,
+) -> Result<Vec<(String, DeadLetter)>, Failure> {
+    let filter = select.filter(None);
+    let mut selected = Vec::new();
+    for dlq in dlqs {
+        for d in admin.dead_letters(dlq, &filter).await? {
+            selected.push((dlq.clone(), d));
+        }
+    }
+    if dlqs.len() > 1 {
+        selected.sort_by_key(|(_, d)| d.id.parts());
+        if let Some(n) = select.count {
+            selected.truncate(n);
+        }
+    }
+    Ok(selected)
+}
+
+/// The dead-letter streams as one name for messages: `a-dlq` or `a:p0-dlq, a:p1-dlq`.
+fn label(dlqs: &[String]) -> String {
+    dlqs.join(", ")
+}
+
+/// The JSON members naming the dead-letter streams: `dlq` (the one, or null
+/// for several) and `dlqs` (every one).
+fn dlq_members(dlqs: &[String]) -> (serde_json::Value, serde_json::Value) {
+    let one = match dlqs {
+        [one] => json!(one),
+        _ => serde_json::Value::Null,
+    };
+    (one, json!(dlqs))
+}
+
 pub async fn redrive(ctx: &Ctx, select: &Select, opts: Options<'_>) -> Result<(), Failure> {
     let admin = &ctx.admin;
-    let dlq = dead_letter_stream(admin, &select.stream, select.dlq.as_deref()).await?;
-    let selected = admin.dead_letters(&dlq, &select.filter(None)).await?;
+    let dlqs = sources(admin, select).await?;
+    let from = label(&dlqs);
+    let selected = selection(admin, &dlqs, select).await?;
     let mut origins: BTreeMap<String, Origin> = BTreeMap::new();
-    for o in selected.iter().filter_map(|d| d.origin.as_ref()) {
+    for o in selected.iter().filter_map(|(_, d)| d.origin.as_ref()) {
         origins
             .entry(o.stream.clone())
             .or_insert_with(|| Origin {
@@ -103,14 +155,15 @@ pub async fn redrive(ctx: &Ctx, select: &Select, opts: Options<'_>) -> Result<()
         o.readers = Readers::of(admin, name).await?;
     }
     if opts.dry_run {
-        print_dry_run(ctx, &dlq, &selected, &origins, opts.create_group);
+        print_dry_run(ctx, &dlqs, &selected, &origins, opts.create_group);
         return Ok(());
     }
     if selected.is_empty() {
         if ctx.json {
-            print_json(&json!({ "dlq": dlq, "redriven": [], "skipped": [] }));
+            let (dlq, all) = dlq_members(&dlqs);
+            print_json(&json!({ "dlq": dlq, "dlqs": all, "redriven": [], "skipped": [] }));
         } else {
-            say!("no dead letters to redrive in {}", text(dlq.as_bytes()));
+            say!("no dead letters to redrive in {}", text(from.as_bytes()));
         }
         return Ok(());
     }
@@ -120,9 +173,11 @@ pub async fn redrive(ctx: &Ctx, select: &Select, opts: Options<'_>) -> Result<()
         return Err(Failure::NotFound(refusal(&unread)));
     }
     let to: Vec<String> = origins.keys().map(|s| format!("{s:?}")).collect();
+    let quoted: Vec<String> = dlqs.iter().map(|d| format!("{d:?}")).collect();
     let what = format!(
-        "redrive {} dead letter(s) from {dlq:?} to {}",
+        "redrive {} dead letter(s) from {} to {}",
         selected.len(),
+        quoted.join(", "),
         to.join(", ")
     );
     confirm(opts.yes, &what, &format!("would {what}"))?;
@@ -141,50 +196,65 @@ pub async fn redrive(ctx: &Ctx, select: &Select, opts: Options<'_>) -> Result<()
     let interrupt = Interrupt::watch()?;
     let mut done = Done::default();
     let mut said = Instant::now();
-    for d in &selected {
+    for (dlq, d) in &selected {
         if interrupt.requested() {
             break;
         }
+        // One at a time, oldest first: the order they failed in, which
+        // for a key of an ordered stream is its entries' order.
         let one = DeadLetterFilter::new().with_id(d.id.as_str());
-        let report = match admin.redrive(&dlq, &one).await {
+        let report = match admin.redrive(dlq, &one).await {
             Ok(r) => r,
             Err(e) => {
-                done.summary(ctx, &dlq, selected.len(), false);
+                done.summary(ctx, &dlqs, selected.len(), false);
                 return Err(e.into());
             }
         };
-        done.record(ctx, d, report);
+        done.record(ctx, dlq, d, report);
         if said.elapsed() >= PROGRESS_EVERY {
             said = Instant::now();
             eprintln!(
                 "rillkit: redriving from {}: {}/{} done",
-                text(dlq.as_bytes()),
+                text(from.as_bytes()),
                 done.attempted(),
                 selected.len()
             );
         }
     }
     let interrupted = interrupt.requested() && done.attempted() < selected.len();
-    done.summary(ctx, &dlq, selected.len(), interrupted);
+    done.summary(ctx, &dlqs, selected.len(), interrupted);
     if interrupted {
         return Err(Failure::Interrupted(format!(
-            "interrupted: redrove {} of {} dead letter(s), skipped {}, {} left in {dlq:?}",
+            "interrupted: redrove {} of {} dead letter(s), skipped {}, {} left in {}",
             done.redriven.len(),
             selected.len(),
             done.skipped.len(),
-            selected.len() - done.attempted()
+            selected.len() - done.attempted(),
+            quoted.join(", ")
         )));
     }
+    if done.redriven.is_empty() && !done.skipped.is_empty() {
+        return Err(Failure::NothingDone(done.all_skipped(&from)));
+    }
     Ok(())
+}
+
+/// One dead letter put back.
+struct Moved {
+    dlq: String,
+    dead_letter: String,
+    stream: String,
+    id: String,
+    /// The key whose `fail_rest` mark the redrive deleted.
+    lifted_mark: Option<Vec<u8>>,
 }
 
 /// What the redrive did so far, in order.
 #[derive(Default)]
 struct Done {
-    /// `(dead letter id, origin stream, new id)`.
-    redriven: Vec<(String, String, String)>,
-    /// `(dead letter id, reason)`.
-    skipped: Vec<(String, String)>,
+    redriven: Vec<Moved>,
+    /// `(dead-letter stream, dead letter id, reason)`.
+    skipped: Vec<(String, String, String)>,
 }
 
 impl Done {
@@ -192,23 +262,29 @@ impl Done {
         self.redriven.len() + self.skipped.len()
     }
 
-    /// Takes in the outcome for `d`; in text, prints its line at once.
-    fn record(&mut self, ctx: &Ctx, d: &DeadLetter, report: RedriveReport) {
+    /// Takes in the outcome for `d` of `dlq`; in text, prints its line at
+    /// once.
+    fn record(&mut self, ctx: &Ctx, dlq: &str, d: &DeadLetter, report: RedriveReport) {
         let before = self.attempted();
         for r in report.redriven {
             if !ctx.json {
+                let lifted = r.lifted_mark.as_ref().map_or(String::new(), |k| {
+                    format!(" (the fail_rest mark of key {} deleted)", text(k))
+                });
                 say!(
-                    "{} -> {} {}",
+                    "{} -> {} {}{lifted}",
                     r.dead_letter,
                     text(r.stream.as_bytes()),
                     text(r.id.as_str().as_bytes())
                 );
             }
-            self.redriven.push((
-                r.dead_letter.as_str().to_owned(),
-                r.stream,
-                r.id.as_str().to_owned(),
-            ));
+            self.redriven.push(Moved {
+                dlq: dlq.to_owned(),
+                dead_letter: r.dead_letter.as_str().to_owned(),
+                stream: r.stream,
+                id: r.id.as_str().to_owned(),
+                lifted_mark: r.lifted_mark,
+            });
         }
         let mut skipped: Vec<(String, String)> = report
             .skipped
@@ -225,26 +301,56 @@ impl Done {
             if !ctx.json {
                 say!("{id} skipped: {}", text(reason.as_bytes()));
             }
-            self.skipped.push((id, reason));
+            self.skipped.push((dlq.to_owned(), id, reason));
         }
     }
 
+    /// Why nothing was redriven: each reason with how many it kept back.
+    fn all_skipped(&self, from: &str) -> String {
+        let mut reasons: Vec<(&str, usize)> = Vec::new();
+        for (_, _, reason) in &self.skipped {
+            match reasons.iter_mut().find(|(r, _)| *r == reason.as_str()) {
+                Some((_, n)) => *n += 1,
+                None => reasons.push((reason, 1)),
+            }
+        }
+        let why: Vec<String> = reasons
+            .iter()
+            .map(|(reason, n)| format!("{n} because {reason}"))
+            .collect();
+        format!(
+            "nothing redriven: every one of the {} selected dead letter(s) was skipped and stays in {from}: {}",
+            self.skipped.len(),
+            why.join("; ")
+        )
+    }
+
     /// The last word, interrupted or not: the JSON document, or the count.
-    fn summary(&self, ctx: &Ctx, dlq: &str, selected: usize, interrupted: bool) {
+    fn summary(&self, ctx: &Ctx, dlqs: &[String], selected: usize, interrupted: bool) {
         let left = selected - self.attempted();
         if ctx.json {
             let redriven: Vec<_> = self
                 .redriven
                 .iter()
-                .map(|(dl, stream, id)| json!({ "dead_letter": dl, "stream": stream, "id": id }))
+                .map(|m| {
+                    json!({
+                        "dlq": m.dlq,
+                        "dead_letter": m.dead_letter,
+                        "stream": m.stream,
+                        "id": m.id,
+                        "lifted_mark": m.lifted_mark.as_ref().map(|k| String::from_utf8_lossy(k)),
+                    })
+                })
                 .collect();
             let skipped: Vec<_> = self
                 .skipped
                 .iter()
-                .map(|(id, reason)| json!({ "id": id, "reason": reason }))
+                .map(|(dlq, id, reason)| json!({ "dlq": dlq, "id": id, "reason": reason }))
                 .collect();
+            let (dlq, all) = dlq_members(dlqs);
             print_json(&json!({
                 "dlq": dlq,
+                "dlqs": all,
                 "redriven": redriven,
                 "skipped": skipped,
                 "not_attempted": left,
@@ -255,7 +361,7 @@ impl Done {
         let mut line = format!(
             "redrove {} dead letter(s) from {}, skipped {}",
             self.redriven.len(),
-            text(dlq.as_bytes()),
+            text(label(dlqs).as_bytes()),
             self.skipped.len()
         );
         if left > 0 {
@@ -293,16 +399,18 @@ fn refusal(unread: &[(&String, &Origin)]) -> String {
 
 fn print_dry_run(
     ctx: &Ctx,
-    dlq: &str,
-    selected: &[DeadLetter],
+    dlqs: &[String],
+    selected: &[(String, DeadLetter)],
     origins: &BTreeMap<String, Origin>,
     create_group: Option<&str>,
 ) {
+    let from = label(dlqs);
     if ctx.json {
         let letters: Vec<_> = selected
             .iter()
-            .map(|d| {
+            .map(|(dlq, d)| {
                 json!({
+                    "dlq": dlq,
                     "id": d.id.as_str(),
                     "origin_stream": d.origin.as_ref().map(|o| o.stream.as_str()),
                     "origin_id": d.origin.as_ref().map(|o| o.id.as_str()),
@@ -319,8 +427,10 @@ fn print_dry_run(
                 })
             })
             .collect();
+        let (dlq, all) = dlq_members(dlqs);
         print_json(&json!({
             "dlq": dlq,
+            "dlqs": all,
             "dry_run": true,
             "would_redrive": selected.len(),
             "dead_letters": letters,
@@ -330,7 +440,7 @@ fn print_dry_run(
     }
     let rows: Vec<Vec<String>> = selected
         .iter()
-        .map(|d| match &d.origin {
+        .map(|(_, d)| match &d.origin {
             Some(o) => vec![d.id.to_string(), o.stream.clone(), o.id.to_string()],
             None => vec![
                 d.id.to_string(),
@@ -364,6 +474,6 @@ fn print_dry_run(
     say!(
         "dry run: would redrive {} dead letter(s) from {}; nothing changed",
         selected.len(),
-        text(dlq.as_bytes())
+        text(from.as_bytes())
     );
 }
