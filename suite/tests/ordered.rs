@@ -754,3 +754,80 @@ async fn a_read_that_reaches_the_server_after_the_lease_moved_delivers_nothing()
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
     seen.lock().unwrap().assert_each_key_in_order();
 }
+
+/// A `fail_rest` key's dead letters redriven while its owner runs (the mark
+/// still in the owner's memory, its next re-read a while away): the move
+/// that would follow the mark finds it gone in Redis, so the redriven
+/// entries run, in their order, and none goes back to the dead-letter
+/// stream.
+#[actix_rt::test]
+async fn a_fail_rest_keys_dead_letters_redriven_while_its_owner_runs_run_in_order() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("orders", "g").ordered_by("key", 2);
+    let seen: Shared = Default::default();
+    let poisoned = Arc::new(AtomicBool::new(true));
+    let run = handler(seen.clone(), 1);
+    let poison = poisoned.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe(
+            &s,
+            // Marks are read again every third of the lease TTL: 20 s here,
+            // far longer than the test.
+            opts("c1")
+                .with_lease_ttl(Duration::from_secs(60))
+                .with_on_key_failure(OnKeyFailure::FailRest),
+            move |mut e: Event| {
+                e.fail &= poison.load(Ordering::SeqCst);
+                run(e)
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    for seq in 0..6 {
+        let e = Event {
+            key: "k1".into(),
+            seq,
+            fail: seq == 1,
+        };
+        broker.publish_keyed(&s, "k1", &e).await.unwrap();
+    }
+    let p = format!("orders:p{}", partition_of(b"k1", 2));
+    let dlq = format!("{p}-dlq");
+    let index = usize::from(partition_of(b"k1", 2));
+    let mut c = redis.conn();
+    eventually("seq 1 to 5 dead-lettered, nothing pending", WAIT, || {
+        support::stream_len(&mut c, &dlq) == 5 && support::pending_count(&mut c, &p, "g") == 0
+    })
+    .await;
+    let marked = || broker.status().subscriptions[0].partitions[index].failed_keys;
+    assert_eq!(marked(), 1);
+    // The poison is fixed; an operator redrives the key's dead letters.
+    poisoned.store(false, Ordering::SeqCst);
+    let admin = rillkit::admin::Admin::connect(&redis.url()).await.unwrap();
+    let report = admin
+        .redrive(&dlq, &rillkit::admin::DeadLetterFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(report.count(), 5, "{report:?}");
+    eventually("seq 1 to 5 handled", WAIT, || {
+        seen.lock().unwrap().done_of("k1").len() == 6
+    })
+    .await;
+    eventually("nothing pending", WAIT, || {
+        support::pending_count(&mut c, &p, "g") == 0
+    })
+    .await;
+    assert_eq!(
+        support::stream_len(&mut c, &dlq),
+        0,
+        "nothing dead-lettered again"
+    );
+    assert_eq!(marked(), 0, "the owner forgot the mark");
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    let seen = seen.lock().unwrap();
+    seen.assert_each_key_in_order();
+    assert_eq!(seen.starts_of("k1"), [0, 1, 1, 1, 2, 3, 4, 5]);
+}
