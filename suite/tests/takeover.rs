@@ -131,6 +131,7 @@ struct Scene {
     causes: Vec<Cause>,
     /// The workers killed, with when.
     killed: HashMap<usize, u64>,
+    began: std::time::Instant,
 }
 
 impl Scene {
@@ -172,7 +173,13 @@ impl Scene {
             names: Vec::new(),
             causes: Vec::new(),
             killed: HashMap::new(),
+            began: std::time::Instant::now(),
         }
+    }
+
+    /// Prints how far the test is, for a failure's output.
+    fn note(&self, what: &str) {
+        eprintln!("[{:>6} ms] {what}", self.began.elapsed().as_millis());
     }
 
     /// Starts a worker named `name` against the server (or `url`), waits
@@ -183,6 +190,7 @@ impl Scene {
         env.extend(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         self.workers.push(Worker::spawn(url, &env));
         self.names.push(name.to_owned());
+        self.note(&format!("worker {name} started"));
         self.workers.len() - 1
     }
 
@@ -224,6 +232,7 @@ impl Scene {
             }
         }
         pipe.query::<()>(&mut self.redis.conn()).expect("publish");
+        self.note(&format!("published {n} entries of each key"));
     }
 
     /// The id of `key`'s entry `seq`.
@@ -262,6 +271,7 @@ impl Scene {
             want.iter()
                 .all(|(p, name)| self.owner(&mut c, *p).as_deref() == Some(*name))
         });
+        self.note(&format!("owners {want:?}"));
     }
 
     /// The runs `who` printed so far.
@@ -316,6 +326,7 @@ impl Scene {
         let _ = self.workers[who].wait_exit(Duration::from_secs(10));
         self.killed.insert(who, at);
         self.causes.push(Cause::Kill { who, at });
+        self.note(&format!("worker {} killed", self.names[who]));
     }
 
     /// The job ids in the partitions' dead-letter streams.
@@ -357,6 +368,7 @@ impl Scene {
                 .collect();
             let dead_now = self.dead_letters();
             if missing.is_empty() && pending.iter().all(|n| *n == 0) && dead_now == *dead {
+                self.note("settled");
                 return;
             }
             let state = format!(
@@ -388,6 +400,7 @@ impl Scene {
                 ));
             }
         }
+        self.note("stopped");
         assert!(
             codes.iter().all(|(_, c)| *c == Some(0)),
             "exit codes on SIGTERM: {codes:?}"
