@@ -561,6 +561,31 @@ fn a_crashed_owner_restarted_under_its_name_runs_its_pending_entries_first() {
 }
 
 #[test]
+fn a_crashed_owner_restarted_under_a_new_name_runs_its_predecessors_pending_entries_first() {
+    support::init_tracing();
+    let _one = one_at_a_time();
+    // The worker's default consumer name has its pid in it: a restart
+    // comes back under a new name. Alone in the group, it takes over every
+    // partition once its predecessor's membership and leases lapsed.
+    let mut s = Scene::new(RedisServer::start(), 2, 2, 1000, &[]);
+    let a = s.spawn("a");
+    s.wait_owners(&[(0, "a"), (1, "a")]);
+    s.publish(10, 150, never);
+    eventually_blocking("a running with more fetched", WAIT, || {
+        let (started, running) = s.started_running(a);
+        started >= 3 && running >= 1
+    });
+    s.kill(a);
+    let again = s.spawn("a2");
+    s.publish(5, 150, never);
+    s.wait_owners(&[(0, "a2"), (1, "a2")]);
+    s.settle(&BTreeSet::new());
+    s.stop_all();
+    assert!(!s.worker_runs(again).is_empty(), "a2 ran entries");
+    s.check(&BTreeSet::new());
+}
+
+#[test]
 fn a_share_out_to_a_joining_member_keeps_each_keys_order_and_runs_nothing_twice() {
     support::init_tracing();
     let _one = one_at_a_time();
@@ -750,30 +775,36 @@ fn redis_restarted_from_its_aof_while_workers_run_keeps_each_keys_order() {
     let _one = one_at_a_time();
     const TTL: u64 = 1000;
     let redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let mut s = Scene::new(redis, 2, 2, TTL, &[]);
+    let mut s = Scene::new(redis, 4, 2, TTL, &[]);
     let a = s.spawn("a");
     let b = s.spawn("b");
-    s.wait_owners(&[(0, "a"), (1, "b")]);
+    let c = s.spawn("c");
+    s.wait_owners(&[(0, "a"), (1, "b"), (2, "c"), (3, "a")]);
     s.publish(10, 150, never);
-    eventually_blocking("a and b running", WAIT, || {
-        let (sa, ra) = s.started_running(a);
-        let (sb, rb) = s.started_running(b);
-        sa >= 3 && ra >= 1 && sb >= 3 && rb >= 1
+    eventually_blocking("every worker running", WAIT, || {
+        [a, b, c].iter().all(|w| {
+            let (started, running) = s.started_running(*w);
+            started >= 3 && running >= 1
+        })
     });
     let from = now_ms();
     s.redis.stop();
-    // Down past the leases' TTL: they have lapsed when it is back.
+    s.note("Redis killed");
+    // Down for three lease TTLs: every lease and membership has lapsed
+    // when it is back, and the workers come back one by one, on their
+    // backoff's schedule.
     eventually_blocking("Redis down past the lease TTL", WAIT, || {
-        now_ms() >= from + 2 * TTL
+        now_ms() >= from + 3 * TTL
     });
     s.redis.restart();
     let to = now_ms();
+    s.note("Redis restarted from its AOF");
     s.causes.push(Cause::Fault {
         who: None,
         from,
         to,
-        // Reconnecting takes up to the backoff's step (1.6 s after 2 s).
-        slack: 5000,
+        // Reconnecting takes up to the backoff's step (3.2 s after 3 s).
+        slack: 6000,
     });
     s.publish(5, 150, never);
     s.settle(&BTreeSet::new());
