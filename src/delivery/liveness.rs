@@ -195,6 +195,12 @@ impl Liveness {
         }
     }
 
+    /// When the claim lapses unless a renewal is confirmed first (`None`:
+    /// not yet confirmed by a renewal of this loop).
+    pub(crate) fn lapses_at(&self) -> Option<Instant> {
+        self.until
+    }
+
     /// Whether the claim is surely this process's now.
     pub(crate) fn holds(&self) -> bool {
         self.until.is_none_or(|until| Instant::now() < until)

@@ -11,6 +11,10 @@ pub(crate) struct ConsumerReport {
     pub panic: Option<String>,
     /// The drain deadline passed with handlers still running.
     pub timed_out: bool,
+    /// A partition's loop gave its partition up: its lease lapsed here or
+    /// another consumer holds it. Not an error: the partition is taken
+    /// again if it is still this consumer's share.
+    pub lease_lost: bool,
 }
 
 impl ConsumerReport {

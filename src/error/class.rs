@@ -11,6 +11,7 @@
 //! | `WRONGPASS`, `NOAUTH`, failed `AUTH` | `Credentials` | at start: fail; at run time: wait, log at ERROR |
 //! | `NOPERM`, or inside a script `ERR The user executing the script can't run this command` | `Permission` | at start: fail; at run time: wait, log at ERROR |
 //! | `MOVED`, `ASK` | `Routing` | find the slot's owner (cluster) |
+//! | `LEASELOST` (rillkit's fenced scripts) | `LeaseLost` | give the partition up: another consumer owns it |
 //! | anything else (`WRONGTYPE`, syntax) | `Fatal` | the operation fails |
 
 use redis::{ErrorKind, RedisError};
@@ -34,6 +35,9 @@ pub(crate) enum Class {
     Permission,
     /// Cluster redirection.
     Routing,
+    /// A partition's fenced command found the partition's lease held by
+    /// another consumer (or by none).
+    LeaseLost,
     /// Nothing waiting fixes it.
     Fatal,
 }
@@ -84,6 +88,7 @@ pub(crate) fn classify(e: &RedisError) -> Class {
         Some("WRONGPASS" | "NOAUTH") => Class::Credentials,
         Some("NOPERM") => Class::Permission,
         Some("MOVED" | "ASK") => Class::Routing,
+        Some("LEASELOST") => Class::LeaseLost,
         Some("ERR") if detail.contains(SCRIPT_NOPERM) => Class::Permission,
         Some("ERR") if detail.contains("max number of clients reached") => Class::Busy,
         _ => {
@@ -186,6 +191,10 @@ mod tests {
             ),
             ("MOVED 3999 127.0.0.1:6381", Class::Routing),
             ("ASK 3999 127.0.0.1:6381", Class::Routing),
+            (
+                "LEASELOST the partition lease is held by nobody",
+                Class::LeaseLost,
+            ),
             (
                 "WRONGTYPE Operation against a key holding the wrong kind of value",
                 Class::Fatal,

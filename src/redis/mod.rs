@@ -198,6 +198,22 @@ pub(crate) struct DeadLetterOrder {
     /// With `fail_rest`: the hash of failed keys where the move marks the
     /// key (`HSETNX <hash> <key> <id>`), in the same script.
     pub mark: Option<Arc<str>>,
+    /// The entry goes because its key is marked failed: the move happens
+    /// only while the mark is still in the hash (a redrive or an operator
+    /// deletes it to let the key run again), checked in the same script.
+    pub because_marked: bool,
+}
+
+/// What a dead-letter move answered.
+#[derive(Debug)]
+pub(crate) enum MoveAnswer {
+    /// Copied and acked.
+    Moved(Moved),
+    /// The entry was no longer pending for this consumer: nothing done.
+    NotPending,
+    /// Moved only while its key is marked failed, and the mark is gone:
+    /// nothing done, the entry may run.
+    Unmarked,
 }
 
 /// A dead-letter move done: the dead-letter entry's id, and how many of the
@@ -214,8 +230,9 @@ pub(crate) struct Moved {
 /// Copy an entry to the dead-letter stream and XACK it, atomically, but only
 /// while it is still pending for this consumer (so an entry acked or taken
 /// over meanwhile is never copied twice). Answers the dead-letter entry's id
-/// (and how many old dead letters its cap removed), or `None` when the entry
-/// was no longer this consumer's.
+/// (and how many old dead letters its cap removed), or that nothing was done:
+/// the entry was no longer this consumer's, or it was to go for its key's
+/// mark and the mark is gone.
 ///
 /// The copy keeps every original field verbatim and adds `origin_stream`,
 /// `origin_id`, `origin_group`, `origin_consumer`, `delivery_count`, `error`
@@ -230,16 +247,18 @@ pub(crate) struct Moved {
 /// the dead-letter key holds a string) would not stop the XACK, and the entry
 /// would be lost; in the script the failure aborts before anything is acked.
 #[derive(Message)]
-#[rtype(result = "Result<Option<Moved>, Error>")]
+#[rtype(result = "Result<MoveAnswer, Error>")]
 pub(crate) struct DeadLetter(pub Arc<DeadLetterEntry>);
 
 /// KEYS: stream, dlq, and for `fail_rest` the hash of failed keys. ARGV:
 /// group, id, consumer, the dead-letter cap (`0`: none), whether to copy
 /// the entry's fields from the stream (`1`) or take them from the arguments
-/// (`0`), the key to mark failed (empty: none), then XADD's field/value
-/// pairs. Answers
+/// (`0`), the key to mark failed (empty: none), whether the move requires
+/// that mark to be there already (`1`: the entry goes because of it), then
+/// XADD's field/value pairs. Answers
 /// `{dlq id, dead letters the cap removed, the copied entry's bytes (-1: not
-/// copied here)}`, or false when the entry is no longer this consumer's.
+/// copied here)}`, false when the entry is no longer this consumer's, or 0
+/// when the mark it requires is gone.
 ///
 /// Before writing anything it checks with `redis.acl_check_cmd` that both
 /// writes are allowed, and answers `NOPERM` otherwise: a script that added the
@@ -249,6 +268,7 @@ pub(crate) struct DeadLetter(pub Arc<DeadLetterEntry>);
 const DEAD_LETTER_LUA: &str = r#"
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if #p == 0 or p[1][2] ~= ARGV[3] then return false end
+if ARGV[7] == '1' and redis.call('HEXISTS', KEYS[3], ARGV[6]) == 0 then return 0 end
 if not redis.acl_check_cmd('XADD', KEYS[2], '*', 'f', 'v') then
   return redis.error_reply('NOPERM this user has no permissions to run the xadd command on the dead-letter stream ' .. KEYS[2])
 end
@@ -271,7 +291,7 @@ if ARGV[5] == '1' then
     end
   end
 end
-for i = 7, #ARGV do
+for i = 8, #ARGV do
   local v = ARGV[i]
   if bytes >= 0 then v = (string.gsub(v, '{entry_bytes}', tostring(bytes))) end
   fields[#fields + 1] = v
@@ -293,7 +313,7 @@ return {dlq_id, trimmed, bytes}
 static DEAD_LETTER: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(DEAD_LETTER_LUA));
 
 impl Handler<DeadLetter> for RedisActor {
-    type Result = ResponseFuture<Result<Option<Moved>, Error>>;
+    type Result = ResponseFuture<Result<MoveAnswer, Error>>;
 
     fn handle(&mut self, msg: DeadLetter, _: &mut Self::Context) -> Self::Result {
         let pool = self.pool.clone();
@@ -316,7 +336,12 @@ impl Handler<DeadLetter> for RedisActor {
                 .arg(&*e.consumer)
                 .arg(e.dlq_max_len.unwrap_or(0))
                 .arg(if e.fields.is_some() { "0" } else { "1" })
-                .arg(mark.map_or(&[][..], |(_, key)| key.as_slice()));
+                .arg(mark.map_or(&[][..], |(_, key)| key.as_slice()))
+                .arg(if e.order.as_ref().is_some_and(|o| o.because_marked) {
+                    "1"
+                } else {
+                    "0"
+                });
             for (k, v) in e.fields.iter().flat_map(|f| f.iter()) {
                 call.arg(k).arg(v);
             }
@@ -340,16 +365,24 @@ impl Handler<DeadLetter> for RedisActor {
                     .arg("on_key_failure")
                     .arg(o.on_key_failure);
             }
-            let moved: Option<(String, u64, i64)> = pool
+            let answer: Value = pool
                 .run("evalsha", COMMAND_WAIT, |mut conn| async move {
                     call.invoke_async(&mut conn).await
                 })
                 .await?;
-            Ok(moved.map(|(id, trimmed, bytes)| Moved {
-                id: EntryId(id),
-                trimmed,
-                entry_bytes: u64::try_from(bytes).ok(),
-            }))
+            match answer {
+                Value::Nil => Ok(MoveAnswer::NotPending),
+                Value::Int(0) => Ok(MoveAnswer::Unmarked),
+                v => {
+                    let (id, trimmed, bytes): (String, u64, i64) = redis::from_redis_value(v)
+                        .map_err(|e| Error::unparsable("dead-letter script reply", e.to_string()))?;
+                    Ok(MoveAnswer::Moved(Moved {
+                        id: EntryId(id),
+                        trimmed,
+                        entry_bytes: u64::try_from(bytes).ok(),
+                    }))
+                }
+            }
         })
     }
 }

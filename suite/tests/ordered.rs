@@ -625,3 +625,120 @@ async fn partitions_spread_over_every_master_of_a_cluster() {
     }
     assert_eq!(on.len(), 3, "entries on every master");
 }
+
+/// A partition whose previous owner died holding more pending entries than
+/// one page of the take-over (500): the new owner takes every one in one
+/// step and runs them in id order before anything newer; nothing is left
+/// with the dead owner for a reclaim to bring back late.
+#[actix_rt::test]
+async fn a_new_owner_takes_a_dead_owners_whole_pel_across_pages_and_runs_it_in_order() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("big", "g").ordered_by("key", 1);
+    let mut c = redis.conn();
+    support::create_group(&mut c, "big:p0", "g", "0");
+    let backlog = events(3, 400);
+    publish_plain(&redis, "big", 1, &backlog);
+    // A dead owner read them all and never acked.
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("g")
+        .arg("ghost")
+        .arg("COUNT")
+        .arg(2000)
+        .arg("STREAMS")
+        .arg("big:p0")
+        .arg(">")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(support::pending_count(&mut c, "big:p0", "g"), 1200);
+    // And newer entries of the same keys behind them.
+    publish_plain(&redis, "big", 1, &events(3, 410)[1200..]);
+    let seen: Shared = Default::default();
+    let broker = Broker::builder(redis.url())
+        .subscribe(
+            &s,
+            // A short claim_idle: a reclaim, if one ran, would bring the
+            // left-behind entries back soon, and out of order.
+            opts("c1")
+                .with_concurrency(8)
+                .with_claim_idle(Duration::from_millis(300)),
+            handler(seen.clone(), 0),
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    eventually("1230 handled", WAIT, || {
+        seen.lock().unwrap().done.len() == 1230
+    })
+    .await;
+    eventually("nothing pending", WAIT, || {
+        support::pending_count(&mut c, "big:p0", "g") == 0
+    })
+    .await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    let seen = seen.lock().unwrap();
+    seen.assert_each_key_in_order();
+    for key in ["key-0", "key-1", "key-2"] {
+        let starts = seen.starts_of(key);
+        assert_eq!(
+            starts,
+            (0..410).collect::<Vec<_>>(),
+            "{key} ran each entry once, in order"
+        );
+    }
+}
+
+/// The partition lease fences the consumer's commands in Redis: once
+/// another consumer holds it, a read or claim of the old owner that
+/// reaches the server late delivers nothing into the old owner's PEL.
+#[actix_rt::test]
+async fn a_read_that_reaches_the_server_after_the_lease_moved_delivers_nothing() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("fenced", "g").ordered_by("key", 1);
+    let seen: Shared = Default::default();
+    let broker = Broker::builder(redis.url())
+        .subscribe(&s, opts("c1"), handler(seen.clone(), 0))
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    publish_plain(&redis, "fenced", 1, &events(2, 5));
+    eventually("10 handled", WAIT, || seen.lock().unwrap().done.len() == 10).await;
+    // Another process takes the lease (as after a lapse here): c1 must give
+    // the partition up, and read nothing more into its PEL.
+    let mut c = redis.conn();
+    let lease = "{fenced:p0}:rillkit:owner:g";
+    let _: () = redis::cmd("SET")
+        .arg(lease)
+        .arg("other token")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut c)
+        .unwrap();
+    publish_plain(&redis, "fenced", 1, &events(2, 8)[10..]);
+    // c1's renewal finds the lease elsewhere, or its next fenced read
+    // answers LEASELOST: either way it reads nothing more.
+    eventually("the partition given up", WAIT, || {
+        !broker.status().subscriptions[0].partitions[0].owned
+    })
+    .await;
+    let delivered: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg("fenced:p0")
+        .arg("g")
+        .arg("-")
+        .arg("+")
+        .arg(100)
+        .query(&mut c)
+        .unwrap();
+    assert!(
+        delivered.is_empty(),
+        "entries delivered without the lease: {delivered:?}"
+    );
+    assert_eq!(seen.lock().unwrap().done.len(), 10, "nothing ran without the lease");
+    // The lease back to nobody: c1 takes the partition again and goes on.
+    let _: () = c.del(lease).unwrap();
+    eventually("16 handled", WAIT, || seen.lock().unwrap().done.len() == 16).await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    seen.lock().unwrap().assert_each_key_in_order();
+}

@@ -177,6 +177,7 @@ pub(crate) async fn consume(
         error: None,
         panic: None,
         timed_out,
+        lease_lost: false,
     }
 }
 

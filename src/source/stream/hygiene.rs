@@ -228,6 +228,11 @@ impl Lease {
         &self.key
     }
 
+    /// This process's token, the lease's value while it is held here.
+    pub(crate) fn token(&self) -> &str {
+        &self.token
+    }
+
     /// Takes or renews the lease, once.
     pub(crate) async fn take(&self, redis: &Addr<RedisActor>) -> Result<Taken, Error> {
         let answer = redis
@@ -262,22 +267,25 @@ impl Lease {
     /// [`Error::ConsumerNameInUse`]) or until `stop` changes (then
     /// [`Error::StartAborted`]). Errors other than the lease being held are
     /// answered at once (the caller decides whether to wait for Redis).
+    /// Answers when the take that succeeded was sent: the lease is surely
+    /// ours until a TTL after that.
     pub(crate) async fn acquire(
         &self,
         redis: &Addr<RedisActor>,
         deadline: Option<Instant>,
         mut stop: Option<&mut watch::Receiver<Option<Instant>>>,
         board: &crate::status::Board,
-    ) -> Result<(), Error> {
+    ) -> Result<Instant, Error> {
         let began = Instant::now();
         let mut warned = false;
         loop {
+            let sent = Instant::now();
             let (holder, remaining) = match self.take(redis).await? {
                 Taken::Held => {
                     if warned {
                         tracing::info!(stream = %self.stream, group = %self.group, consumer = %self.consumer, waited_ms = began.elapsed().as_millis() as u64, lease = self.what(), "the lease is free again; it is ours now");
                     }
-                    return Ok(());
+                    return Ok(sent);
                 }
                 Taken::Elsewhere { holder, remaining } => (holder, remaining),
             };

@@ -42,9 +42,10 @@ use crate::reclaimer::{self, Claim, ReclaimerActor};
 use crate::redis::chunked;
 use crate::redis::reply::{self, Delivered};
 use crate::redis::{
-    Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, Moved, Query, RedisActor,
+    Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, MoveAnswer, Query, RedisActor,
 };
 use crate::source::stream::hygiene::Taken;
+use crate::source::stream::ordered::Fence;
 use crate::status::SubscriptionState;
 use crate::stream::EntryId;
 use crate::telemetry::ConsumerMetrics;
@@ -92,6 +93,7 @@ pub(crate) async fn consume(
     let metrics = ConsumerMetrics::new(&sub.names.name, &sub.names.group);
     let now = tokio::time::Instant::now();
     let stall = Stall::new(sub.opts.claim_idle);
+    let fence = Fence::of(&sub);
     let mut lp = Loop {
         reclaim_interval: reclaimer::interval(sub.opts.claim_idle),
         reclaimer,
@@ -153,17 +155,18 @@ pub(crate) async fn consume(
         gate: None,
         marks: None,
         gathering: Default::default(),
+        fence,
+        given_up: false,
     };
     let mut stop = stop;
     if let Some(lease) = &lp.sub.lease {
         match hygiene::hold(lease, &lp.redis, &mut stop, &lp.sub.board).await {
-            Ok(()) => {
+            Ok(sent) => {
+                // Ours for a TTL from when the take was sent: never longer
+                // here than on the server.
                 let stall = lp.stall.clone();
-                lp.lease = Some(Liveness::new(
-                    lease.ttl,
-                    Some(tokio::time::Instant::now()),
-                    stall,
-                ));
+                let sent = tokio::time::Instant::from_std(sent);
+                lp.lease = Some(Liveness::new(lease.ttl, Some(sent), stall));
             }
             Err(Error::StartAborted | Error::ShutDown) => {
                 lp.sub.board.set_state(SubscriptionState::Stopped);
@@ -208,7 +211,7 @@ pub(crate) async fn consume(
     }
     lp.run(stop).await;
     let r = &lp.report;
-    if r.error.is_none() && r.panic.is_none() && !r.timed_out {
+    if r.error.is_none() && r.panic.is_none() && !r.timed_out && !r.lease_lost {
         lp.leave_group().await;
     }
     lp.release_lease().await;
@@ -330,6 +333,12 @@ struct Loop {
     marks: Option<LocalBoxFuture<'static, order::Marks>>,
     /// A batch handler's next batch, gathering in the queue.
     gathering: batch::Gathering,
+    /// In a partition of a stream ordered by key: its lease, which fences
+    /// every command that takes entries into this consumer's PEL.
+    fence: Option<Fence>,
+    /// The partition was given up (its lease lapsed or is held elsewhere):
+    /// the loop ends without a drain.
+    given_up: bool,
 }
 
 impl Loop {
@@ -338,7 +347,8 @@ impl Loop {
             (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
         let (mut prune_alarm, mut unblock_alarm, mut deadline_alarm, mut ack_alarm) =
             (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
-        let (mut progress_alarm, mut batch_alarm) = (Alarm::new(), Alarm::new());
+        let (mut progress_alarm, mut batch_alarm, mut lapse_alarm) =
+            (Alarm::new(), Alarm::new(), Alarm::new());
         let mut pause = self.sub.board.pause_watch();
         loop {
             if self.deadline.is_none() {
@@ -382,6 +392,9 @@ impl Loop {
                     // that must run alone, a lapsed lease): send now.
                     || self.running.is_empty()
                     || self.acks.len() >= self.sub.opts.count
+                    // Keys wait for their entries' acks (a key's next
+                    // entry starts once its XACK landed): send now.
+                    || self.gate.as_ref().is_some_and(order::Gate::waits)
                     // A slow handler must not hold the acks of those that
                     // finished before it: a crash would run them again.
                     || ack_due.is_some_and(|due| due <= tokio::time::Instant::now())
@@ -411,6 +424,12 @@ impl Loop {
             let progress_due = self.progress.as_ref().map(Progress::due);
             let retry_at = self.waiting.next_due().filter(|_| self.deadline.is_none());
             let renew_at = self.lease.as_ref().and_then(Liveness::due);
+            // A partition is given up the moment its lease lapses here.
+            let lapse_at = self
+                .lease
+                .as_ref()
+                .filter(|_| self.fence.is_some() && !self.given_up)
+                .and_then(Liveness::lapses_at);
             let refresh_at = self.refresh.due();
             let prune_at = self.prune_at.filter(|_| self.deadline.is_none());
             let slot_wait = self
@@ -451,6 +470,11 @@ impl Loop {
                 res = maybe(&mut self.refreshing) => {
                     self.refreshing = None;
                     self.on_refreshed(res);
+                }
+                () = lapse_alarm.until(lapse_at), if lapse_at.is_some() => {
+                    if !self.lease_ok() {
+                        self.give_up("no renewal of the lease was confirmed within its TTL");
+                    }
                 }
                 () = lease_alarm.until(renew_at), if renew_at.is_some() => {
                     self.renew_lease();
@@ -658,6 +682,8 @@ impl Loop {
     fn may_reclaim(&self) -> bool {
         let idle = self.running.is_empty() && self.queue.is_empty() && self.read.is_none();
         self.deadline.is_none()
+            // A partition's entries change hands only with its lease.
+            && self.fence.is_none()
             && !self.sub.board.paused()
             && self.reclaim.is_none()
             && matches!(self.cursor, Cursor::New)

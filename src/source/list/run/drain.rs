@@ -92,6 +92,7 @@ impl Loop {
             error: self.fatal.take(),
             panic: None,
             timed_out,
+            lease_lost: false,
         }
     }
 

@@ -15,13 +15,22 @@
 //!   old owner (running handlers finish, unstarted entries are handed back,
 //!   acks flushed, up to the drain deadline) before the lease is dropped;
 //!   the new owner waits for the lease, then takes the whole pending entries
-//!   list of the partition (`XCLAIM` of every entry, one script) and runs it
-//!   in id order before anything newer.
+//!   list of the partition (`XCLAIM` of every entry, every page, one
+//!   script) and runs it in id order before anything newer.
+//! * **The lease as a fence.** Every command that takes entries into a
+//!   partition consumer's PEL checks the lease on the server first
+//!   (`fence.rs`), so an old owner's late command delivers nothing, and no
+//!   reclaim by idle time runs in a partition. An owner whose lease lapses on
+//!   its own clock, or whose command meets `LEASELOST`, gives the partition
+//!   up at once (running handlers dropped, entries left pending) and takes
+//!   it again only through the lease.
 //! * **Order inside a partition.** The partition's consumer loop is the
 //!   stream loop with a key gate: entries of one key start one at a time, in
-//!   id order; a key whose entry waits for its retry holds its later
+//!   id order, each once the one before is settled in Redis (acked or
+//!   dead-lettered); a key whose entry waits for its retry holds its later
 //!   entries back; other keys go on (see `run/order.rs`).
 
+mod fence;
 mod run;
 
 use std::sync::{Arc, LazyLock};
@@ -36,6 +45,7 @@ use crate::error::{ConfigError, Error};
 use crate::order::{OnKeyFailure, Order, partition_name};
 use crate::redis::{Eval, Query, RedisActor};
 
+pub(crate) use fence::Fence;
 pub(crate) use run::consume;
 
 /// What makes a subscription the reader of an ordered stream.
@@ -246,22 +256,31 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
 pub(crate) static MEMBERS: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(MEMBERS_LUA));
 
-/// KEYS: a partition. ARGV: group, consumer. Claims every pending entry of
+/// KEYS: a partition, its lease. ARGV: group, consumer, the lease holder's
+/// token. While the lease holds the token, claims every pending entry of
 /// the group that another consumer holds (`XCLAIM … 0 … JUSTID`, the
-/// delivery counts unchanged), a page of 500 at a time. Answers how many.
+/// delivery counts unchanged), a page of 500 at a time, all in one step.
+/// Answers how many, or `LEASELOST` (see `fence.rs`).
 const TAKE_PENDING_LUA: &str = r#"
+local holder = redis.call('GET', KEYS[2])
+if holder ~= ARGV[3] then
+  return redis.error_reply('LEASELOST the partition lease is held by ' .. (holder or 'nobody'))
+end
 local taken = 0
 local start = '-'
 while true do
   local page = redis.call('XPENDING', KEYS[1], ARGV[1], start, '+', 500)
   if #page == 0 then break end
-  local ids = {}
+  local claim = {'XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0}
   for _, e in ipairs(page) do
-    if e[2] ~= ARGV[2] then ids[#ids + 1] = e[1] end
+    if e[2] ~= ARGV[2] then claim[#claim + 1] = e[1] end
   end
-  if #ids > 0 then
-    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(ids), 'JUSTID')
-    taken = taken + #ids
+  local n = #claim - 5
+  if n > 0 then
+    claim[#claim + 1] = 'JUSTID'
+    -- One table, unpacked last: an `unpack` followed by more arguments
+    -- passes only its first value.
+    taken = taken + #redis.call(unpack(claim))
   end
   if #page < 500 then break end
   start = '(' .. page[#page][1]
@@ -283,13 +302,18 @@ pub(crate) async fn take_pending(
     redis: &Addr<RedisActor>,
     sub: &Subscription,
 ) -> Result<u64, Error> {
+    let lease = sub.lease.as_ref().expect("a partition's lease");
     let answer = redis
         .send(Eval {
             script: &TAKE_PENDING,
-            keys: vec![sub.names.name.as_bytes().to_vec()],
+            keys: vec![
+                sub.names.name.as_bytes().to_vec(),
+                lease.key().as_bytes().to_vec(),
+            ],
             args: vec![
                 sub.names.group.as_bytes().to_vec(),
                 sub.consumer.as_bytes().to_vec(),
+                lease.token().as_bytes().to_vec(),
             ],
         })
         .await

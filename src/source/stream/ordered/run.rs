@@ -132,6 +132,9 @@ pub(crate) async fn consume(
             }
             Some((index, ended)) = lp.running.next(), if !lp.running.is_empty() => {
                 lp.parts.remove(&index);
+                if ended.lease_lost {
+                    tracing::info!(stream = %lp.sub.names.name, partition = index, "partition given up here (its lease lapsed or is held elsewhere); it is taken again if the share-out still gives it to this consumer");
+                }
                 report.timed_out |= ended.timed_out;
                 if let Some(p) = ended.panic {
                     report.panic.get_or_insert(p);

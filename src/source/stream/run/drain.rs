@@ -73,13 +73,13 @@ impl Loop {
             cmd.arg("RETRYCOUNT").arg(count);
         }
         cmd.arg("JUSTID");
-        let req = self.redis.send(Query("xclaim", cmd));
+        let req = self.claim(cmd);
         let stream = s.names.name.clone();
         self.side.push(Box::pin(async move {
             match req.await {
-                Ok(Ok(_)) => tracing::info!(stream = %stream, entries = n, idle_ms = idle.as_millis() as u64, "handed {what} back to the group"),
-                Ok(Err(e)) => tracing::warn!(stream = %stream, entries = n, error = %e, "hand-back failed; entries are reclaimed after claim_idle"),
-                Err(_) => {}
+                Ok(_) => tracing::info!(stream = %stream, entries = n, idle_ms = idle.as_millis() as u64, "handed {what} back to the group"),
+                Err(Error::ShutDown) => {}
+                Err(e) => tracing::warn!(stream = %stream, entries = n, error = %e, "hand-back failed; entries are reclaimed after claim_idle (or taken with the partition)"),
             }
         }));
     }
@@ -87,14 +87,20 @@ impl Loop {
     /// The drain deadline passed: drop running handlers (their entries stay
     /// pending and are redelivered) and whatever is still in flight.
     pub(super) fn abandon(&mut self) {
-        if !self.running.is_empty() {
+        if self.given_up {
+            // Dropped on purpose (see `give_up`), not a drain that ran late.
+        } else if !self.running.is_empty() {
             tracing::warn!(
                 stream = %self.sub.names.name, consumer = %self.sub.consumer, handlers = self.running.len(),
                 "drain deadline passed; abandoning running handlers, their entries stay pending"
             );
             self.report.timed_out = true;
         }
-        if !self.acks.is_empty() || self.ack_inflight.is_some() || !self.dead_letters.is_empty() {
+        if !self.given_up
+            && (!self.acks.is_empty()
+                || self.ack_inflight.is_some()
+                || !self.dead_letters.is_empty())
+        {
             let acks =
                 self.acks.len() + self.ack_inflight.as_ref().map_or(0, |_| self.acks_inflight);
             tracing::warn!(

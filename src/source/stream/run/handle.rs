@@ -26,7 +26,7 @@ impl Loop {
         };
         if let Some(why) = self.key_marked(&msg.id) {
             tracing::warn!(stream = %msg.stream, id = %msg.id, reason = %why, "an earlier entry of this key was dead-lettered; moving this one after it");
-            self.dead_letter(msg, why);
+            self.dead_letter_for_mark(msg, why);
             return;
         }
         let s = &self.sub;
@@ -108,8 +108,9 @@ impl Loop {
         let error = match run.ran {
             Ran::Ok => {
                 self.metrics.record_end_to_end(&msg.id);
-                self.release_key(&msg.id);
-                // Stays held until the XACK is done (see `on_acked`).
+                // Stays held, and keeps its key, until the XACK is done
+                // (see `on_acked`): a crash before that runs it again, and
+                // that run must come before its key's next entry.
                 self.acks.push(msg.id);
                 return;
             }

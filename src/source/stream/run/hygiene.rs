@@ -21,7 +21,8 @@ use crate::util::{Retry, log_wait};
 /// Holds `lease` before a consumer loop starts: waits while another process
 /// holds it (no deadline: the startup already checked it once, so this is a
 /// restart), and while Redis cannot be asked, with backoff, until `stop`
-/// changes ([`Error::StartAborted`]).
+/// changes ([`Error::StartAborted`]). Answers when the take that
+/// succeeded was sent.
 ///
 /// # Errors
 /// [`Error::StartAborted`] on a stop; an error no wait fixes (a missing ACL
@@ -31,11 +32,11 @@ pub(super) async fn hold(
     redis: &actix::Addr<RedisActor>,
     stop: &mut watch::Receiver<Option<Instant>>,
     board: &crate::status::Board,
-) -> Result<(), Error> {
+) -> Result<Instant, Error> {
     let mut retry = Retry::default();
     loop {
         let e = match lease.acquire(redis, None, Some(stop), board).await {
-            Ok(()) => return Ok(()),
+            Ok(sent) => return Ok(sent),
             Err(e @ (Error::StartAborted | Error::ShutDown)) => return Err(e),
             Err(e) if !e.class().is_transient() => return Err(e),
             Err(e) => e,
@@ -120,6 +121,10 @@ impl Loop {
             }
             Ok(Taken::Elsewhere { holder, .. }) => {
                 live.failed();
+                if self.fence.is_some() {
+                    let why = format!("{} is held by {holder}", lease.what());
+                    return self.give_up(&why);
+                }
                 if self.report.error.is_some() {
                     // Already ending for this (or another) reason.
                     return;
@@ -144,6 +149,36 @@ impl Loop {
                 }
             }
         }
+    }
+
+    /// Gives a partition up at once: its lease lapsed on this process's
+    /// clock (no renewal confirmed for its TTL, counted from when the
+    /// renewal was sent, so never later than it lapses on the server), or a
+    /// fenced command found it held elsewhere. Running handlers are
+    /// dropped (cancelled at their next `.await`; their entries stay
+    /// pending, and the next owner runs them before anything newer of their
+    /// keys); nothing is handed back or started; the loop ends. The ordered
+    /// consumer takes the partition again if its share-out still gives it
+    /// here.
+    pub(super) fn give_up(&mut self, why: &str) {
+        if self.given_up {
+            return;
+        }
+        self.given_up = true;
+        tracing::warn!(
+            stream = %self.sub.names.name, consumer = %self.sub.consumer,
+            handlers = self.running.len(), queued = self.queue.len(), reason = %why,
+            "the partition's lease lapsed or is held elsewhere: this consumer gives the partition up, drops its running handlers and starts nothing more of it (their entries stay pending for the next owner)"
+        );
+        self.report.lease_lost = true;
+        for q in std::mem::take(&mut self.queue) {
+            self.release_key(&q.id);
+        }
+        for (_, msgs) in self.waiting.take_all() {
+            drop(msgs);
+        }
+        self.deadline = Some(Instant::now());
+        self.abandon();
     }
 
     /// Deletes the group's consumers that hold nothing and have been idle

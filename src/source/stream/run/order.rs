@@ -3,9 +3,11 @@
 //! entries of other keys start beside them.
 //!
 //! A key is taken by the entry that starts, and stays taken while that
-//! entry runs, waits for its retry, or is on its way to the dead-letter
-//! stream; it is given back when the handler succeeds (its `XACK` may
-//! still be on its way) or the dead-letter move is done. Later entries of a
+//! entry runs, waits for its retry, awaits its `XACK`, or is on its way to
+//! the dead-letter stream; it is given back when Redis accepted the `XACK`
+//! or the dead-letter move is done. So a key's next entry starts only once
+//! its earlier ones are settled in Redis: after a crash, whatever runs again
+//! (an entry whose ack was lost) runs before anything newer of its key. Later entries of a
 //! taken key wait in the queue, behind it; entries without a key run
 //! without ordering. An entry whose retry is due goes to the front of the
 //! queue, ahead of its key's later entries.
@@ -55,6 +57,11 @@ impl Gate {
 }
 
 impl Gate {
+    /// Whether queued entries wait for their key at the last look.
+    pub(super) fn waits(&self) -> bool {
+        self.blocked > 0
+    }
+
     /// How many keys are marked failed.
     pub(super) fn failed_count(&self) -> usize {
         self.failed.len()
@@ -242,13 +249,26 @@ impl Loop {
     /// The ordering part of the dead letter of `id`: its key, the choice
     /// made for its key's later entries, and with `fail_rest` the hash
     /// where the move marks the key.
-    pub(super) fn dead_letter_order(&self, id: &EntryId) -> Option<DeadLetterOrder> {
+    pub(super) fn dead_letter_order(
+        &self,
+        id: &EntryId,
+        because_marked: bool,
+    ) -> Option<DeadLetterOrder> {
         let k = self.key_order()?;
         let key = self.gate.as_ref()?.key_of.get(id)?.clone();
         Some(DeadLetterOrder {
             key,
             on_key_failure: k.on_failure.name(),
             mark: (k.on_failure == OnKeyFailure::FailRest).then(|| k.failed_keys.clone()),
+            because_marked,
         })
+    }
+
+    /// `key`'s mark is gone from Redis: its entries run again.
+    pub(super) fn key_unmarked(&mut self, key: &[u8]) {
+        if let Some(gate) = self.gate.as_mut() {
+            gate.failed.remove(key);
+            self.sub.board.set_failed_keys(gate.failed.len());
+        }
     }
 }

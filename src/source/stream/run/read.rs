@@ -23,6 +23,9 @@ pub(super) struct ReadDone {
 /// The read to send: new entries, or a page of this consumer's own PEL.
 pub(super) enum Read {
     New(redis::Cmd),
+    /// New entries of a partition, fenced by its lease: the fence, the
+    /// count, the block.
+    Fenced(Fence, usize, Duration),
     Pel(PelRead),
 }
 
@@ -47,6 +50,21 @@ pub(super) struct PelRead {
     /// Entries whose send dropped the connection before: read in pieces
     /// (`redis::chunked`) when their turn comes.
     pub(super) in_pieces: HashSet<EntryId>,
+    /// In a partition: its lease, which every `XCLAIM` is fenced by.
+    pub(super) fence: Option<Fence>,
+}
+
+/// Runs `cmd` (an `XCLAIM` to this consumer) on `conn`, fenced when there
+/// is a fence.
+async fn claim<T: redis::FromRedisValue>(
+    conn: &mut MultiplexedConnection,
+    fence: Option<&Fence>,
+    cmd: &redis::Cmd,
+) -> Result<T, Error> {
+    match fence {
+        Some(f) => f.query(conn, cmd).await,
+        None => cmd.query_async(conn).await.map_err(Error::from_redis),
+    }
 }
 
 /// Where the next read starts: our own pending entries from an `XPENDING`
@@ -131,18 +149,16 @@ pub(super) async fn reread_pel(
         if let Some((id, _)) = fetching.as_ref().filter(|(id, _)| p.in_pieces.contains(id)) {
             // Too large to be sent whole: claim it without its body, then
             // read it in pieces.
-            let claimed: Vec<String> = redis::cmd("XCLAIM")
-                .arg(&*p.stream)
+            let mut cmd = redis::cmd("XCLAIM");
+            cmd.arg(&*p.stream)
                 .arg(&*p.group)
                 .arg(&*p.consumer)
                 .arg(0)
                 .arg(id)
                 .arg("RETRYCOUNT")
                 .arg(run)
-                .arg("JUSTID")
-                .query_async(conn)
-                .await
-                .map_err(Error::from_redis)?;
+                .arg("JUSTID");
+            let claimed: Vec<String> = claim(conn, p.fence.as_ref(), &cmd).await?;
             if !claimed.is_empty() {
                 let fields = chunked::fetch_entry(conn, &p.stream, id.as_str()).await?;
                 out.push(Delivered {
@@ -156,17 +172,15 @@ pub(super) async fn reread_pel(
             *fetching = None;
             continue;
         }
-        let v: Value = redis::cmd("XCLAIM")
-            .arg(&*p.stream)
+        let mut cmd = redis::cmd("XCLAIM");
+        cmd.arg(&*p.stream)
             .arg(&*p.group)
             .arg(&*p.consumer)
             .arg(0)
             .arg(&ids)
             .arg("RETRYCOUNT")
-            .arg(run)
-            .query_async(conn)
-            .await
-            .map_err(Error::from_redis)?;
+            .arg(run);
+        let v: Value = claim(conn, p.fence.as_ref(), &cmd).await?;
         *fetching = None;
         let entries = reply::entries(v).map_err(|m| Error::unparsable("XCLAIM reply", m))?;
         out.extend(entries.into_iter().map(|raw| Delivered {
@@ -194,6 +208,10 @@ impl Loop {
     pub(super) fn start_read(&mut self, count: usize) {
         let s = &self.sub;
         let read = match &self.cursor {
+            Cursor::New if self.fence.is_some() => {
+                let fence = self.fence.clone().expect("checked");
+                Read::Fenced(fence, count, s.opts.block)
+            }
             Cursor::New => {
                 let mut cmd = redis::cmd("XREADGROUP");
                 cmd.arg("GROUP")
@@ -221,10 +239,12 @@ impl Loop {
                 fresh: self.fresh,
                 one_at_a_time: self.careful,
                 in_pieces: self.failed_sends.keys().cloned().collect(),
+                fence: self.fence.clone(),
             }),
         };
 
         let conn = self.reader.lend();
+        let (names, consumer) = (s.names.clone(), s.consumer.clone());
         let block = s.opts.block;
         let delay = self.retry_delay.take();
         let in_read = self.in_read.clone();
@@ -251,6 +271,11 @@ impl Loop {
             let mut fetching = None;
             let (result, pel) = match read {
                 Read::New(cmd) => (read_new(&mut conn, cmd).await, None),
+                Read::Fenced(fence, count, block) => {
+                    let (group, consumer) = (&*names.group, &*consumer);
+                    let read = fence.read_new(&mut conn, group, consumer, count, block);
+                    (read.await, None)
+                }
                 Read::Pel(p) => match reread_pel(&mut conn, p, &mut fetching).await {
                     Ok((entries, last)) => (Ok(entries), Some(last)),
                     Err(e) => (Err(e), None),
@@ -357,6 +382,9 @@ impl Loop {
             // the slot's owner again. A stream really deleted answers
             // NOGROUP there, and its group is created again then.
             class = Class::Routing;
+        }
+        if class == Class::LeaseLost {
+            return self.give_up(&e.to_string());
         }
         if !class.is_transient() {
             tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, "read failed; consumer ends");

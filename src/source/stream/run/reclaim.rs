@@ -105,10 +105,23 @@ impl Loop {
             cmd.arg(id);
         }
         cmd.arg("JUSTID");
-        let req = self.redis.send(Query("xclaim", cmd));
-        self.refreshing = Some(Box::pin(async move {
-            req.await.unwrap_or(Err(Error::ShutDown))
-        }));
+        self.refreshing = Some(self.claim(cmd));
+    }
+
+    /// Sends `cmd`, an `XCLAIM` to this consumer, on a shared connection;
+    /// in a partition, fenced by its lease (see
+    /// [`Fence`](crate::source::stream::ordered::Fence)).
+    pub(super) fn claim(&self, cmd: redis::Cmd) -> LocalBoxFuture<'static, Result<Value, Error>> {
+        match &self.fence {
+            Some(fence) => {
+                let req = self.redis.send(fence.eval(&cmd));
+                async move { req.await.unwrap_or(Err(Error::ShutDown)) }.boxed_local()
+            }
+            None => {
+                let req = self.redis.send(Query("xclaim", cmd));
+                async move { req.await.unwrap_or(Err(Error::ShutDown)) }.boxed_local()
+            }
+        }
     }
 
     /// What a refresh answered.
@@ -122,6 +135,10 @@ impl Loop {
             }
             Err(Error::ShutDown) => {
                 self.refresh.failed();
+            }
+            Err(e) if e.class() == Class::LeaseLost => {
+                self.refresh.failed();
+                self.give_up(&e.to_string());
             }
             Err(e) => {
                 let failed = self.refresh.failed();

@@ -19,9 +19,8 @@ use redis::Value;
 use tokio::time::Instant;
 
 use super::Loop;
-use crate::error::Error;
+use crate::error::{Class, Error};
 use crate::handler::Message;
-use crate::redis::Query;
 use crate::stream::EntryId;
 
 /// Waiting entries taken back (or not) with `XCLAIM … RETRYCOUNT`: the
@@ -60,11 +59,8 @@ impl Loop {
                 .arg("RETRYCOUNT")
                 .arg(run)
                 .arg("JUSTID");
-            let req = self.redis.send(Query("xclaim", cmd));
-            self.retry_claims.push(Box::pin(async move {
-                let answer = req.await.unwrap_or(Err(Error::ShutDown));
-                (msgs, answer)
-            }));
+            let req = self.claim(cmd);
+            self.retry_claims.push(Box::pin(async move { (msgs, req.await) }));
         }
     }
 
@@ -79,6 +75,13 @@ impl Loop {
                 Vec::new()
             }
             Err(Error::ShutDown) => return,
+            Err(e) if e.class() == Class::LeaseLost => {
+                for m in &msgs {
+                    self.release_key(&m.id);
+                    self.held.remove(&m.id);
+                }
+                return self.give_up(&e.to_string());
+            }
             Err(e) => {
                 tracing::warn!(
                     stream = %self.sub.names.name, entries = msgs.len(), error = %e,

@@ -8,14 +8,25 @@ use super::*;
 pub(super) type AckDone = (Result<Vec<EntryId>, AckError>, Duration);
 
 /// A dead-letter move that came back: the entry and what Redis said.
-pub(super) type DeadLetterDone = (Arc<DeadLetterEntry>, Result<Option<Moved>, Error>);
+pub(super) type DeadLetterDone = (Arc<DeadLetterEntry>, Result<MoveAnswer, Error>);
 
 impl Loop {
     /// Moves an entry to the dead-letter stream (see `DeadLetter`). The entry
     /// stays held, so it is kept fresh and never reclaimed meanwhile, and the
     /// move is retried with backoff until it is done or the broker shuts down.
     pub(super) fn dead_letter(&mut self, msg: Message, error: String) {
-        let order = self.dead_letter_order(&msg.id);
+        self.dead_letter_with(msg, error, false);
+    }
+
+    /// Moves an entry to the dead-letter stream because an earlier entry of
+    /// its key was dead-lettered (`fail_rest`), only while that mark is in
+    /// Redis: when the mark is gone, the entry runs instead.
+    pub(super) fn dead_letter_for_mark(&mut self, msg: Message, why: String) {
+        self.dead_letter_with(msg, why, true);
+    }
+
+    fn dead_letter_with(&mut self, msg: Message, error: String, because_marked: bool) {
+        let order = self.dead_letter_order(&msg.id, because_marked);
         let names = &self.sub.names;
         self.held.insert(msg.id.clone());
         let entry = Arc::new(DeadLetterEntry {
@@ -75,7 +86,7 @@ impl Loop {
 
     pub(super) fn on_dead_lettered(&mut self, (entry, res): DeadLetterDone) {
         match &res {
-            Ok(Some(moved)) if moved.trimmed > 0 => {
+            Ok(MoveAnswer::Moved(moved)) if moved.trimmed > 0 => {
                 self.metrics.dead_lettered.increment(1);
                 self.sub.board.dead_lettered();
                 self.metrics.dead_letters_trimmed.increment(moved.trimmed);
@@ -85,7 +96,7 @@ impl Loop {
                     "the dead-letter stream is at its cap: its oldest dead letters were removed"
                 )
             }
-            Ok(Some(moved)) => {
+            Ok(MoveAnswer::Moved(moved)) => {
                 self.metrics.dead_lettered.increment(1);
                 self.sub.board.dead_lettered();
                 match moved.entry_bytes {
@@ -97,7 +108,11 @@ impl Loop {
                     }
                 }
             }
-            Ok(None) => tracing::warn!(
+            Ok(MoveAnswer::Unmarked) => {
+                self.dead_letter_retry.succeeded();
+                return self.run_unmarked(&entry);
+            }
+            Ok(MoveAnswer::NotPending) => tracing::warn!(
                 stream = %entry.stream, id = %entry.id,
                 "entry was no longer pending for this consumer; not dead-lettered here"
             ),
@@ -122,13 +137,31 @@ impl Loop {
         if res.is_ok() {
             self.dead_letter_retry.succeeded();
         }
-        if let (Ok(Some(_)), Some(o)) = (&res, &entry.order) {
+        if let (Ok(MoveAnswer::Moved(_)), Some(o)) = (&res, &entry.order) {
             if o.mark.is_some() {
                 self.key_failed(&o.key, &entry.id);
             }
         }
         self.release_key(&entry.id);
         self.held.remove(&entry.id);
+    }
+
+    /// The mark that was to send `entry` after its key's failed entry is
+    /// gone (a redrive or an operator deleted it): the key runs again, and
+    /// the entry, still holding its key, goes to the front of the queue.
+    fn run_unmarked(&mut self, entry: &DeadLetterEntry) {
+        let (Some(o), Some(fields)) = (&entry.order, &entry.fields) else {
+            return;
+        };
+        self.key_unmarked(&o.key);
+        tracing::info!(stream = %entry.stream, id = %entry.id, key = %String::from_utf8_lossy(&o.key), "the key's fail_rest mark is gone; the entry runs instead of following the failed one");
+        self.queue.push_front(Queued {
+            id: entry.id.clone(),
+            fields: fields.to_vec(),
+            delivery_count: entry.delivery_count,
+            retried_here: true,
+            key: Some(o.key.clone()),
+        });
     }
 
     pub(super) fn send_acks(&mut self, delay: Option<Duration>) {
@@ -199,6 +232,7 @@ impl Loop {
             }
         };
         for id in &ids {
+            self.release_key(id);
             self.held.remove(id);
         }
     }

@@ -1,0 +1,187 @@
+//! The partition lease as a fence in Redis.
+//!
+//! A partition's consumer stops starting entries when its lease lapses on
+//! its own clock (see the parent module), but its commands may still be on
+//! their way: a read sent just before a network cut reaches the server
+//! after the cut heals, when another consumer owns the partition. Run
+//! as sent, such a late `XREADGROUP` would deliver entries into the old
+//! owner's PEL behind the new owner's back, and a late `XCLAIM` would take
+//! entries back from it — and those entries would run after newer entries
+//! of their keys.
+//!
+//! So every command by which a partition's consumer takes entries into its
+//! PEL (the read of new entries, the re-read and refresh of its own, a
+//! retry's take-back, a hand-back) runs in a script that first checks, on
+//! the server and in the same step, that the partition's lease still holds
+//! this consumer's token, and answers `LEASELOST <holder>` otherwise.
+//! Nothing it does is then possible without the lease.
+//!
+//! A script cannot block, so the read of new entries is a fenced
+//! `XREADGROUP` without `BLOCK`; when it finds nothing, the consumer waits
+//! with a plain `XREAD BLOCK` after the stream's last entry (which delivers
+//! nothing to a group and changes no PEL), then reads again.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+
+use crate::error::Error;
+use crate::redis::reply::{self, Delivered};
+use crate::source::stream::Subscription;
+
+/// KEYS: the partition, its lease. ARGV: the lease holder's token, then a
+/// command and its arguments. Runs the command only while the lease holds
+/// the token.
+const FENCED_LUA: &str = r#"
+local holder = redis.call('GET', KEYS[2])
+if holder ~= ARGV[1] then
+  return redis.error_reply('LEASELOST the partition lease is held by ' .. (holder or 'nobody'))
+end
+return redis.call(unpack(ARGV, 2))
+"#;
+
+static FENCED: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(FENCED_LUA));
+
+/// KEYS: the partition, its lease. ARGV: the token, group, consumer, count.
+/// While the lease holds the token: `XREADGROUP … COUNT <count> STREAMS
+/// <partition> >`, answered as is when it delivered something, else the id
+/// of the partition's last entry (`0-0` when empty), to wait after.
+const FENCED_READ_LUA: &str = r#"
+local holder = redis.call('GET', KEYS[2])
+if holder ~= ARGV[1] then
+  return redis.error_reply('LEASELOST the partition lease is held by ' .. (holder or 'nobody'))
+end
+local r = redis.call('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', ARGV[4], 'STREAMS', KEYS[1], '>')
+if r then return r end
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #last == 0 then return '0-0' end
+return last[1][1]
+"#;
+
+static FENCED_READ: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(FENCED_READ_LUA));
+
+/// A partition's lease as its commands' fence: the partition, the lease
+/// key (in the partition's hash slot) and this consumer's token.
+#[derive(Clone, Debug)]
+pub(crate) struct Fence {
+    partition: Arc<str>,
+    lease_key: Arc<str>,
+    token: Arc<str>,
+}
+
+impl Fence {
+    /// The fence of `sub` when it reads a partition of a stream ordered by
+    /// key; `None` for any other subscription.
+    pub(crate) fn of(sub: &Subscription) -> Option<Fence> {
+        sub.key_order.as_ref()?;
+        let lease = sub.lease.as_ref()?;
+        Some(Fence {
+            partition: sub.names.name.clone(),
+            lease_key: lease.key().into(),
+            token: lease.token().into(),
+        })
+    }
+
+    /// The keys and arguments of the fenced script that runs `cmd`.
+    fn wrap(&self, cmd: &redis::Cmd) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        let keys = vec![
+            self.partition.as_bytes().to_vec(),
+            self.lease_key.as_bytes().to_vec(),
+        ];
+        let mut args = vec![self.token.as_bytes().to_vec()];
+        args.extend(cmd.args_iter().filter_map(|a| match a {
+            redis::Arg::Simple(b) => Some(b.to_vec()),
+            _ => None,
+        }));
+        (keys, args)
+    }
+
+    /// `cmd`, fenced, as a message for the shared [`RedisActor`](crate::redis::RedisActor).
+    pub(crate) fn eval(&self, cmd: &redis::Cmd) -> crate::redis::Eval {
+        let (keys, args) = self.wrap(cmd);
+        crate::redis::Eval {
+            script: &FENCED,
+            keys,
+            args,
+        }
+    }
+
+    /// Runs `cmd`, fenced, on `conn` (the consumer's read connection).
+    ///
+    /// # Errors
+    /// `LEASELOST` when the lease is not this consumer's; what Redis
+    /// answers to `cmd`.
+    pub(crate) async fn query<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut MultiplexedConnection,
+        cmd: &redis::Cmd,
+    ) -> Result<T, Error> {
+        let (keys, args) = self.wrap(cmd);
+        let mut call = FENCED.prepare_invoke();
+        for k in keys {
+            call.key(k);
+        }
+        for a in args {
+            call.arg(a);
+        }
+        call.invoke_async(conn).await.map_err(Error::from_redis)
+    }
+
+    /// Reads up to `count` new entries of the partition for `consumer` of
+    /// `group`, fenced; when there are none, waits up to `block` for the
+    /// next one with `XREAD BLOCK` and answers none (the caller reads
+    /// again).
+    ///
+    /// # Errors
+    /// `LEASELOST` when the lease is not this consumer's; what Redis
+    /// answers.
+    pub(crate) async fn read_new(
+        &self,
+        conn: &mut MultiplexedConnection,
+        group: &str,
+        consumer: &str,
+        count: usize,
+        block: Duration,
+    ) -> Result<Vec<Delivered>, Error> {
+        let v: Value = FENCED_READ
+            .key(&*self.partition)
+            .key(&*self.lease_key)
+            .arg(&*self.token)
+            .arg(group)
+            .arg(consumer)
+            .arg(count)
+            .invoke_async(conn)
+            .await
+            .map_err(Error::from_redis)?;
+        let after = match v {
+            Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+            Value::SimpleString(s) => s,
+            v => {
+                let entries =
+                    reply::read_reply(v).map_err(|m| Error::unparsable("XREADGROUP reply", m))?;
+                return Ok(entries
+                    .into_iter()
+                    .map(|raw| Delivered {
+                        raw,
+                        delivery_count: 1,
+                    })
+                    .collect());
+            }
+        };
+        let _: Value = redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(1)
+            .arg("BLOCK")
+            .arg(block.as_millis() as u64)
+            .arg("STREAMS")
+            .arg(&*self.partition)
+            .arg(after)
+            .query_async(conn)
+            .await
+            .map_err(Error::from_redis)?;
+        Ok(Vec::new())
+    }
+}
