@@ -735,7 +735,11 @@ async fn a_read_that_reaches_the_server_after_the_lease_moved_delivers_nothing()
         delivered.is_empty(),
         "entries delivered without the lease: {delivered:?}"
     );
-    assert_eq!(seen.lock().unwrap().done.len(), 10, "nothing ran without the lease");
+    assert_eq!(
+        seen.lock().unwrap().done.len(),
+        10,
+        "nothing ran without the lease"
+    );
     // The lease back to nobody: c1 takes the partition again and goes on.
     let _: () = c.del(lease).unwrap();
     eventually("16 handled", WAIT, || seen.lock().unwrap().done.len() == 16).await;

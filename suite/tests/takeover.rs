@@ -161,7 +161,11 @@ impl Scene {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
-        env.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        env.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
         Scene {
             redis,
             partitions,
@@ -453,7 +457,10 @@ impl Scene {
         );
         let mut broken = Vec::new();
         for (what, v) in [
-            ("keys whose first runs are out of publish order", &out_of_order),
+            (
+                "keys whose first runs are out of publish order",
+                &out_of_order,
+            ),
             ("re-runs after a newer entry of the key", &after_newer),
             ("runs of one key at once", &overlaps),
             ("re-runs without a kill or fault", &unexplained),
@@ -475,6 +482,37 @@ fn list(runs: &[Run]) -> String {
         .map(Run::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// When a worker's log line was written (its leading RFC 3339 UTC
+/// timestamp, `2026-01-02T03:04:05.678901Z`), in ms since the epoch.
+fn log_ms(line: &str) -> Option<u64> {
+    let ts = line.split_whitespace().next()?.strip_suffix('Z')?;
+    let (date, time) = ts.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<u64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.split(':').map(|p| p.parse::<u64>());
+    let (h, min, sec) = (t.next()?.ok()?, t.next()?.ok()?, t.next()?.ok()?);
+    let ms: u64 = format!("{frac:0<3}")[..3].parse().ok()?;
+    // Days since 1970-01-01 of a civil date (H. Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let (era, yoe) = (y / 400, y % 400);
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = (era * 146_097 + doe).checked_sub(719_468)?;
+    Some(((days * 24 + h) * 60 + min) * 60_000 + sec * 1000 + ms)
+}
+
+#[test]
+fn log_lines_timestamps_read_as_ms_since_the_epoch() {
+    assert_eq!(log_ms("1970-01-01T00:00:00.000000Z  WARN x"), Some(0));
+    assert_eq!(
+        log_ms("2026-12-02T17:42:17.719053Z  INFO rillkit::x: y"),
+        Some(1_796_233_337_719)
+    );
+    assert_eq!(log_ms("2000-03-01T00:00:01Z"), Some(951_868_801_000));
+    assert_eq!(log_ms("not a log line"), None);
 }
 
 /// Partition `p`'s lease key.
@@ -724,11 +762,17 @@ fn a_member_cut_off_from_redis_stops_at_its_lease_lapse_and_its_partitions_move(
         slack: 1000,
     });
     s.settle(&BTreeSet::new());
-    eventually_blocking("c's WARN saying its lease lapsed", WAIT, || {
+    // c said so itself, on its own clock, while still cut off.
+    let warned = |s: &Scene| {
         s.workers[c]
             .log()
             .iter()
-            .any(|l| l.contains(" WARN ") && l.contains("lease lapsed"))
+            .filter(|l| l.contains(" WARN ") && l.contains("lease lapsed"))
+            .filter_map(|l| log_ms(l))
+            .collect::<Vec<u64>>()
+    };
+    eventually_blocking("c's WARN saying its lease lapsed", WAIT, || {
+        !warned(&s).is_empty()
     });
     s.stop_all();
     leases.finish();
@@ -752,14 +796,17 @@ fn a_member_cut_off_from_redis_stops_at_its_lease_lapse_and_its_partitions_move(
             )
         })
         .collect();
-    let warned_in_cut = s.workers[c]
-        .log()
-        .iter()
-        .position(|l| l.contains(" WARN ") && l.contains("lease lapsed"));
+    let warned_at: Vec<u64> = warned(&s).iter().map(|t| t.saturating_sub(cut)).collect();
     eprintln!(
-        "figures: d ran c's partitions at cut+{} ms; c started {} runs after its lease lapsed without owning the partition; c's lease-lapsed WARN at log line {warned_in_cut:?}",
+        "figures: d ran c's partitions at cut+{} ms; c started {} runs after its lease lapsed without owning the partition; c's lease-lapsed WARNs at cut+{warned_at:?} ms, restored at cut+{} ms",
         moved(&s).map_or(0, |t| t - cut),
-        late.len()
+        late.len(),
+        restore - cut
+    );
+    assert!(
+        warned(&s).iter().any(|t| (cut..restore).contains(t)),
+        "c logged no WARN saying its lease lapsed while cut off (cut+{warned_at:?} ms; restored at cut+{} ms)",
+        restore - cut
     );
     let broken = late.len();
     s.check(&BTreeSet::new());

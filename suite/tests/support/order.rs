@@ -25,7 +25,11 @@ pub struct Run {
 
 impl std::fmt::Display for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}#{} by {} at {}", self.key, self.seq, self.who, self.start)?;
+        write!(
+            f,
+            "{}#{} by {} at {}",
+            self.key, self.seq, self.who, self.start
+        )?;
         match self.end {
             Some(e) => write!(f, "..{e}"),
             None => write!(f, "..(never ended)"),
