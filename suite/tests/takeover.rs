@@ -652,16 +652,19 @@ fn a_share_out_to_a_joining_member_keeps_each_keys_order_and_runs_nothing_twice(
     s.check(&BTreeSet::new());
 }
 
+/// Samples of the partitions' owners: (ms, owner by partition).
+type Samples = Arc<Mutex<Vec<(u64, Vec<Option<String>>)>>>;
+
 /// The owner of each partition every ~20 ms, as (ms, owners by partition).
 struct LeaseLog {
-    samples: Arc<Mutex<Vec<(u64, Vec<Option<String>>)>>>,
+    samples: Samples,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl LeaseLog {
     fn start(url: String, partitions: u16) -> LeaseLog {
-        let samples: Arc<Mutex<Vec<(u64, Vec<Option<String>>)>>> = Default::default();
+        let samples: Samples = Default::default();
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (samples.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
