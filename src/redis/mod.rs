@@ -375,7 +375,9 @@ impl Handler<DeadLetter> for RedisActor {
                 Value::Int(0) => Ok(MoveAnswer::Unmarked),
                 v => {
                     let (id, trimmed, bytes): (String, u64, i64) = redis::from_redis_value(v)
-                        .map_err(|e| Error::unparsable("dead-letter script reply", e.to_string()))?;
+                        .map_err(|e| {
+                            Error::unparsable("dead-letter script reply", e.to_string())
+                        })?;
                     Ok(MoveAnswer::Moved(Moved {
                         id: EntryId(id),
                         trimmed,

@@ -197,6 +197,15 @@ impl ConsumerOptions {
     /// the name) stops reading, drains and ends with that error; its
     /// supervisor restarts it, and it waits for the lease again.
     ///
+    /// In a stream [ordered by key](crate::Stream::ordered_by) the same TTL
+    /// is that of the group's membership and of each partition's lease
+    /// (`<partition's slot>:rillkit:owner:<group>`). A partition's lease is
+    /// a fence: the owner's reads and claims check it on the server, and an
+    /// owner whose lease lapses on its own clock (no renewal confirmed for a
+    /// TTL) gives the partition up at once, dropping its running handlers
+    /// (their entries stay pending for the next owner). Keep blocking work
+    /// in a handler, which cannot be cancelled, shorter than the TTL.
+    ///
     /// The ACL user needs `+eval +evalsha +get +set +pttl +del` on keys
     /// `rillkit:lease:*`.
     #[must_use]

@@ -214,7 +214,11 @@ pub(crate) async fn consume(
     if r.error.is_none() && r.panic.is_none() && !r.timed_out && !r.lease_lost {
         lp.leave_group().await;
     }
-    lp.release_lease().await;
+    if !lp.report.lease_lost {
+        // A partition given up leaves its lease alone: it lapsed here or
+        // is held elsewhere, and the server may not answer now (a cut).
+        lp.release_lease().await;
+    }
     lp.sub.board.set_owned(false);
     lp.sub.board.set_failed_keys(0);
     lp.reader.quit().await;

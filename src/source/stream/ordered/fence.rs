@@ -60,8 +60,7 @@ if #last == 0 then return '0-0' end
 return last[1][1]
 "#;
 
-static FENCED_READ: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(FENCED_READ_LUA));
+static FENCED_READ: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(FENCED_READ_LUA));
 
 /// A partition's lease as its commands' fence: the partition, the lease
 /// key (in the partition's hash slot) and this consumer's token.

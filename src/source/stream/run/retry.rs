@@ -60,7 +60,8 @@ impl Loop {
                 .arg(run)
                 .arg("JUSTID");
             let req = self.claim(cmd);
-            self.retry_claims.push(Box::pin(async move { (msgs, req.await) }));
+            self.retry_claims
+                .push(Box::pin(async move { (msgs, req.await) }));
         }
     }
 
