@@ -28,6 +28,7 @@
 //! | `RILLKIT_PARTITIONS` | 16 | partitions of an ordered stream |
 //! | `RILLKIT_ON_KEY_FAILURE` | `skip` | `skip` or `fail_rest` ([`ConsumerOptions::with_on_key_failure`](rillkit::ConsumerOptions::with_on_key_failure)) |
 //! | `RILLKIT_BATCH` | unset | `<n>`: a batch handler of up to n entries (streams and lists; [`BrokerBuilder::subscribe_batch`](rillkit::BrokerBuilder::subscribe_batch)), printing `batch <size>` once per batch |
+//! | `RILLKIT_PRINT_RUNS` | unset | `1`: also print `start <id> delivery <n> at <ms>` when a run starts and `end <id> delivery <n> at <ms> <ok\|failed\|dropped>` when it ends (`dropped`: its future was dropped before it ended) |
 //!
 //! Entries hold JSON objects `{"id": <u64>, "sleep_ms": <u64>?, "fail": <bool>?,
 //! "panic": <bool>?, "exit": <bool>?}`: the handler sleeps `sleep_ms`; `fail`
@@ -64,8 +65,66 @@ struct Task {
     exit: bool,
 }
 
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// With `RILLKIT_PRINT_RUNS`, prints a run's `start` line when made and its
+/// `end` line when it ends: `ok`/`failed` as [`Run::ended`] says, else
+/// `dropped` (the future was dropped) or `panicked`.
+struct Run {
+    id: u64,
+    delivery: u64,
+    ended: Option<&'static str>,
+}
+
+impl Run {
+    fn start(id: u64, delivery: u64) -> Option<Run> {
+        std::env::var_os("RILLKIT_PRINT_RUNS")?;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "start {id} delivery {delivery} at {}", now_ms());
+        let _ = out.flush();
+        Some(Run {
+            id,
+            delivery,
+            ended: None,
+        })
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let how = match self.ended {
+            Some(how) => how,
+            None if std::thread::panicking() => "panicked",
+            None => "dropped",
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "end {} delivery {} at {} {how}",
+            self.id,
+            self.delivery,
+            now_ms()
+        );
+        let _ = out.flush();
+    }
+}
+
 /// Runs one task as its fields ask.
 async fn handle(task: Task, delivery: u64) -> HandlerResult {
+    let mut run = Run::start(task.id, delivery);
+    let result = run_task(task, delivery).await;
+    if let Some(run) = &mut run {
+        run.ended = Some(if result.is_ok() { "ok" } else { "failed" });
+    }
+    result
+}
+
+async fn run_task(task: Task, delivery: u64) -> HandlerResult {
     if task.sleep_ms > 0 {
         tokio::time::sleep(Duration::from_millis(task.sleep_ms)).await;
     }
@@ -83,9 +142,7 @@ async fn handle(task: Task, delivery: u64) -> HandlerResult {
         )));
     }
     let mut out = std::io::stdout().lock();
-    let at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
+    let at = now_ms();
     let _ = writeln!(out, "handled {} delivery {delivery} at {at}", task.id);
     let _ = out.flush();
     Ok(())

@@ -15,7 +15,7 @@ use redis::Commands;
 use rillkit::prelude::*;
 use rillkit::{OnKeyFailure, RetryBackoff, Topology, partition_of};
 use serde::{Deserialize, Serialize};
-use support::{RedisServer, Worker, eventually, eventually_blocking};
+use support::{RedisServer, Worker, eventually, eventually_blocking, order};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -110,20 +110,22 @@ fn handler(
 }
 
 /// For every key, the first runs of its entries in publish order (`seq`):
-/// the keys whose order was broken.
+/// the keys whose order was broken (`support::order`, the runs in the order
+/// they started).
 fn out_of_order(seen: &Seen) -> Vec<String> {
-    let mut first: HashMap<&str, Vec<u64>> = HashMap::new();
-    let mut started: HashSet<(&str, u64)> = HashSet::new();
-    for (k, seq) in &seen.starts {
-        if started.insert((k.as_str(), *seq)) {
-            first.entry(k.as_str()).or_default().push(*seq);
-        }
-    }
-    first
-        .into_iter()
-        .filter(|(_, seqs)| seqs.windows(2).any(|w| w[0] > w[1]))
-        .map(|(k, seqs)| format!("{k}: {seqs:?}"))
-        .collect()
+    let runs: Vec<order::Run> = seen
+        .starts
+        .iter()
+        .enumerate()
+        .map(|(i, (key, seq))| order::Run {
+            key: key.clone(),
+            seq: *seq,
+            start: i as u64,
+            end: None,
+            who: 0,
+        })
+        .collect();
+    order::out_of_order(&runs)
 }
 
 /// Appends `events` with a plain client (`XADD` into the partition
@@ -487,22 +489,6 @@ async fn a_consumer_or_producer_with_another_partition_count_is_refused() {
     assert_eq!(first.stop().await.unwrap().exit_code(), 0);
 }
 
-/// `handled <id> delivery <n> at <ms>` lines as (id, ms).
-fn handled_at(w: &Worker) -> Vec<(u64, u64)> {
-    w.lines()
-        .iter()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            match f.as_slice() {
-                ["handled", id, "delivery", _, "at", ms] => {
-                    Some((id.parse().ok()?, ms.parse().ok()?))
-                }
-                _ => None,
-            }
-        })
-        .collect()
-}
-
 #[test]
 fn three_workers_with_one_killed_handle_every_entry_and_keep_each_keys_order() {
     support::init_tracing();
@@ -519,6 +505,8 @@ fn three_workers_with_one_killed_handle_every_entry_and_keep_each_keys_order() {
                 // Long: the dead worker's entries come back through the
                 // partition's hand-over, not through the reclaimer.
                 ("RILLKIT_CLAIM_IDLE_MS", "20000"),
+                // A line when each run starts (support::order reads them).
+                ("RILLKIT_PRINT_RUNS", "1"),
             ],
         )
     };
@@ -575,20 +563,24 @@ fn three_workers_with_one_killed_handle_every_entry_and_keep_each_keys_order() {
             .collect();
         ids.len() == total as usize
     });
-    // First runs per key in publish order (by the time each printed its
-    // line, ms since the epoch, on one machine).
-    let mut first: HashMap<u64, u64> = HashMap::new();
-    for (id, at) in workers.iter().flat_map(handled_at) {
-        let e = first.entry(id).or_insert(at);
-        *e = (*e).min(at);
-    }
-    let mut broken = Vec::new();
-    for key in 0..32u64 {
-        let times: Vec<u64> = (0..40).map(|seq| first[&(seq * 32 + key)]).collect();
-        if times.windows(2).any(|w| w[0] > w[1]) {
-            broken.push((key, times));
-        }
-    }
+    // First runs per key in publish order (by when each started, ms since
+    // the epoch, on one machine).
+    let runs: Vec<order::Run> = workers
+        .iter()
+        .enumerate()
+        .flat_map(|(who, w)| {
+            order::worker_runs(&w.lines())
+                .into_iter()
+                .map(move |r| order::Run {
+                    key: format!("key-{}", r.id % 32),
+                    seq: r.id / 32,
+                    start: r.start,
+                    end: r.end.map(|(at, _)| at),
+                    who,
+                })
+        })
+        .collect();
+    let broken = order::out_of_order(&runs);
     assert!(broken.is_empty(), "keys run out of order: {broken:?}");
     for w in workers.iter_mut().step_by(2) {
         w.signal("TERM");

@@ -20,7 +20,9 @@ use process::Process;
 
 pub mod cluster;
 mod loading;
+pub mod order;
 mod process;
+pub mod proxy;
 pub mod runs;
 pub mod sentinel;
 pub mod server;
