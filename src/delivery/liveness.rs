@@ -207,6 +207,42 @@ impl Liveness {
     }
 }
 
+/// Until when a claim holds, as its loop last saw it (`None`: no limit
+/// known yet), shared with the work it guards.
+pub(crate) type HeldUntil = Rc<Cell<Option<Instant>>>;
+
+/// A future that is polled only while a claim holds: from the instant it
+/// lapses (on this process's clock) its inner future is never polled again,
+/// so none of its code runs past the lapse, whatever else the thread did
+/// first (a long blocking handler beside it, a pause). The loop that
+/// owns the claim drops it then.
+pub(crate) struct WhileHeld<F> {
+    inner: F,
+    until: HeldUntil,
+}
+
+impl<F> WhileHeld<F> {
+    pub(crate) fn new(inner: F, until: HeldUntil) -> Self {
+        WhileHeld { inner, until }
+    }
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for WhileHeld<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        if self.until.get().is_some_and(|u| Instant::now() >= u) {
+            // Lapsed: the loop's lapse alarm, due at the same instant, drops
+            // this future.
+            return std::task::Poll::Pending;
+        }
+        std::pin::Pin::new(&mut self.inner).poll(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -268,7 +268,7 @@ pub(crate) struct DeadLetter(pub Arc<DeadLetterEntry>);
 const DEAD_LETTER_LUA: &str = r#"
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if #p == 0 or p[1][2] ~= ARGV[3] then return false end
-if ARGV[7] == '1' and redis.call('HEXISTS', KEYS[3], ARGV[6]) == 0 then return 0 end
+if ARGV[7] == '1' and ARGV[6] ~= '' and redis.call('HEXISTS', KEYS[3], ARGV[6]) == 0 then return 0 end
 if not redis.acl_check_cmd('XADD', KEYS[2], '*', 'f', 'v') then
   return redis.error_reply('NOPERM this user has no permissions to run the xadd command on the dead-letter stream ' .. KEYS[2])
 end

@@ -32,7 +32,7 @@ use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
 use crate::delivery::drain::Progress;
 use crate::delivery::handler::{self, Ran, Run};
-use crate::delivery::liveness::{Liveness, Stall};
+use crate::delivery::liveness::{HeldUntil, Liveness, Stall, WhileHeld};
 use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader, late};
 use crate::delivery::retry::RetryQueue;
 use crate::error::Class;
@@ -45,7 +45,7 @@ use crate::redis::{
     Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, MoveAnswer, Query, RedisActor,
 };
 use crate::source::stream::hygiene::Taken;
-use crate::source::stream::ordered::Fence;
+use crate::source::stream::ordered::{Fence, FencedRead};
 use crate::status::SubscriptionState;
 use crate::stream::EntryId;
 use crate::telemetry::ConsumerMetrics;
@@ -157,6 +157,8 @@ pub(crate) async fn consume(
         gathering: Default::default(),
         fence,
         given_up: false,
+        newest: None,
+        lease_until: HeldUntil::default(),
     };
     let mut stop = stop;
     if let Some(lease) = &lp.sub.lease {
@@ -184,6 +186,14 @@ pub(crate) async fn consume(
             Ok(gate) => {
                 lp.sub.board.set_failed_keys(gate.failed_count());
                 lp.gate = Some(gate);
+            }
+            Err(e) if e.class() == Class::LeaseLost => {
+                // Lost between its take and the take-over (a failover, a
+                // reply that came late): taken again through the lease.
+                tracing::warn!(stream = %lp.sub.names.name, consumer = %lp.sub.consumer, error = %e, "the partition's lease lapsed or is held elsewhere before its pending entries were taken; waiting for it again");
+                lp.report.lease_lost = true;
+                lp.sub.board.set_owned(false);
+                return lp.report;
             }
             Err(e) => {
                 lp.release_lease().await;
@@ -343,6 +353,13 @@ struct Loop {
     /// The partition was given up (its lease lapsed or is held elsewhere):
     /// the loop ends without a drain.
     given_up: bool,
+    /// The newest entry id a read brought this loop (new entries, or a
+    /// page of its own PEL): a partition's fenced read checks that the PEL
+    /// holds nothing newer it never received.
+    newest: Option<EntryId>,
+    /// Until when the lease holds, as of this turn of the loop: a
+    /// partition's handlers are polled only until then.
+    lease_until: HeldUntil,
 }
 
 impl Loop {
@@ -355,6 +372,9 @@ impl Loop {
             (Alarm::new(), Alarm::new(), Alarm::new());
         let mut pause = self.sub.board.pause_watch();
         loop {
+            if self.fence.is_some() && !self.given_up && !self.lease_ok() {
+                self.give_up("no renewal of the lease was confirmed within its TTL");
+            }
             if self.deadline.is_none() {
                 self.pause_turn();
                 // A batch decodes all its entries when it starts: the next
@@ -428,6 +448,8 @@ impl Loop {
             let progress_due = self.progress.as_ref().map(Progress::due);
             let retry_at = self.waiting.next_due().filter(|_| self.deadline.is_none());
             let renew_at = self.lease.as_ref().and_then(Liveness::due);
+            self.lease_until
+                .set(self.lease.as_ref().and_then(Liveness::lapses_at));
             // A partition is given up the moment its lease lapses here.
             let lapse_at = self
                 .lease
@@ -760,7 +782,7 @@ async fn take_partition(
                 return Ok(order::Gate::new(failed));
             }
             Err(e @ Error::ShutDown) => return Err(e),
-            Err(e) if !e.class().is_transient() => return Err(e),
+            Err(e) if !e.class().is_transient() || e.class() == Class::LeaseLost => return Err(e),
             Err(e) => e,
         };
         let (delay, log) = retry.failed();

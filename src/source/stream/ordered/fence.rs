@@ -20,6 +20,14 @@
 //! `XREADGROUP` without `BLOCK`; when it finds nothing, the consumer waits
 //! with a plain `XREAD BLOCK` after the stream's last entry (which delivers
 //! nothing to a group and changes no PEL), then reads again.
+//!
+//! The token is the process's, so the fence cannot tell this loop's
+//! commands from those of an earlier connection of the same process (a read
+//! whose connection was dropped, its bytes still retransmitted; the loop
+//! before a restart). So the fenced read also checks that this consumer's
+//! PEL holds nothing newer than the newest entry the loop knows of; if it
+//! does, a late read of this process delivered it, and the loop re-reads
+//! its pending entries (in id order) before anything newer.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -44,14 +52,21 @@ return redis.call(unpack(ARGV, 2))
 
 static FENCED: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(FENCED_LUA));
 
-/// KEYS: the partition, its lease. ARGV: the token, group, consumer, count.
-/// While the lease holds the token: `XREADGROUP … COUNT <count> STREAMS
-/// <partition> >`, answered as is when it delivered something, else the id
-/// of the partition's last entry (`0-0` when empty), to wait after.
+/// KEYS: the partition, its lease. ARGV: the token, group, consumer, count,
+/// the newest entry id the loop knows of (empty: none). While the lease
+/// holds the token: `STRAYS` when the consumer's PEL holds an entry newer
+/// than that; else `XREADGROUP … COUNT <count> STREAMS <partition> >`,
+/// answered as is when it delivered something, else the id of the
+/// partition's last entry (`0-0` when empty), to wait after.
 const FENCED_READ_LUA: &str = r#"
 local holder = redis.call('GET', KEYS[2])
 if holder ~= ARGV[1] then
   return redis.error_reply('LEASELOST the partition lease is held by ' .. (holder or 'nobody'))
+end
+local after = '-'
+if ARGV[5] ~= '' then after = '(' .. ARGV[5] end
+if #redis.call('XPENDING', KEYS[1], ARGV[2], after, '+', 1, ARGV[3]) > 0 then
+  return redis.status_reply('STRAYS')
 end
 local r = redis.call('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', ARGV[4], 'STREAMS', KEYS[1], '>')
 if r then return r end
@@ -132,7 +147,8 @@ impl Fence {
     /// Reads up to `count` new entries of the partition for `consumer` of
     /// `group`, fenced; when there are none, waits up to `block` for the
     /// next one with `XREAD BLOCK` and answers none (the caller reads
-    /// again).
+    /// again). `newest` is the newest entry the loop knows of: a newer one
+    /// in the consumer's PEL is answered as [`FencedRead::Strays`].
     ///
     /// # Errors
     /// `LEASELOST` when the lease is not this consumer's; what Redis
@@ -144,7 +160,8 @@ impl Fence {
         consumer: &str,
         count: usize,
         block: Duration,
-    ) -> Result<Vec<Delivered>, Error> {
+        newest: Option<&str>,
+    ) -> Result<FencedRead, Error> {
         let v: Value = FENCED_READ
             .key(&*self.partition)
             .key(&*self.lease_key)
@@ -152,22 +169,25 @@ impl Fence {
             .arg(group)
             .arg(consumer)
             .arg(count)
+            .arg(newest.unwrap_or(""))
             .invoke_async(conn)
             .await
             .map_err(Error::from_redis)?;
         let after = match v {
+            Value::SimpleString(s) if s == "STRAYS" => return Ok(FencedRead::Strays),
             Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-            Value::SimpleString(s) => s,
             v => {
                 let entries =
                     reply::read_reply(v).map_err(|m| Error::unparsable("XREADGROUP reply", m))?;
-                return Ok(entries
-                    .into_iter()
-                    .map(|raw| Delivered {
-                        raw,
-                        delivery_count: 1,
-                    })
-                    .collect());
+                return Ok(FencedRead::Entries(
+                    entries
+                        .into_iter()
+                        .map(|raw| Delivered {
+                            raw,
+                            delivery_count: 1,
+                        })
+                        .collect(),
+                ));
             }
         };
         let _: Value = redis::cmd("XREAD")
@@ -181,6 +201,15 @@ impl Fence {
             .query_async(conn)
             .await
             .map_err(Error::from_redis)?;
-        Ok(Vec::new())
+        Ok(FencedRead::Entries(Vec::new()))
     }
+}
+
+/// What a fenced read of new entries found.
+pub(crate) enum FencedRead {
+    /// New entries, each on its first delivery (none: the wait ended).
+    Entries(Vec<Delivered>),
+    /// The consumer's PEL holds entries newer than any the loop knows of:
+    /// a late read of this process delivered them. Nothing was read.
+    Strays,
 }

@@ -45,7 +45,7 @@ use crate::error::{ConfigError, Error};
 use crate::order::{OnKeyFailure, Order, partition_name};
 use crate::redis::{Eval, Query, RedisActor};
 
-pub(crate) use fence::Fence;
+pub(crate) use fence::{Fence, FencedRead};
 pub(crate) use run::consume;
 
 /// What makes a subscription the reader of an ordered stream.

@@ -80,9 +80,15 @@ impl Loop {
                 if msg.delivery_count > 1 {
                     self.metrics.redelivered.increment(1);
                 }
-                self.running.push(Box::pin(
-                    running.map(move |run| Finished { msg, run }.into()),
-                ));
+                let running = running.map(move |run| Finished { msg, run }.into());
+                if self.fence.is_some() {
+                    // A partition's handler runs only while its lease holds.
+                    let until = self.lease_until.clone();
+                    let guarded = WhileHeld::new(running.boxed_local(), until);
+                    self.running.push(Box::pin(guarded));
+                } else {
+                    self.running.push(Box::pin(running));
+                }
             }
             Err(Run {
                 ran: Ran::Undecodable(why),

@@ -237,6 +237,10 @@ impl Loop {
     /// Why the entry `id` must not run: its key is marked failed
     /// (`fail_rest`).
     pub(super) fn key_marked(&self, id: &EntryId) -> Option<String> {
+        if self.key_order()?.on_failure != OnKeyFailure::FailRest {
+            // Marks left by an earlier `fail_rest` configuration: not ours.
+            return None;
+        }
         let gate = self.gate.as_ref()?;
         let key = gate.key_of.get(id)?;
         let first = gate.failed.get(key)?;

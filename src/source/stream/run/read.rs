@@ -18,14 +18,17 @@ pub(super) struct ReadDone {
     /// The one pending entry (and the delivery count of its run) whose
     /// fetch was on the wire when the read failed.
     pub(super) fetching: Option<(EntryId, u64)>,
+    /// A fenced read found entries in this consumer's PEL that the loop
+    /// does not know of (see [`FencedRead::Strays`]).
+    pub(super) strays: bool,
 }
 
 /// The read to send: new entries, or a page of this consumer's own PEL.
 pub(super) enum Read {
     New(redis::Cmd),
     /// New entries of a partition, fenced by its lease: the fence, the
-    /// count, the block.
-    Fenced(Fence, usize, Duration),
+    /// count, the block, the newest entry the loop knows of.
+    Fenced(Fence, usize, Duration, Option<EntryId>),
     Pel(PelRead),
 }
 
@@ -210,7 +213,7 @@ impl Loop {
         let read = match &self.cursor {
             Cursor::New if self.fence.is_some() => {
                 let fence = self.fence.clone().expect("checked");
-                Read::Fenced(fence, count, s.opts.block)
+                Read::Fenced(fence, count, s.opts.block, self.newest.clone())
             }
             Cursor::New => {
                 let mut cmd = redis::cmd("XREADGROUP");
@@ -261,6 +264,7 @@ impl Loop {
                         result: Err(e),
                         late: false,
                         fetching: None,
+                        strays: false,
                     };
                 }
             };
@@ -269,12 +273,21 @@ impl Loop {
             in_read.set(true);
             let sent = tokio::time::Instant::now();
             let mut fetching = None;
+            let mut strays = false;
             let (result, pel) = match read {
                 Read::New(cmd) => (read_new(&mut conn, cmd).await, None),
-                Read::Fenced(fence, count, block) => {
+                Read::Fenced(fence, count, block, newest) => {
                     let (group, consumer) = (&*names.group, &*consumer);
-                    let read = fence.read_new(&mut conn, group, consumer, count, block);
-                    (read.await, None)
+                    let newest = newest.as_ref().map(EntryId::as_str);
+                    let read = fence.read_new(&mut conn, group, consumer, count, block, newest);
+                    match read.await {
+                        Ok(FencedRead::Entries(entries)) => (Ok(entries), None),
+                        Ok(FencedRead::Strays) => {
+                            strays = true;
+                            (Ok(Vec::new()), None)
+                        }
+                        Err(e) => (Err(e), None),
+                    }
                 }
                 Read::Pel(p) => match reread_pel(&mut conn, p, &mut fetching).await {
                     Ok((entries, last)) => (Ok(entries), Some(last)),
@@ -292,6 +305,7 @@ impl Loop {
                 result,
                 late: late(sent, block),
                 fetching,
+                strays,
             }
         }));
     }
@@ -320,6 +334,22 @@ impl Loop {
         };
         self.read_retry.succeeded();
         self.sub.board.read_ok();
+        if done.strays {
+            tracing::warn!(stream = %self.sub.names.name, consumer = %self.sub.consumer, "this consumer's pending entries hold entries it never received (a read of this process that reached Redis late); re-reading them first");
+            self.cursor = Cursor::Pending("-".into());
+        }
+        let newest = entries.iter().map(|d| &d.raw.id);
+        let newest = match &done.pel {
+            Some(Some(last)) => newest
+                .chain(std::iter::once(last))
+                .max_by_key(|id| id.parts()),
+            _ => newest.max_by_key(|id| id.parts()),
+        };
+        if let Some(id) = newest
+            && self.newest.as_ref().is_none_or(|n| n.parts() < id.parts())
+        {
+            self.newest = Some(id.clone());
+        }
         match done.pel {
             Some(Some(last)) => self.cursor = Cursor::Pending(format!("({last}")),
             Some(None) => {

@@ -159,7 +159,8 @@ impl Loop {
             id: entry.id.clone(),
             fields: fields.to_vec(),
             delivery_count: entry.delivery_count,
-            retried_here: true,
+            // A redelivery never run here still runs alone.
+            retried_here: entry.delivery_count <= 1,
             key: Some(o.key.clone()),
         });
     }
