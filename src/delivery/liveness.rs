@@ -310,6 +310,30 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn work_guarded_by_a_claim_is_not_polled_past_its_lapse() {
+        use std::future::Future;
+        use std::task::{Context, Poll};
+        let polls = Rc::new(Cell::new(0));
+        let counted = polls.clone();
+        let inner = Box::pin(std::future::poll_fn(move |_| {
+            counted.set(counted.get() + 1);
+            Poll::<()>::Pending
+        }));
+        let until: HeldUntil = Rc::new(Cell::new(Some(Instant::now() + Duration::from_secs(1))));
+        let mut guarded = WhileHeld::new(inner, until.clone());
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(std::pin::Pin::new(&mut guarded).poll(&mut cx).is_pending());
+        assert_eq!(polls.get(), 1);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(std::pin::Pin::new(&mut guarded).poll(&mut cx).is_pending());
+        assert_eq!(polls.get(), 1, "not polled at the lapse");
+        // A renewal confirmed meanwhile: polled again.
+        until.set(Some(Instant::now() + Duration::from_secs(1)));
+        assert!(std::pin::Pin::new(&mut guarded).poll(&mut cx).is_pending());
+        assert_eq!(polls.get(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_claim_not_yet_confirmed_holds_and_is_renewed_at_once() {
         let l = Liveness::new(Duration::from_secs(9), None, Stall::new(Duration::ZERO));
         assert!(l.holds());

@@ -823,3 +823,57 @@ async fn a_fail_rest_keys_dead_letters_redriven_while_its_owner_runs_run_in_orde
     seen.assert_each_key_in_order();
     assert_eq!(seen.starts_of("k1"), [0, 1, 1, 1, 2, 3, 4, 5]);
 }
+
+/// A read of this process that reaches Redis late (its connection dropped,
+/// its bytes still retransmitted) passes the lease's fence, as the token is
+/// this process's, and delivers entries the loop never receives: the next
+/// fenced read finds them in the consumer's PEL and they run first, in
+/// order, before anything newer of their keys.
+#[actix_rt::test]
+async fn entries_a_late_read_of_this_process_delivered_run_before_newer_ones() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("late", "g").ordered_by("key", 1);
+    let seen: Shared = Default::default();
+    let broker = Broker::builder(redis.url())
+        .subscribe(&s, opts("c1"), handler(seen.clone(), 0))
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    eventually("the partition owned", WAIT, || {
+        broker.status().subscriptions[0].partitions[0].owned
+    })
+    .await;
+    // Appended and read as `c1` in one transaction: the consumer's own
+    // loop cannot read them first.
+    let mut c = redis.conn();
+    let mut tx = redis::pipe();
+    tx.atomic();
+    for e in &events(2, 3) {
+        tx.cmd("XADD")
+            .arg("late:p0")
+            .arg("*")
+            .arg("data")
+            .arg(serde_json::to_string(e).unwrap())
+            .ignore();
+    }
+    tx.cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("g")
+        .arg("c1")
+        .arg("COUNT")
+        .arg(100)
+        .arg("STREAMS")
+        .arg("late:p0")
+        .arg(">")
+        .ignore();
+    tx.query::<()>(&mut c).unwrap();
+    publish_plain(&redis, "late", 1, &events(2, 10)[6..]);
+    eventually("20 handled", WAIT, || seen.lock().unwrap().done.len() == 20).await;
+    eventually("nothing pending", WAIT, || {
+        support::pending_count(&mut c, "late:p0", "g") == 0
+    })
+    .await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    seen.lock().unwrap().assert_each_key_in_order();
+}
