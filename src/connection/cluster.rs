@@ -5,12 +5,18 @@
 //!   slot map, routes each command by its key's slot, pipelines a batch per
 //!   node, and follows `MOVED`, `ASK` (with `ASKING`) and `TRYAGAIN` itself
 //!   (a few tries; rillkit's own backoff takes over after that).
+//!   A pipeline carries `ASKING` before each command (see `pool.rs`):
+//!   redis-rs sends one `ASKING` before a redirected pipeline, which would
+//!   serve only its first command.
 //! * A consumer's blocking read runs on a dedicated connection to the master
 //!   that owns its stream's slot, found with `CLUSTER SLOTS` (asked of the
 //!   seed nodes and of every node learned since, in turn), or straight from
-//!   the address of the last `MOVED` for that slot. When the slot moves, the
-//!   read answers `UNBLOCKED` (its key left the node), `MOVED` or `ASK`; the
-//!   consumer drops the connection and opens one to the new owner.
+//!   the address of the last `MOVED` for that slot. While the slot migrates,
+//!   a command the owner answers `ASK` is sent again, after `ASKING`, on a
+//!   second connection to the node named ([`Cluster::connect_node`]; see
+//!   `delivery::reader`), and the owner stays the owner. When the slot has
+//!   moved, the read answers `UNBLOCKED` (its key left the node) or `MOVED`;
+//!   the consumer drops the connection and opens one to the new owner.
 //!
 //! A multi-key script runs only when all its keys share a slot, so a stream
 //! and its dead-letter stream must: see `keys::dlq_slot_error`.
@@ -132,6 +138,25 @@ impl Cluster {
         let (client, node) = self.client_for(key).await?;
         let conn = connect_to(&client, self.timeouts.connect, response_timeout).await?;
         Ok((conn, node))
+    }
+
+    /// A dedicated connection to the node at `node` (`host:port`, as a
+    /// redirection names it), with the given response timeout.
+    pub(crate) async fn connect_node(
+        &self,
+        node: &str,
+        response_timeout: Duration,
+    ) -> Result<MultiplexedConnection, Error> {
+        let (host, port) = parse_addr(node).ok_or_else(|| {
+            Error::Connect(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "a redirection named no host:port",
+                node.to_owned(),
+            )))
+        })?;
+        let client =
+            node_client(&host, port, &self.settings, self.tls.as_ref()).map_err(Error::Connect)?;
+        connect_to(&client, self.timeouts.connect, response_timeout).await
     }
 
     /// A client for the master that owns `key`'s slot, and its `host:port`.

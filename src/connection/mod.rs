@@ -389,6 +389,28 @@ impl Connector {
         Ok((conn, node))
     }
 
+    /// A dedicated connection to the cluster node at `node` (`host:port`,
+    /// as an `ASK` names it), one attempt, checked with `ROLE`, with the
+    /// given response timeout, named `name`. A topology that is not a
+    /// cluster has no other node to go to: an error.
+    pub(crate) async fn connect_node(
+        &self,
+        node: &str,
+        response_timeout: Duration,
+        name: &str,
+    ) -> Result<MultiplexedConnection, Error> {
+        let Target::Cluster(c) = &self.inner.target else {
+            return Err(Error::Connect(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "a redirection outside a cluster",
+                node.to_owned(),
+            ))));
+        };
+        let mut conn = c.connect_node(node, response_timeout).await?;
+        name_connection(&mut conn, name).await;
+        Ok(conn)
+    }
+
     /// A Pub/Sub connection for `channel`, one attempt: to the master of
     /// the moment, or in a cluster to the master of the channel name's slot
     /// (a cluster forwards every `PUBLISH` to every node). Pub/Sub

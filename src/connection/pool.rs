@@ -12,8 +12,10 @@
 //! generation, up to the wait their caller allows.
 //!
 //! For a cluster the pool holds one [`Shared::Cluster`] connection: redis-rs's
-//! cluster connection, which holds a connection to every master and routes
-//! each command by slot.
+//! cluster connection, which holds a connection to every master, routes
+//! each command by slot and follows `MOVED`, `ASK` and `TRYAGAIN`; a
+//! pipeline goes with `ASKING` before each command, so that an `ASK`
+//! answered to it is followed for all its commands (see `asking_each`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -75,7 +77,20 @@ impl ConnectionLike for Shared {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Shared::Node(c) => c.req_packed_commands(pipeline, offset, count),
-            Shared::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Shared::Cluster(c) => {
+                if pipeline.is_transaction() {
+                    return c.req_packed_commands(pipeline, offset, count);
+                }
+                Box::pin(async move {
+                    let asking = asking_each(pipeline);
+                    let replies = c
+                        .req_packed_commands(&asking, 2 * offset, 2 * count)
+                        .await?;
+                    // Each command's reply, without those of the `ASKING`s
+                    // (a refused `ASKING` costs nothing outside a migration).
+                    Ok(replies.into_iter().skip(1).step_by(2).collect())
+                })
+            }
         }
     }
 
@@ -85,6 +100,24 @@ impl ConnectionLike for Shared {
             Shared::Cluster(c) => c.get_db(),
         }
     }
+}
+
+/// `pipeline` with `ASKING` before each command, for a cluster.
+///
+/// redis-rs follows an `ASK` answered to a pipeline by sending `ASKING`
+/// once, then the whole pipeline again, to the node named: without an
+/// `ASKING` of its own, every command after the first is answered `MOVED`
+/// back to the slot's owner, which answers `ASK` again, until the retries
+/// run out, and each round writes the first command once more (a batch
+/// published during a slot migration failed and left duplicates). With one
+/// before each, the node serves them all; a node not importing the slot
+/// ignores `ASKING`.
+fn asking_each(pipeline: &Pipeline) -> Pipeline {
+    let mut out = redis::pipe();
+    for cmd in pipeline.cmd_iter() {
+        out.cmd("ASKING").add_command(cmd.clone());
+    }
+    out
 }
 
 #[derive(Clone)]
@@ -324,5 +357,25 @@ async fn reconnect(pool: Pool, generation: u64) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_pipeline_asks_before_each_command() {
+        let mut p = redis::pipe();
+        p.cmd("XADD").arg("s").arg("*").arg("f").arg("1");
+        p.cmd("XADD").arg("s").arg("*").arg("f").arg("2");
+        let names: Vec<Vec<u8>> = asking_each(&p)
+            .cmd_iter()
+            .map(|c| match c.args_iter().next() {
+                Some(redis::Arg::Simple(a)) => a.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(names, [&b"ASKING"[..], b"XADD", b"ASKING", b"XADD"]);
     }
 }

@@ -10,7 +10,7 @@
 //! | `NOGROUP`, `UNBLOCKED` (stream deleted) | `GroupGone` | recreate the group from `0` |
 //! | `WRONGPASS`, `NOAUTH`, failed `AUTH` | `Credentials` | at start: fail; at run time: wait, log at ERROR |
 //! | `NOPERM`, or inside a script `ERR The user executing the script can't run this command` | `Permission` | at start: fail; at run time: wait, log at ERROR |
-//! | `MOVED`, `ASK` | `Routing` | find the slot's owner (cluster) |
+//! | `MOVED`, `ASK` | `Routing` | find the slot's owner (cluster); a read connection follows `ASK` itself first |
 //! | `LEASELOST` (rillkit's fenced scripts) | `LeaseLost` | give the partition up: another consumer owns it |
 //! | anything else (`WRONGTYPE`, syntax) | `Fatal` | the operation fails |
 

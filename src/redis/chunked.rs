@@ -7,7 +7,7 @@
 
 use std::sync::LazyLock;
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionLike;
 
 use crate::error::Error;
 
@@ -53,7 +53,7 @@ static CHUNK: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(CHUN
 /// for `EVALSHA` or for a command inside the script), or windows that do
 /// not add up (the value changed while it was read).
 pub(crate) async fn read_in_pieces(
-    conn: &mut MultiplexedConnection,
+    conn: &mut impl ConnectionLike,
     script: &redis::Script,
     key: &str,
     at: &str,
@@ -106,7 +106,7 @@ pub(crate) async fn read_in_pieces(
 /// # Errors
 /// As [`read_in_pieces`], and an odd number of parts.
 pub(crate) async fn fetch_entry(
-    conn: &mut MultiplexedConnection,
+    conn: &mut impl ConnectionLike,
     stream: &str,
     id: &str,
 ) -> Result<Option<Vec<(Vec<u8>, Vec<u8>)>>, Error> {

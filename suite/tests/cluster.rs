@@ -691,3 +691,232 @@ async fn lists_and_channels_work_on_a_cluster() {
     eventually("5 heard", WAIT, || heard.lock().unwrap().len() == 5).await;
     assert!(broker.stop().await.unwrap().is_clean());
 }
+
+/// `cmd` on `conn` right after `ASKING`: what a client sends to the node an
+/// `ASK` named (the target of a slot migration serves the slot's keys only
+/// to a command sent so).
+fn asking<T: redis::FromRedisValue>(conn: &mut redis::Connection, cmd: &redis::Cmd) -> T {
+    let (v,): (T,) = redis::pipe()
+        .cmd("ASKING")
+        .ignore()
+        .add_command(cmd.clone())
+        .query(conn)
+        .unwrap_or_else(|e| panic!("ASKING then {cmd:?}: {e}"));
+    v
+}
+
+/// A consumer started while its stream's slot is half-migrated (the stream
+/// already on the target, the slot still the source's) reads from the
+/// target at once: each read the source answers `ASK` goes to the target
+/// after `ASKING`, without a backoff and without giving up the source as
+/// the slot's owner. The group's creation, publishes (one and a batch) and
+/// acks on the shared connection follow `ASK` too. When the migration ends
+/// the consumer follows `MOVED` and goes on; nothing is lost or handled
+/// twice.
+#[actix_rt::test]
+async fn a_consumer_started_during_a_slot_migration_reads_from_the_target() {
+    support::init_tracing();
+    const BEFORE: u64 = 10;
+    let cluster = RedisCluster::start();
+    let s = Stream::new("audit", "ops");
+    let slot = cluster.slot_of("audit");
+    let from = cluster.owner_of_slot(slot);
+    let to = (from + 1) % 3;
+    // Entries written before the migration begins, to move with the stream.
+    let mut source = cluster.nodes()[from].conn();
+    for id in 0..BEFORE {
+        let _: String = redis::cmd("XADD")
+            .arg("audit")
+            .arg("*")
+            .arg("data")
+            .arg(format!(r#"{{"id":{id}}}"#))
+            .query(&mut source)
+            .unwrap();
+    }
+    let migration = cluster.begin_migration(slot, to);
+    assert_eq!(migration.move_keys(&cluster), 1, "the stream moved");
+    let ask: redis::RedisResult<usize> = redis::cmd("XLEN").arg("audit").query(&mut source);
+    assert_eq!(
+        ask.as_ref().err().and_then(|e| e.code()),
+        Some("ASK"),
+        "the source answers ASK: {ask:?}"
+    );
+
+    let seen: Seen = Default::default();
+    let broker = Broker::with_topology(topology(&cluster))
+        .subscribe(
+            &s,
+            ConsumerOptions::default()
+                .with_consumer("c1")
+                .with_block(Duration::from_secs(300)),
+            counting(&seen),
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker
+        .publish(
+            &s,
+            &Job {
+                id: 100,
+                poison: false,
+            },
+        )
+        .await
+        .unwrap();
+    let batch: Vec<Job> = (101..120).map(|id| Job { id, poison: false }).collect();
+    broker.publish_batch(&s, &batch).await.unwrap();
+    let during = BEFORE as usize + 1 + batch.len();
+    eventually(
+        "every entry handled while the slot is half-migrated",
+        WAIT,
+        || seen.lock().unwrap().len() == during,
+    )
+    .await;
+    let mut target = cluster.nodes()[to].conn();
+    let mut xpending = redis::cmd("XPENDING");
+    xpending.arg("audit").arg("ops");
+    eventually("every entry acked on the target", WAIT, || {
+        matches!(asking::<redis::Value>(&mut target, &xpending),
+            redis::Value::Array(v) if v.first() == Some(&redis::Value::Int(0)))
+    })
+    .await;
+    eventually("the next read blocked on the target", WAIT, || {
+        cluster.nodes()[to].blocked_clients() == 1
+    })
+    .await;
+    assert_eq!(cluster.owner_of_slot(slot), from, "still half-migrated");
+    assert_eq!(
+        asking::<usize>(&mut target, redis::cmd("XLEN").arg("audit")),
+        during,
+        "each entry written once"
+    );
+
+    migration.finish(&cluster);
+    broker
+        .publish(
+            &s,
+            &Job {
+                id: 200,
+                poison: false,
+            },
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the entry published after the migration handled",
+        WAIT,
+        || seen.lock().unwrap().contains_key(&200),
+    )
+    .await;
+    let mut conn = cluster.conn_for_key("audit");
+    eventually("every entry acked on the new owner", WAIT, || {
+        pending_count(&mut conn, "audit", "ops") == 0
+    })
+    .await;
+    let t0 = Instant::now();
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    assert!(
+        t0.elapsed() < Duration::from_secs(150),
+        "the blocked read was interrupted"
+    );
+    assert_eq!(stream_len(&mut conn, "audit"), during + 1);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), during + 1, "nothing lost");
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "nothing handled twice: {seen:?}"
+    );
+}
+
+/// Every source's read connection follows `ASK` (the mechanism is the
+/// delivery core's): a stream and an at-most-once list whose slot is
+/// half-migrated are read on the target, both block there, and a stop cuts
+/// both blocked reads short with `CLIENT UNBLOCK` on the target.
+#[actix_rt::test]
+async fn reads_blocked_where_an_ask_sent_them_are_cut_short_by_a_stop() {
+    support::init_tracing();
+    let cluster = RedisCluster::start();
+    // One hash tag: the list and the stream share the migrating slot.
+    let (list_key, stream_key) = ("jobs", "{jobs}-stream");
+    let slot = cluster.slot_of(list_key);
+    assert_eq!(slot, cluster.slot_of(stream_key));
+    let from = cluster.owner_of_slot(slot);
+    let to = (from + 2) % 3;
+    let mut source = cluster.nodes()[from].conn();
+    for id in 0..3 {
+        let _: usize = redis::cmd("LPUSH")
+            .arg(list_key)
+            .arg(format!(r#"{{"id":{id}}}"#))
+            .query(&mut source)
+            .unwrap();
+    }
+    let _: String = redis::cmd("XADD")
+        .arg(stream_key)
+        .arg("*")
+        .arg("data")
+        .arg(r#"{"id":10}"#)
+        .query(&mut source)
+        .unwrap();
+    let migration = cluster.begin_migration(slot, to);
+    assert_eq!(migration.move_keys(&cluster), 2, "the list and the stream");
+
+    let block = Duration::from_secs(300);
+    let seen: Seen = Default::default();
+    let list = rillkit::List::new(list_key);
+    let broker = Broker::with_topology(topology(&cluster))
+        .subscribe(
+            &Stream::new(stream_key, "ops"),
+            ConsumerOptions::default()
+                .with_consumer("c1")
+                .with_block(block),
+            counting(&seen),
+        )
+        .subscribe_list(
+            &list,
+            rillkit::ListOptions::default()
+                .with_consumer("c1")
+                .with_at_most_once(true)
+                .with_block(block),
+            counting(&seen),
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker
+        .publish_list(
+            &list,
+            &Job {
+                id: 3,
+                poison: false,
+            },
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the list's items and the stream's entry handled",
+        WAIT,
+        || seen.lock().unwrap().len() == 5,
+    )
+    .await;
+    eventually("both reads blocked on the target", WAIT, || {
+        cluster.nodes()[to].blocked_clients() == 2 && cluster.nodes()[from].blocked_clients() == 0
+    })
+    .await;
+    assert_eq!(cluster.owner_of_slot(slot), from, "still half-migrated");
+    let unblocks_before = cluster.nodes()[to].command_calls("client|unblock");
+    let t0 = Instant::now();
+    let outcome = broker.stop().await.unwrap();
+    let took = t0.elapsed();
+    assert!(!outcome.timed_out);
+    assert!(
+        took < block / 10,
+        "stop took {took:?}: the reads on the target were not cut short"
+    );
+    assert!(
+        cluster.nodes()[to].command_calls("client|unblock") > unblocks_before,
+        "the target got the CLIENT UNBLOCKs"
+    );
+    assert!(seen.lock().unwrap().values().all(|n| *n == 1));
+    migration.finish(&cluster);
+}

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use futures::future::LocalBoxFuture;
 use futures::stream::FuturesUnordered;
 use redis::Value;
-use redis::aio::MultiplexedConnection;
+
 use tokio::sync::{oneshot, watch};
 
 mod drain;
@@ -34,7 +34,7 @@ use crate::delivery::ConsumerReport;
 use crate::delivery::drain::Progress;
 use crate::delivery::handler::{self, Ran, Run};
 use crate::delivery::liveness::{Liveness, Stall};
-use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader, late};
+use crate::delivery::reader::{ReadConn, Reader, UNBLOCK_EVERY, drops_reader, late};
 use crate::delivery::retry::RetryQueue;
 use crate::delivery::until_done;
 use crate::error::Class;
@@ -54,7 +54,7 @@ type Finished = (Vec<u8>, u64, Run);
 /// with its run already counted when the pop counted it, and whether the
 /// reply was late.
 type ReadDone = (
-    Option<MultiplexedConnection>,
+    Option<ReadConn>,
     Result<Vec<(Vec<u8>, Option<u64>)>, Error>,
     bool,
 );
@@ -574,7 +574,7 @@ impl Loop {
 /// up to `block`, then the count (`HINCRBY`) on the same connection. A count
 /// that fails is left to the run (`None`).
 async fn pop_counted(
-    conn: &mut MultiplexedConnection,
+    conn: &mut ReadConn,
     sub: &ListSub,
     block: Duration,
     room: usize,
@@ -637,7 +637,7 @@ async fn pop_counted(
 /// (only this loop pushes onto its processing list, so neither happens
 /// unless someone else touches it).
 async fn read_in_pieces(
-    conn: &mut MultiplexedConnection,
+    conn: &mut ReadConn,
     processing: &str,
     len: usize,
 ) -> Result<Vec<u8>, Error> {

@@ -12,7 +12,7 @@ use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
-use redis::aio::MultiplexedConnection;
+
 use tokio::sync::watch;
 
 use super::Subscription;
@@ -33,7 +33,7 @@ use crate::delivery::ConsumerReport;
 use crate::delivery::drain::Progress;
 use crate::delivery::handler::{self, Ran, Run};
 use crate::delivery::liveness::{HeldUntil, Liveness, Stall, WhileHeld};
-use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader, late};
+use crate::delivery::reader::{ReadConn, Reader, UNBLOCK_EVERY, drops_reader, late};
 use crate::delivery::retry::RetryQueue;
 use crate::error::Class;
 use crate::error::Error;

@@ -33,7 +33,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Value;
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionLike;
 
 use crate::error::Error;
 use crate::redis::reply::{self, Delivered};
@@ -128,9 +128,9 @@ impl Fence {
     /// # Errors
     /// `LEASELOST` when the lease is not this consumer's; what Redis
     /// answers to `cmd`.
-    pub(crate) async fn query<T: redis::FromRedisValue>(
+    pub(crate) async fn query<T: redis::FromRedisValue, C: ConnectionLike>(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut C,
         cmd: &redis::Cmd,
     ) -> Result<T, Error> {
         let (keys, args) = self.wrap(cmd);
@@ -153,9 +153,9 @@ impl Fence {
     /// # Errors
     /// `LEASELOST` when the lease is not this consumer's; what Redis
     /// answers.
-    pub(crate) async fn read_new(
+    pub(crate) async fn read_new<C: ConnectionLike>(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut C,
         group: &str,
         consumer: &str,
         count: usize,

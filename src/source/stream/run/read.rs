@@ -8,7 +8,7 @@ use super::*;
 
 /// What one read produced.
 pub(super) struct ReadDone {
-    pub(super) conn: Option<MultiplexedConnection>,
+    pub(super) conn: Option<ReadConn>,
     /// For a re-read of its own PEL: the last pending entry it looked at
     /// (`None`: it is past the last one).
     pub(super) pel: Option<Option<EntryId>>,
@@ -60,7 +60,7 @@ pub(super) struct PelRead {
 /// Runs `cmd` (an `XCLAIM` to this consumer) on `conn`, fenced when there
 /// is a fence.
 async fn claim<T: redis::FromRedisValue>(
-    conn: &mut MultiplexedConnection,
+    conn: &mut ReadConn,
     fence: Option<&Fence>,
     cmd: &redis::Cmd,
 ) -> Result<T, Error> {
@@ -80,7 +80,7 @@ pub(super) enum Cursor {
 
 /// `XREADGROUP … >`: new entries, each on its first delivery.
 pub(super) async fn read_new(
-    conn: &mut MultiplexedConnection,
+    conn: &mut ReadConn,
     cmd: redis::Cmd,
 ) -> Result<Vec<Delivered>, Error> {
     let v: Value = cmd.query_async(conn).await.map_err(Error::from_redis)?;
@@ -113,7 +113,7 @@ pub(super) async fn read_new(
 /// cannot send that entry (it outgrows the client's output buffer) drops
 /// the connection, and the caller knows which entry did it.
 pub(super) async fn reread_pel(
-    conn: &mut MultiplexedConnection,
+    conn: &mut ReadConn,
     p: PelRead,
     fetching: &mut Option<(EntryId, u64)>,
 ) -> Result<(Vec<Delivered>, Option<EntryId>), Error> {
