@@ -134,14 +134,7 @@ impl Fence {
         cmd: &redis::Cmd,
     ) -> Result<T, Error> {
         let (keys, args) = self.wrap(cmd);
-        let mut call = FENCED.prepare_invoke();
-        for k in keys {
-            call.key(k);
-        }
-        for a in args {
-            call.arg(a);
-        }
-        call.invoke_async(conn).await.map_err(Error::from_redis)
+        run(conn, &FENCED, FENCED_LUA, &keys, &args).await
     }
 
     /// Reads up to `count` new entries of the partition for `consumer` of
@@ -162,17 +155,18 @@ impl Fence {
         block: Duration,
         newest: Option<&str>,
     ) -> Result<FencedRead, Error> {
-        let v: Value = FENCED_READ
-            .key(&*self.partition)
-            .key(&*self.lease_key)
-            .arg(&*self.token)
-            .arg(group)
-            .arg(consumer)
-            .arg(count)
-            .arg(newest.unwrap_or(""))
-            .invoke_async(conn)
-            .await
-            .map_err(Error::from_redis)?;
+        let keys = [
+            self.partition.as_bytes().to_vec(),
+            self.lease_key.as_bytes().to_vec(),
+        ];
+        let args = [
+            self.token.as_bytes().to_vec(),
+            group.as_bytes().to_vec(),
+            consumer.as_bytes().to_vec(),
+            count.to_string().into_bytes(),
+            newest.unwrap_or("").as_bytes().to_vec(),
+        ];
+        let v: Value = run(conn, &FENCED_READ, FENCED_READ_LUA, &keys, &args).await?;
         let after = match v {
             Value::SimpleString(s) if s == "STRAYS" => return Ok(FencedRead::Strays),
             Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
@@ -203,6 +197,41 @@ impl Fence {
             .map_err(Error::from_redis)?;
         Ok(FencedRead::Entries(Vec::new()))
     }
+}
+
+/// Runs `script` (whose source is `source`) on `conn`: `EVALSHA`; on
+/// `NOSCRIPT`, `SCRIPT LOAD` and `EVALSHA` again; and if that still
+/// answers `NOSCRIPT`, the whole source with `EVAL` (`SCRIPT LOAD` has no
+/// key: during a slot migration it goes to the slot's owner while the
+/// `EVALSHA` follows `ASK` to the importing node).
+async fn run<T: redis::FromRedisValue, C: ConnectionLike>(
+    conn: &mut C,
+    script: &redis::Script,
+    source: &str,
+    keys: &[Vec<u8>],
+    args: &[Vec<u8>],
+) -> Result<T, Error> {
+    let call = |verb: &str, body: &str| {
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
+        cmd
+    };
+    let no_script = |e: &redis::RedisError| {
+        e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+    };
+    match call("EVALSHA", script.get_hash()).query_async(conn).await {
+        Err(e) if no_script(&e) => {}
+        res => return res.map_err(Error::from_redis),
+    }
+    script.load_async(conn).await.map_err(Error::from_redis)?;
+    match call("EVALSHA", script.get_hash()).query_async(conn).await {
+        Err(e) if no_script(&e) => {}
+        res => return res.map_err(Error::from_redis),
+    }
+    call("EVAL", source)
+        .query_async(conn)
+        .await
+        .map_err(Error::from_redis)
 }
 
 /// What a fenced read of new entries found.
