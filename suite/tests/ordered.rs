@@ -695,14 +695,7 @@ async fn a_new_owner_takes_a_dead_owners_whole_pel_across_pages_and_runs_it_in_o
 #[actix_rt::test]
 async fn a_read_that_reaches_the_server_after_the_lease_moved_delivers_nothing() {
     support::init_tracing();
-    let redis = RedisServer::start();
-    let s = Stream::new("fenced", "g").ordered_by("key", 1);
-    let seen: Shared = Default::default();
-    let broker = Broker::builder(redis.url())
-        .subscribe(&s, opts("c1"), handler(seen.clone(), 0))
-        .build()
-        .unwrap();
-    broker.start().await.unwrap();
+    let (redis, broker, seen) = one_partition_consumer("fenced").await;
     publish_plain(&redis, "fenced", 1, &events(2, 5));
     eventually("10 handled", WAIT, || seen.lock().unwrap().done.len() == 10).await;
     // Another process takes the lease (as after a lapse here): c1 must give
@@ -832,14 +825,7 @@ async fn a_fail_rest_keys_dead_letters_redriven_while_its_owner_runs_run_in_orde
 #[actix_rt::test]
 async fn entries_a_late_read_of_this_process_delivered_run_before_newer_ones() {
     support::init_tracing();
-    let redis = RedisServer::start();
-    let s = Stream::new("late", "g").ordered_by("key", 1);
-    let seen: Shared = Default::default();
-    let broker = Broker::builder(redis.url())
-        .subscribe(&s, opts("c1"), handler(seen.clone(), 0))
-        .build()
-        .unwrap();
-    broker.start().await.unwrap();
+    let (redis, broker, seen) = one_partition_consumer("late").await;
     eventually("the partition owned", WAIT, || {
         broker.status().subscriptions[0].partitions[0].owned
     })
@@ -876,4 +862,18 @@ async fn entries_a_late_read_of_this_process_delivered_run_before_newer_ones() {
     .await;
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
     seen.lock().unwrap().assert_each_key_in_order();
+}
+
+/// A server, and a started broker whose consumer `c1` reads the stream
+/// `name` ordered by key in one partition with handlers of 0 ms.
+async fn one_partition_consumer(name: &str) -> (RedisServer, Broker, Shared) {
+    let redis = RedisServer::start();
+    let s = Stream::new(name, "g").ordered_by("key", 1);
+    let seen: Shared = Default::default();
+    let broker = Broker::builder(redis.url())
+        .subscribe(&s, opts("c1"), handler(seen.clone(), 0))
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    (redis, broker, seen)
 }

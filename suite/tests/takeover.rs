@@ -283,6 +283,20 @@ impl Scene {
         order::worker_runs(&self.workers[who].lines())
     }
 
+    /// Waits until worker `who` (consumer `name`, owner of p0) has started
+    /// 3 runs, runs one now, and holds more than 4 entries beyond those it
+    /// runs (fetched, not started): the moment a kill costs the most.
+    fn wait_running_with_more_fetched(&self, who: usize, name: &str, c: &mut redis::Connection) {
+        eventually_blocking("a running with more fetched", WAIT, || {
+            let (started, running) = self.started_running(who);
+            let held = support::consumers(c, &format!("{STREAM}:p0"), GROUP)
+                .into_iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, n)| n);
+            started >= 3 && running >= 1 && held > running as u64 + 4
+        });
+    }
+
     /// Runs `who` started so far, and how many of them have not ended.
     fn started_running(&self, who: usize) -> (usize, usize) {
         let runs = self.worker_runs(who);
@@ -535,14 +549,7 @@ fn a_crashed_owners_partition_runs_its_pending_entries_first_on_the_member_takin
     s.publish(10, 150, never);
     // a runs p0's two keys side by side and holds the rest of p0 fetched.
     let mut c = s.redis.conn();
-    eventually_blocking("a running with more fetched", WAIT, || {
-        let (started, running) = s.started_running(a);
-        let held = support::consumers(&mut c, &format!("{STREAM}:p0"), GROUP)
-            .into_iter()
-            .find(|(n, _)| n == "a")
-            .map_or(0, |(_, n)| n);
-        started >= 3 && running >= 1 && held > running as u64 + 4
-    });
+    s.wait_running_with_more_fetched(a, "a", &mut c);
     s.kill(a);
     s.publish(5, 150, never);
     eventually_blocking("b took p0 over", WAIT, || {
@@ -571,14 +578,7 @@ fn a_crashed_owner_restarted_under_its_name_runs_its_pending_entries_first() {
     s.wait_owners(&[(0, "a"), (1, "b")]);
     s.publish(10, 150, never);
     let mut c = s.redis.conn();
-    eventually_blocking("a running with more fetched", WAIT, || {
-        let (started, running) = s.started_running(a);
-        let held = support::consumers(&mut c, &format!("{STREAM}:p0"), GROUP)
-            .into_iter()
-            .find(|(n, _)| n == "a")
-            .map_or(0, |(_, n)| n);
-        started >= 3 && running >= 1 && held > running as u64 + 4
-    });
+    s.wait_running_with_more_fetched(a, "a", &mut c);
     s.kill(a);
     let again = s.spawn("a");
     s.publish(5, 150, never);
