@@ -174,9 +174,8 @@ impl Loop {
         for q in std::mem::take(&mut self.queue) {
             self.release_key(&q.id);
         }
-        for (_, msgs) in self.waiting.take_all() {
-            drop(msgs);
-        }
+        // Entries waiting for their retry stay pending too.
+        drop(self.waiting.take_all());
         self.deadline = Some(Instant::now());
         self.abandon();
     }
