@@ -41,9 +41,40 @@
 //! [`Tls`]), take methods named after the option alone (`pool_size(4)`).
 //!
 //! The wire format is one field `data` holding a JSON document, so any Redis
-//! client can produce for rillkit or read what it publishes. See the README for
-//! delivery guarantees and the shutdown contract, and `ARCHITECTURE.md` for the
+//! client can produce for rillkit or read what it publishes.
+//!
+//! # What is where
+//!
+//! | to … | use | Redis |
+//! |---|---|---|
+//! | consume a stream in a consumer group, at least once | [`Stream`], [`ConsumerOptions`], [`BrokerBuilder::subscribe`]; the entry's details with [`subscribe_with_context`](BrokerBuilder::subscribe_with_context) ([`Delivery`]) or [`subscribe_message`](BrokerBuilder::subscribe_message) ([`Message`]) | `XREADGROUP`, `XACK` |
+//! | consume a list (reliable or at most once) | [`List`], [`ListOptions`], [`subscribe_list`](BrokerBuilder::subscribe_list), [`ItemDelivery`] | `BLMOVE`, `LREM` / `BRPOP` |
+//! | receive Pub/Sub messages | [`Channel`], [`ChannelOptions`], [`subscribe_channel`](BrokerBuilder::subscribe_channel) | `SUBSCRIBE`, `PSUBSCRIBE` |
+//! | handle entries in batches | [`BatchOptions`], [`subscribe_batch`](BrokerBuilder::subscribe_batch), [`subscribe_list_batch`](BrokerBuilder::subscribe_list_batch), [`BatchEntry`], [`BatchOutcome`] | one `XREADGROUP … COUNT` per batch |
+//! | keep each key's entries in order | [`Stream::ordered_by`], [`Broker::publish_keyed`], [`OnKeyFailure`], [`partition_of`] | a stream per partition, leased |
+//! | retry, reject, dead-letter | [`HandlerResult`], [`HandlerError`], [`Reject`], [`RetryBackoff`], [`ConsumerOptions::with_max_retries`] | the PEL's delivery count, `XADD` to `<stream>-dlq` |
+//! | publish | [`Broker::publish`], [`publish_batch`](Broker::publish_batch), [`publish_list`](Broker::publish_list), [`publish_channel`](Broker::publish_channel), [`TraceParent`] | `XADD`, `LPUSH`, `PUBLISH` |
+//! | start, drain, exit with a code | [`Broker::run`], [`Broker::stop`], [`SupervisorOutcome::exit_code`], [`shutdown_signal`], [`Phase`], [`Stage`] (lifecycle hooks), [`RestartPolicy`] | |
+//! | add and remove subscriptions at run time | [`Broker::subscribe`], [`SubscriptionHandle`], [`Removed`] | |
+//! | health, readiness, pause | [`Broker::status`], [`Status`], [`SubscriptionId`], [`Broker::pause`] | `PING`, `XINFO GROUPS` |
+//! | TLS, Sentinel, Cluster | [`Topology`], [`Tls`], [`Broker::with_topology`], [`BrokerBuilder::tls`] | |
+//! | inspect and repair: pending entries, claims, dead letters, redrive | [`admin::Admin`] | `XPENDING`, `XCLAIM`, `XRANGE` |
+//! | a web dashboard (feature `dashboard`) | `dashboard::Dashboard`, an actix-web scope | |
+//! | the `rillkit` command-line tool (feature `cli`) | `cargo install rillkit --features cli`: status, pending entries, dead letters, publish, tail, metrics | |
+//! | trace context across Redis (feature `otel`) | [`TraceParent`], OpenTelemetry spans through `tracing-opentelemetry` | a `traceparent` field |
+//! | metrics | the [`metrics`](https://docs.rs/metrics) facade: install any recorder (Prometheus, StatsD, …) | |
+//! | test handlers without Redis, or with a throwaway server (feature `test-util`) | `test_util` | |
+//!
+//! Errors are [`Error`] (with [`Error::is_retryable`] and
+//! [`Error::exit_code`]); a bad configuration fails
+//! [`BrokerBuilder::build`] with a [`ConfigError`] naming the option.
+//!
+//! The guide (`docs/guide/` in the repository) explains each of these at
+//! length: delivery guarantees, the shutdown contract, production Redis
+//! (TLS, Sentinel, Cluster, ACLs), operating (CLI, dashboard, metrics), and
+//! performance. `ARCHITECTURE.md`, shipped with the crate, describes the
 //! actors.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -51,6 +82,7 @@ pub mod admin;
 mod broker;
 mod connection;
 #[cfg(feature = "dashboard")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
 pub mod dashboard;
 mod delivery;
 mod error;

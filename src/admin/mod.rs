@@ -74,6 +74,29 @@ const MAX_BLOCK: std::time::Duration = std::time::Duration::from_secs(5);
 /// an error for which [`Error::is_connection`] holds, connect again.
 ///
 /// Every method sends its commands once; none retries.
+///
+/// ```no_run
+/// use rillkit::admin::{Admin, DeadLetterFilter};
+///
+/// # async fn f() -> Result<(), rillkit::Error> {
+/// let admin = Admin::connect("redis://127.0.0.1:6379").await?;
+/// // Each group of `orders`: consumers, pending entries, lag (XINFO GROUPS).
+/// for g in admin.groups("orders").await? {
+///     println!("{}: {} pending, lag {:?}", g.name, g.pending, g.lag);
+/// }
+/// // The dead letters whose error mentions a timeout, put back on their
+/// // origin stream as new entries (one script per dead letter).
+/// let dlq = admin.dlq_of("orders");
+/// let timeouts = DeadLetterFilter::new().with_error_contains("timeout");
+/// for dl in admin.dead_letters(&dlq, &timeouts).await? {
+///     if let Some(origin) = &dl.origin {
+///         println!("{} failed {} times: {}", origin.id, origin.delivery_count, origin.error);
+///     }
+/// }
+/// let report = admin.redrive(&dlq, &timeouts).await?;
+/// println!("{} redriven, {} skipped", report.count(), report.skipped.len());
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Admin {
     conn: Shared,

@@ -18,6 +18,22 @@ use crate::handler::{BatchEntry, BatchOutcome, HandlerError, HandlerResult};
 /// [`max_entries`](Self::max_entries) entries, and a batch starts when it is
 /// full or when its first entry has waited [`max_wait`](Self::max_wait),
 /// whichever comes first.
+///
+/// ```
+/// use std::time::Duration;
+/// use rillkit::BatchOptions;
+///
+/// // Up to 500 entries per batch; a batch starts at the latest 200 ms after
+/// // its first entry arrived.
+/// let batches = BatchOptions::new()
+///     .with_max_entries(500)
+///     .with_max_wait(Duration::from_millis(200));
+/// assert_eq!(batches.max_entries(), 500);
+/// assert_eq!(batches.max_wait(), Duration::from_millis(200));
+/// ```
+///
+/// It is given to [`BrokerBuilder::subscribe_batch`](crate::BrokerBuilder::subscribe_batch)
+/// (and the list and context variants), which shows a whole batch handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchOptions {
     max_entries: usize,

@@ -55,6 +55,32 @@ use crate::{Broker, Error};
 
 /// A dashboard over one broker's streams; cheap to clone (one per actix-web
 /// worker shares the same state). See the [module docs](self).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use actix_web::{App, HttpServer};
+/// use rillkit::dashboard::Dashboard;
+///
+/// # async fn serve(broker: rillkit::Broker, key: Vec<u8>) -> std::io::Result<()> {
+/// let dashboard = Dashboard::new(broker)
+///     // Also the streams this application only publishes to.
+///     .streams(["invoices", "emails"])
+///     // Flag consumers idle for 2 minutes with entries pending.
+///     .dead_consumer_after(Duration::from_secs(120))
+///     // One key for every replica behind the same address, so a form
+///     // served by one is accepted by another.
+///     .csrf_secret(key)
+///     // Look, don't touch: no redrive, purge or hand-over.
+///     .read_only(true);
+/// HttpServer::new(move || App::new().service(dashboard.scope("/rillkit")))
+///     .bind(("127.0.0.1", 8080))?
+///     .run()
+///     .await
+/// # }
+/// ```
+///
+/// Mount it behind the application's authentication (a guard or
+/// middleware on the scope): it has no login of its own.
 #[derive(Clone)]
 pub struct Dashboard {
     broker: Broker,

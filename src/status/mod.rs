@@ -10,6 +10,7 @@
 //! [`SubscriptionState::Paused`] through [`Board::settle_pause`] once no
 //! read of its own is in flight.
 
+mod display;
 mod poller;
 
 pub(crate) use poller::{StatusPoller, Stop};
@@ -89,6 +90,30 @@ pub(crate) fn int(v: &redis::Value) -> Option<u64> {
 }
 
 /// A snapshot of the broker: its phase and each subscription's status.
+/// [`Broker::status`](crate::Broker::status) answers it from memory (no
+/// Redis round trip); the server's figures in it are the status poller's
+/// last reading. It prints as a table (`{}`, see its `Display`).
+///
+/// ```no_run
+/// use rillkit::prelude::*;
+/// use rillkit::SubscriptionState;
+///
+/// # fn f(broker: Broker) {
+/// let status = broker.status();
+/// // Readiness: running, Redis answers, every subscription reads or is paused.
+/// if !status.is_ready() {
+///     eprintln!("not ready:\n{status}");
+/// }
+/// for s in &status.subscriptions {
+///     if let SubscriptionState::Reconnecting { last_error, .. } = &s.state {
+///         eprintln!("{} reconnecting: {last_error}", s.id());
+///     }
+///     if let Some(server) = &s.server {
+///         println!("{}: lag {:?}, {} pending", s.key, server.lag, server.pending);
+///     }
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Status {
@@ -260,7 +285,28 @@ impl SubscriptionStatus {
 /// and its consumer name (unique among a broker's stream and list
 /// subscriptions). Made with [`stream`](Self::stream) or
 /// [`list`](Self::list), or taken from a status row with
-/// [`SubscriptionStatus::id`].
+/// [`SubscriptionStatus::id`]. It prints as `stream orders, group billing,
+/// consumer web-1`.
+///
+/// ```no_run
+/// use rillkit::prelude::*;
+/// use rillkit::SubscriptionId;
+///
+/// # fn f(broker: Broker) -> Result<(), rillkit::Error> {
+/// // Stop reading `orders` in this process (what it holds still runs and
+/// // is acked), then read again.
+/// let id = SubscriptionId::stream("orders", "billing", "web-1");
+/// broker.pause(&id)?;
+/// broker.resume(&id)?;
+/// // Or every subscription the status shows (Pub/Sub ones cannot pause).
+/// for s in broker.status().subscriptions {
+///     if s.kind != rillkit::SourceKind::Channel {
+///         println!("pausing {}", s.id());
+///         broker.pause(&s.id())?;
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct SubscriptionId {

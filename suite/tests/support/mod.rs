@@ -425,8 +425,9 @@ pub fn rillkit_bin() -> PathBuf {
 /// Builds one target (`--example worker`, `--bin rillkit`) of the workspace
 /// with every feature, as `cargo test --all-features` at the root does (the
 /// same feature set, so nothing is built twice), and answers its path.
-/// Examples live in both packages (`worker` in rillkit, `actix_web` here), so
-/// the build selects the whole workspace and cargo finds the target's owner.
+/// The examples live in the root package (rillkit) and the binary behind
+/// its `cli` feature; the build selects the whole workspace and cargo finds
+/// the target's owner.
 fn built(kind: &str, name: &str) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
     let key = format!("{kind} {name}");

@@ -3,7 +3,7 @@
 //! gracefully, then the broker drains; the process exits with the outcome's code.
 //!
 //! ```sh
-//! cargo run --example actix_web &
+//! cargo run --features dashboard --example actix_web &
 //! curl -s -XPOST localhost:8080/orders -H 'content-type: application/json' -d '{"id":1,"total":9.5}'
 //! kill -TERM %1
 //! ```
@@ -17,10 +17,16 @@
 //! `kubectl port-forward` or an SSH tunnel, or replace the guard with the
 //! application's own authentication (behind a reverse proxy or sidecar on
 //! the same host, every client comes from loopback). `HTTP_ADDR` sets the listen address
-//! (default `127.0.0.1:8080`).
+//! (default `127.0.0.1:8080`), `REDIS_URL` the server (default
+//! `redis://127.0.0.1:6379`).
+//!
+//! The dashboard shows the example's own stream; `RILLKIT_DASHBOARD_STREAMS`
+//! adds the server's: `all` shows every stream on the server (`SCAN … TYPE
+//! stream` on each refresh), a comma-separated list shows those streams:
 //!
 //! ```sh
-//! cargo run --features dashboard --example actix_web
+//! RILLKIT_DASHBOARD_STREAMS=all cargo run --features dashboard --example actix_web
+//! # then open http://127.0.0.1:8080/rillkit/
 //! ```
 
 use std::time::Duration;
@@ -137,7 +143,17 @@ async fn main() -> std::io::Result<()> {
         });
     }
     let (b, s) = (broker.clone(), orders.clone());
-    let dashboard = rillkit::dashboard::Dashboard::new(broker.clone());
+    let dashboard = match std::env::var("RILLKIT_DASHBOARD_STREAMS").as_deref() {
+        Ok("all") => rillkit::dashboard::Dashboard::new(broker.clone()).all_streams(true),
+        Ok(names) => rillkit::dashboard::Dashboard::new(broker.clone()).streams(
+            names
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(String::from),
+        ),
+        Err(_) => rillkit::dashboard::Dashboard::new(broker.clone()),
+    };
     let server = HttpServer::new(move || {
         App::new()
             .service(dashboard.scope("/rillkit").wrap(from_fn(operators_only)))
