@@ -72,8 +72,7 @@
 //! The guide (`docs/guide/` in the repository) explains each of these at
 //! length: delivery guarantees, the shutdown contract, production Redis
 //! (TLS, Sentinel, Cluster, ACLs), operating (CLI, dashboard, metrics), and
-//! performance. `ARCHITECTURE.md`, shipped with the crate, describes the
-//! actors.
+//! performance; `ARCHITECTURE.md` there describes the actors.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

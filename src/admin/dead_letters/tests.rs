@@ -1,0 +1,70 @@
+use super::*;
+
+fn pairs(items: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    items
+        .iter()
+        .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+fn appended(error: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("origin_stream", "jobs".into()),
+        ("origin_id", "1-0".into()),
+        ("origin_group", "g".into()),
+        ("origin_consumer", "c1".into()),
+        ("delivery_count", "3".into()),
+        ("error", error.into()),
+        ("failed_at_ms", "1700000000000".into()),
+    ]
+}
+
+#[test]
+fn the_last_seven_pairs_are_the_appended_ones_even_with_an_original_error_field() {
+    let mut fields = pairs(&[("data", "{}"), ("error", "original"), ("origin_id", "x")]);
+    for (k, v) in appended("boom") {
+        fields.push((k.as_bytes().to_vec(), v.into_bytes()));
+    }
+    let dl = split(EntryId("9-0".into()), fields);
+    assert_eq!(
+        dl.fields,
+        pairs(&[("data", "{}"), ("error", "original"), ("origin_id", "x")])
+    );
+    assert_eq!(dl.field("error"), Some(&b"original"[..]));
+    let o = dl.origin.expect("laid out");
+    assert_eq!((o.stream.as_str(), o.id.as_str()), ("jobs", "1-0"));
+    assert_eq!((o.delivery_count, o.error.as_str()), (3, "boom"));
+    assert_eq!(o.failed_at_ms, 1_700_000_000_000);
+    assert!(
+        DeadLetterFilter::new()
+            .with_error_contains("oo")
+            .matches(&split(
+                EntryId("9-1".into()),
+                appended("boom")
+                    .into_iter()
+                    .map(|(k, v)| (k.as_bytes().to_vec(), v.into_bytes()))
+                    .collect()
+            ))
+    );
+}
+
+#[test]
+fn an_entry_not_laid_out_as_a_dead_letter_keeps_every_field_and_no_origin() {
+    let fields = pairs(&[("data", "{}"), ("error", "x")]);
+    let dl = split(EntryId("1-0".into()), fields.clone());
+    assert_eq!((dl.fields, dl.origin), (fields, None));
+    let mut bad_count: Vec<(Vec<u8>, Vec<u8>)> = appended("e")
+        .into_iter()
+        .map(|(k, v)| (k.as_bytes().to_vec(), v.into_bytes()))
+        .collect();
+    bad_count[4].1 = b"three".to_vec();
+    let dl = split(EntryId("1-0".into()), bad_count.clone());
+    assert_eq!((dl.fields, dl.origin), (bad_count, None));
+    let no_origin = split(EntryId("1-0".into()), pairs(&[("error", "boom")]));
+    assert!(
+        !DeadLetterFilter::new()
+            .with_error_contains("boom")
+            .matches(&no_origin),
+        "an original error field is never matched"
+    );
+}
