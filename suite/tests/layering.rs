@@ -4,8 +4,13 @@
 //! rule. A new top-level module must be placed here before the test passes.
 //!
 //! Every `crate::…` path in code (comments are skipped) counts, including
-//! the items of a `use crate::{…}` group and names re-exported at the crate
-//! root (`crate::Broker` is a use of `broker`).
+//! the items of a `use crate::{…}` group, names re-exported at the crate
+//! root (`crate::Broker` is a use of `broker`) or by the prelude
+//! (`crate::prelude::Stream` is a use of `stream`), and `$crate::` paths in
+//! macros. Paths the check could not follow are refused: a glob of the crate
+//! root or the prelude (`use crate::*`), a `crate::` path that names no
+//! module or re-exported item, and a `super::` path that climbs out of its
+//! top-level module (write `crate::other::…` instead).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -161,6 +166,57 @@ fn group_heads(text: &str) -> Vec<(usize, String)> {
     out
 }
 
+/// What a glob (`crate::*`, `crate::prelude::*`) resolves to: no module.
+const GLOB: &str = "*";
+
+/// The identifier at the start of `text`.
+fn segment(text: &str) -> String {
+    text.chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// How deep `file` sits below `src/`: 1 for a top-level module
+/// (`keys.rs`, `source/mod.rs`), 2 for its child (`source/list/mod.rs`,
+/// `status/board.rs`), and so on.
+fn depth(src: &Path, file: &Path) -> usize {
+    let rel = file.strip_prefix(src).expect("under src");
+    let parts = rel.components().count();
+    if rel.file_name().is_some_and(|n| n == "mod.rs") {
+        parts - 1
+    } else {
+        parts
+    }
+}
+
+/// The lines of `super::` paths that climb to the crate root or above from
+/// a file `depth` modules deep (inline `mod … {}` blocks are not counted:
+/// a file that nests them may climb one more level per block).
+fn escaping_supers(source: &str, depth: usize) -> Vec<usize> {
+    let code = strip_comments(source);
+    let inline = code.matches("mod tests {").count();
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = code[from..].find("super::") {
+        let at = from + i;
+        let before = code[..at].chars().next_back();
+        let mut climbs = 0;
+        let mut rest = &code[at..];
+        while let Some(r) = rest.strip_prefix("super::") {
+            climbs += 1;
+            rest = r;
+        }
+        from = at + climbs * "super::".len();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        if climbs >= depth + inline {
+            out.push(code[..at].matches('\n').count() + 1);
+        }
+    }
+    out
+}
+
 /// Every module a source file uses through `crate::` paths.
 fn uses(source: &str, reexports: &BTreeMap<String, String>) -> Vec<Use> {
     let code = strip_comments(source);
@@ -176,9 +232,10 @@ fn uses(source: &str, reexports: &BTreeMap<String, String>) -> Vec<Use> {
     while let Some(i) = code[from..].find("crate::") {
         let at = from + i;
         from = at + "crate::".len();
-        // `$crate::` in a macro, or a longer identifier ending in `crate`.
+        // A longer identifier ending in `crate` (`$crate::` in a macro
+        // counts: the macro's expansion uses that module).
         let before = code[..at].chars().next_back();
-        if before.is_some_and(|c| c == '$' || c.is_alphanumeric() || c == '_') {
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
             continue;
         }
         let line = code[..at].matches('\n').count() + 1;
@@ -187,13 +244,21 @@ fn uses(source: &str, reexports: &BTreeMap<String, String>) -> Vec<Use> {
             for (rel, head) in group_heads(rest) {
                 resolve(line + rel, &head);
             }
+        } else if rest.starts_with('*') {
+            resolve(line, GLOB);
         } else {
-            let head: String = rest
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            if !head.is_empty() {
-                resolve(line, &head);
+            let head = segment(rest);
+            match rest[head.len()..].strip_prefix("::") {
+                // The prelude re-exports root names: follow it one step.
+                Some(after) if head == "prelude" => {
+                    if after.starts_with('*') || after.starts_with('{') {
+                        resolve(line, GLOB);
+                    } else {
+                        resolve(line, &segment(after));
+                    }
+                }
+                _ if !head.is_empty() => resolve(line, &head),
+                _ => {}
             }
         }
     }
@@ -243,8 +308,31 @@ fn violations(src: &Path) -> Vec<String> {
             continue;
         }
         let text = fs::read_to_string(&file).expect("read source");
+        for line in escaping_supers(&text, depth(src, &file)) {
+            out.push(format!(
+                "{}:{line}: a `super::` path leaves `{module}`: write `crate::…`",
+                file.display()
+            ));
+        }
         for u in uses(&text, &reexports) {
-            if u.target == module || !ranks.contains_key(u.target.as_str()) {
+            if u.target == GLOB {
+                out.push(format!(
+                    "{}:{}: a glob import of the crate root or the prelude hides what `{module}` uses",
+                    file.display(),
+                    u.line
+                ));
+                continue;
+            }
+            if !ranks.contains_key(u.target.as_str()) {
+                out.push(format!(
+                    "{}:{}: `crate::{}` names no module of src/ nor a name lib.rs re-exports",
+                    file.display(),
+                    u.line,
+                    u.target
+                ));
+                continue;
+            }
+            if u.target == module {
                 continue;
             }
             if !allowed(&ranks, &module, &u.target) {
@@ -328,6 +416,11 @@ fn an_upward_use_is_found_with_its_line() {
                 line: 8,
                 target: "broker".into()
             },
+            // `$crate::` in a macro is a use too.
+            Use {
+                line: 9,
+                target: "x".into()
+            },
         ]
     );
     let ranks = ranks();
@@ -362,4 +455,50 @@ fn an_upward_use_is_found_with_its_line() {
         "{}",
         found[0]
     );
+}
+
+/// What the check cannot follow is refused: globs of the crate root and the
+/// prelude, `crate::` paths to nothing it knows, and `super::` paths that
+/// climb out of their top-level module; the prelude and `$crate::` are
+/// followed to the module they name.
+#[test]
+fn paths_the_check_cannot_follow_are_refused() {
+    let dir = std::env::temp_dir().join(format!("rillkit-layering-paths-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("delivery/inner")).expect("mkdir");
+    fs::write(
+        dir.join("lib.rs"),
+        "mod delivery;\npub use broker::Broker;\npub use stream::Stream;\n",
+    )
+    .expect("write");
+    fs::write(
+        dir.join("delivery/mod.rs"),
+        "use crate::*;\n\
+         use crate::prelude::Broker;\n\
+         use crate::prelude::Stream;\n\
+         fn f(_: crate::nowhere::X) {}\n\
+         macro_rules! m { () => { $crate::supervisor::go() } }\n\
+         use super::broker::B;\n\
+         use self::inner::Y;\n",
+    )
+    .expect("write");
+    fs::write(
+        dir.join("delivery/inner/mod.rs"),
+        "use super::Z;\nuse super::super::broker::B;\n",
+    )
+    .expect("write");
+    let found = violations(&dir);
+    let _ = fs::remove_dir_all(&dir);
+    let expect = [
+        "delivery/inner/mod.rs:2: a `super::` path leaves `delivery`",
+        "delivery/mod.rs:6: a `super::` path leaves `delivery`",
+        "delivery/mod.rs:1: a glob import of the crate root or the prelude",
+        "delivery/mod.rs:2: `delivery` uses `broker`, which is not below it",
+        "delivery/mod.rs:4: `crate::nowhere` names no module",
+        "delivery/mod.rs:5: `delivery` uses `supervisor`, which is not below it",
+    ];
+    assert_eq!(found.len(), expect.len(), "{found:#?}");
+    for (f, e) in found.iter().zip(expect) {
+        assert!(f.contains(e), "{f:?} should say {e:?}");
+    }
 }
