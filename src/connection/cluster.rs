@@ -274,15 +274,19 @@ impl Cluster {
 
 /// One row of `CLUSTER SLOTS`: a range of slots and its master.
 #[derive(Debug, PartialEq)]
-struct SlotRange {
-    start: u16,
-    end: u16,
-    master: (String, u16),
+pub(crate) struct SlotRange {
+    pub start: u16,
+    pub end: u16,
+    /// The master's host and port.
+    pub master: (String, u16),
 }
 
 /// Parses `CLUSTER SLOTS`: `[[start, end, [host, port, id, …], replicas…], …]`.
-/// An empty host means the node that answered.
-fn parse_slots(v: Value, asked: &str) -> Result<Vec<SlotRange>, String> {
+/// An empty host (or `?`) means the node that answered: `asked` stands for
+/// it (an empty `asked` leaves it empty, for a caller that cannot tell).
+/// The one parser of this reply: the connection routing by slot and the
+/// admin's scan of every master both use it.
+pub(crate) fn parse_slots(v: Value, asked: &str) -> Result<Vec<SlotRange>, String> {
     let Value::Array(rows) = v else {
         return Err(format!("expected an array, got {v:?}"));
     };

@@ -12,6 +12,7 @@ mod pool;
 mod sentinel;
 mod topology;
 
+pub(crate) use cluster::parse_slots;
 pub(crate) use pool::{Pool, Shared};
 pub(crate) use sentinel::Watcher;
 pub use topology::{Tls, Topology};

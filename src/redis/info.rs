@@ -1,8 +1,9 @@
 //! What the server tells about a stream's groups, consumers and pending
 //! entries ([`GroupInfo`], [`ConsumerInfo`], [`PendingEntry`]), and the
 //! parsing of the replies that carry it: `SCAN`, `XINFO GROUPS`,
-//! `XINFO CONSUMERS`, `XPENDING` (extended form) and `CLUSTER SLOTS`, in
-//! RESP2 (flat field/value arrays) and RESP3 (maps) alike.
+//! `XINFO CONSUMERS` and `XPENDING` (extended form), in RESP2 (flat
+//! field/value arrays) and RESP3 (maps) alike; the masters of a `CLUSTER
+//! SLOTS` reply, read by the connection layer's one parser of it.
 
 use redis::Value;
 
@@ -253,15 +254,9 @@ pub(crate) fn pending(v: Value) -> Result<Vec<PendingEntry>, String> {
 /// out.
 pub(crate) fn cluster_masters(v: Value) -> Result<Vec<String>, String> {
     let mut out: Vec<String> = Vec::new();
-    for row in list(v)? {
-        let row = list(row)?;
-        let master = list(row.get(2).cloned().ok_or("a slot range has no master")?)?;
-        let (Some(host), Some(port)) =
-            (master.first().and_then(text), master.get(1).and_then(uint))
-        else {
-            return Err("a master has no host and port".into());
-        };
-        if host.is_empty() || host == "?" {
+    for range in crate::connection::parse_slots(v, "")? {
+        let (host, port) = range.master;
+        if host.is_empty() {
             continue;
         }
         let addr = format!("{host}:{port}");
