@@ -65,6 +65,7 @@ mod reclaimer;
 mod redis;
 mod retention;
 mod source;
+mod spans;
 mod status;
 mod stream;
 mod supervisor;
@@ -92,7 +93,7 @@ pub use status::{
 };
 pub use stream::{Codec, EntryId, Json, Stream};
 pub use supervisor::RestartPolicy;
-pub use traceparent::{InvalidTraceParent, TRACEPARENT_FIELD, TraceParent};
+pub use traceparent::{InvalidTraceParent, TRACEPARENT_FIELD, TraceLinking, TraceParent};
 
 /// The names most programs need: `use rillkit::prelude::*;`.
 pub mod prelude {

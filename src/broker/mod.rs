@@ -464,9 +464,14 @@ impl Broker {
         traceparent: &crate::TraceParent,
     ) -> Result<EntryId, Error> {
         let payload = encode(stream, value)?;
-        let mut ids = self
-            .send(stream, vec![payload], Some(traceparent.clone()))
-            .await?;
+        let span = crate::spans::send(&stream.names().name, 1);
+        #[cfg(feature = "otel")]
+        crate::otel::set_parent(&span, traceparent);
+        let mut ids = crate::spans::run(
+            &span,
+            self.send(stream, vec![payload], Some(traceparent.clone())),
+        )
+        .await?;
         ids.pop().ok_or(Error::ShutDown)
     }
 
@@ -556,25 +561,26 @@ impl Broker {
                 .expect("lock")
                 .insert(checked);
         }
-        #[cfg(feature = "otel")]
-        let traceparent = crate::otel::current();
-        #[cfg(not(feature = "otel"))]
-        let traceparent = None;
         let partition = crate::order::partition_name(
             &names.name,
             crate::order::partition_of(key, order.partitions),
         );
-        let mut ids = redis
-            .send(Publish {
-                stream: partition.into(),
-                field: names.field,
-                max_len: names.max_len,
-                payloads: vec![payload],
-                traceparent,
-                key: Some((order.key_field, key.to_vec())),
-            })
-            .await
-            .map_err(|_| Error::ShutDown)??;
+        let span = crate::spans::send(&partition, 1);
+        let traceparent = traceparent_for(&span);
+        let xadd = async {
+            redis
+                .send(Publish {
+                    stream: partition.into(),
+                    field: names.field,
+                    max_len: names.max_len,
+                    payloads: vec![payload],
+                    traceparent,
+                    key: Some((order.key_field, key.to_vec())),
+                })
+                .await
+                .map_err(|_| Error::ShutDown)?
+        };
+        let mut ids = crate::spans::run(&span, xadd).await?;
         ids.pop().ok_or(Error::ShutDown)
     }
 
@@ -603,12 +609,9 @@ impl Broker {
         stream: &Stream<C>,
         payloads: Vec<Vec<u8>>,
     ) -> Result<Vec<EntryId>, Error> {
-        // With the `otel` feature, the current span's context travels along.
-        #[cfg(feature = "otel")]
-        let traceparent = crate::otel::current();
-        #[cfg(not(feature = "otel"))]
-        let traceparent = None;
-        self.send(stream, payloads, traceparent).await
+        let span = crate::spans::send(&stream.names().name, payloads.len());
+        let traceparent = traceparent_for(&span);
+        crate::spans::run(&span, self.send(stream, payloads, traceparent)).await
     }
 
     async fn send<C: Codec>(
@@ -751,6 +754,21 @@ impl Broker {
 
     fn is_within(&self) -> bool {
         crate::lifecycle::is_within(self.owner())
+    }
+}
+
+/// The `traceparent` a stream publish running in the send span `span`
+/// writes: with feature `otel`, inside a span with a valid OpenTelemetry
+/// context, the send span's context; otherwise none.
+fn traceparent_for(span: &tracing::Span) -> Option<crate::TraceParent> {
+    #[cfg(feature = "otel")]
+    {
+        crate::otel::for_send(span)
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = span;
+        None
     }
 }
 
