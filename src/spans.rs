@@ -24,7 +24,9 @@ pub(crate) fn send(destination: &str, entries: usize) -> tracing::Span {
         "otel.status_code" = tracing::field::Empty,
     );
     if entries > 1 {
-        span.record("messaging.batch.message_count", entries);
+        // Signed: OpenTelemetry has no unsigned attribute.
+        let count = i64::try_from(entries).unwrap_or(i64::MAX);
+        span.record("messaging.batch.message_count", count);
     }
     span
 }

@@ -225,7 +225,7 @@ impl Loop {
             "messaging.destination.name" = %s.names.name,
             "messaging.consumer.group.name" = %s.names.group,
             "messaging.client.id" = %s.consumer,
-            "messaging.batch.message_count" = entries.len(),
+            "messaging.batch.message_count" = i64::try_from(entries.len()).unwrap_or(i64::MAX),
         );
         #[cfg(feature = "otel")]
         crate::otel::follow_all(

@@ -64,7 +64,9 @@ impl Loop {
             "messaging.consumer.group.name" = %msg.group,
             "messaging.message.id" = %msg.id,
             "messaging.client.id" = %msg.consumer,
-            "messaging.redis.delivery_count" = msg.delivery_count,
+            // Signed: OpenTelemetry has no unsigned attribute (a u64 would
+            // export as a string).
+            "messaging.redis.delivery_count" = i64::try_from(msg.delivery_count).unwrap_or(i64::MAX),
         );
         if let Some(tp) = msg.field(crate::traceparent::TRACEPARENT_FIELD) {
             // Recorded as sent (lossy UTF-8): a malformed value still helps
