@@ -65,7 +65,6 @@ mod reclaimer;
 mod redis;
 mod retention;
 mod source;
-mod spans;
 mod status;
 mod stream;
 mod supervisor;

@@ -9,6 +9,7 @@ mod driver;
 pub(crate) mod hooks;
 mod pause;
 mod publish;
+mod spans;
 pub(crate) mod runtime;
 
 pub use batch::BatchOptions;
@@ -464,10 +465,10 @@ impl Broker {
         traceparent: &crate::TraceParent,
     ) -> Result<EntryId, Error> {
         let payload = encode(stream, value)?;
-        let span = crate::spans::send(&stream.names().name, 1);
+        let span = spans::send(&stream.names().name, 1);
         #[cfg(feature = "otel")]
         crate::otel::set_parent(&span, traceparent);
-        let mut ids = crate::spans::run(
+        let mut ids = spans::run(
             &span,
             self.send(stream, vec![payload], Some(traceparent.clone())),
         )
@@ -565,7 +566,7 @@ impl Broker {
             &names.name,
             crate::order::partition_of(key, order.partitions),
         );
-        let span = crate::spans::send(&partition, 1);
+        let span = spans::send(&partition, 1);
         let traceparent = traceparent_for(&span);
         let xadd = async {
             redis
@@ -580,7 +581,7 @@ impl Broker {
                 .await
                 .map_err(|_| Error::ShutDown)?
         };
-        let mut ids = crate::spans::run(&span, xadd).await?;
+        let mut ids = spans::run(&span, xadd).await?;
         ids.pop().ok_or(Error::ShutDown)
     }
 
@@ -609,9 +610,9 @@ impl Broker {
         stream: &Stream<C>,
         payloads: Vec<Vec<u8>>,
     ) -> Result<Vec<EntryId>, Error> {
-        let span = crate::spans::send(&stream.names().name, payloads.len());
+        let span = spans::send(&stream.names().name, payloads.len());
         let traceparent = traceparent_for(&span);
-        crate::spans::run(&span, self.send(stream, payloads, traceparent)).await
+        spans::run(&span, self.send(stream, payloads, traceparent)).await
     }
 
     async fn send<C: Codec>(

@@ -58,14 +58,14 @@ impl Broker {
                 reason: "a list needs a name".into(),
             }));
         }
-        let span = crate::spans::send(list.name(), items.len());
+        let span = super::spans::send(list.name(), items.len());
         let mut cmd = redis::cmd("LPUSH");
         cmd.arg(list.name()).arg(items);
         let pushed = async {
             let v = self.query("lpush", cmd).await?;
             Ok(crate::status::int(&v).unwrap_or(0))
         };
-        crate::spans::run(&span, pushed).await
+        super::spans::run(&span, pushed).await
     }
 
     /// A command on a shared connection.
@@ -112,13 +112,13 @@ impl Broker {
                 key: channel.name().to_owned(),
                 source,
             })?;
-        let span = crate::spans::send(channel.name(), 1);
+        let span = super::spans::send(channel.name(), 1);
         let mut cmd = redis::cmd("PUBLISH");
         cmd.arg(channel.name()).arg(payload);
         let published = async {
             let v = self.query("publish", cmd).await?;
             Ok(crate::status::int(&v).unwrap_or(0))
         };
-        crate::spans::run(&span, published).await
+        super::spans::run(&span, published).await
     }
 }

@@ -308,7 +308,10 @@ async fn a_batch_publish_and_a_batch_handler_are_spans_of_their_entries() {
             })
             .sum::<i64>()
     };
-    eventually("the batch spans exported", WAIT, || counted(&batches()) == 2).await;
+    eventually("the batch spans exported", WAIT, || {
+        counted(&batches()) == 2
+    })
+    .await;
 
     let sends = spans_named(&exporter, "send orders");
     assert_eq!(sends.len(), 1);

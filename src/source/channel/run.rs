@@ -204,7 +204,10 @@ fn start(sub: &ChannelSub, message: Received) -> LocalBoxFuture<'static, Run> {
         "messaging.client.id" = %sub.consumer,
     );
     if sub.pattern {
-        span.record("messaging.destination.template", tracing::field::display(&sub.name));
+        span.record(
+            "messaging.destination.template",
+            tracing::field::display(&sub.name),
+        );
     }
     let handler = sub.handler.clone();
     match handler::start(span, move || {

@@ -403,10 +403,7 @@ impl Loop {
                 n
             } else if reliable {
                 let mut hincr = redis::cmd("HINCRBY");
-                hincr
-                    .arg(&sub.keys.attempts)
-                    .arg(item.as_slice())
-                    .arg(1);
+                hincr.arg(&sub.keys.attempts).arg(item.as_slice()).arg(1);
                 match redis.send(crate::redis::Query("hincrby", hincr)).await {
                     Ok(Ok(Value::Int(n))) => u64::try_from(n).unwrap_or(1),
                     // Not counted (Redis unreachable): the local count.
