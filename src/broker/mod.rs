@@ -9,8 +9,8 @@ mod driver;
 pub(crate) mod hooks;
 mod pause;
 mod publish;
-mod spans;
 pub(crate) mod runtime;
+mod spans;
 
 pub use batch::BatchOptions;
 pub use builder::BrokerBuilder;
@@ -419,6 +419,15 @@ impl Broker {
     /// reconnect, the publish waits for them up to
     /// [`publish_timeout`](BrokerBuilder::publish_timeout).
     ///
+    /// It runs in a `rillkit.publish` span, an OpenTelemetry messaging send
+    /// span (`send <stream>`, kind producer, `messaging.message.id` the
+    /// entry id). With feature `otel`, called inside a span with a valid
+    /// OpenTelemetry context, the entry gets a `traceparent` field holding
+    /// the send span's context (`XADD <stream> * data <bytes> traceparent
+    /// <value>`), which the consumer's span links to (or is a child of, with
+    /// [`TraceLinking::Parent`](crate::TraceLinking::Parent)); outside one
+    /// it gets none.
+    ///
     /// # Errors
     /// [`Error::Config`] for a stream whose names or length cap cannot work
     /// (an empty name, `with_max_len(0)`); [`Error::Encode`];
@@ -445,6 +454,10 @@ impl Broker {
     /// <stream> * data <bytes> traceparent <value>`. The consumer's
     /// `rillkit.handle` span records it as its `traceparent` field, and a
     /// handler reads it with [`TraceParent::of`](crate::TraceParent::of).
+    ///
+    /// The value is written as given, also with feature `otel`; the
+    /// publish's send span (`rillkit.publish`, `send <stream>`) is then a
+    /// child of the span it names.
     ///
     /// ```no_run
     /// # async fn f(broker: rillkit::Broker) -> Result<(), Box<dyn std::error::Error>> {
@@ -480,6 +493,12 @@ impl Broker {
     /// ids in the order of `values`. Nothing is sent when a value fails to
     /// encode.
     ///
+    /// One `rillkit.publish` send span covers them all
+    /// (`messaging.batch.message_count` the number of entries, or
+    /// `messaging.message.id` for a single one); with feature `otel` each
+    /// entry's `traceparent` holds its context, as for
+    /// [`publish`](Self::publish).
+    ///
     /// # Errors
     /// As [`publish`](Self::publish).
     pub async fn publish_batch<T, C, I>(
@@ -510,6 +529,10 @@ impl Broker {
     ///
     /// The first publish to a stream by this broker records its partition
     /// count in Redis if none is (`SET … NX`), or checks it.
+    ///
+    /// The `XADD` runs in a send span whose destination is the partition's
+    /// stream (`send <name>:p<partition>`), with the `traceparent` rules of
+    /// [`publish`](Self::publish).
     ///
     /// # Errors
     /// [`Error::Config`] for a stream that is not ordered, or when Redis

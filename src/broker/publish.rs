@@ -13,7 +13,9 @@ use crate::stream::Codec;
 
 impl Broker {
     /// Pushes one item onto a list (`LPUSH`), encoded with the list's codec.
-    /// Answers the list's length after the push.
+    /// Answers the list's length after the push. Runs in a
+    /// `rillkit.publish` span (OpenTelemetry `send <list>`, kind producer);
+    /// an item carries no `traceparent`.
     ///
     /// # Errors
     /// [`Error::Encode`]; otherwise as [`publish`](Self::publish).
@@ -29,7 +31,8 @@ impl Broker {
     /// Pushes many items onto a list in one `LPUSH` (in the order given, so
     /// consumers pop them in that order). Answers the list's length after
     /// the push; nothing is sent when a value fails to encode or there is
-    /// none.
+    /// none. One `rillkit.publish` span covers the push
+    /// (`messaging.batch.message_count` the number of items).
     ///
     /// # Errors
     /// As [`publish_list`](Self::publish_list).
@@ -95,7 +98,9 @@ fn encode_item<T: Serialize + ?Sized, C: Codec>(
 impl Broker {
     /// Publishes one message on a channel (`PUBLISH`), encoded with the
     /// channel's codec. Answers how many subscribers received it (in a
-    /// cluster: those connected to the node that took the command).
+    /// cluster: those connected to the node that took the command). Runs in
+    /// a `rillkit.publish` span (OpenTelemetry `send <channel>`, kind
+    /// producer); a message carries no `traceparent`.
     ///
     /// # Errors
     /// [`Error::Encode`]; otherwise as [`publish`](Self::publish).
