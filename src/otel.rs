@@ -69,7 +69,7 @@ pub(crate) fn set_parent(span: &tracing::Span, tp: &TraceParent) {
 pub(crate) fn follow(span: &tracing::Span, tp: &TraceParent, linking: TraceLinking) {
     match linking {
         TraceLinking::Parent => set_parent(span, tp),
-        _ => add_link(span, tp),
+        TraceLinking::Link => add_link(span, tp),
     }
 }
 
