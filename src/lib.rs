@@ -123,7 +123,7 @@ pub use status::{
 };
 pub use stream::{Codec, EntryId, Json, Stream};
 pub use supervisor::RestartPolicy;
-pub use traceparent::{InvalidTraceParent, TRACEPARENT_FIELD, TraceParent};
+pub use traceparent::{InvalidTraceParent, TRACEPARENT_FIELD, TraceLinking, TraceParent};
 
 /// The names most programs need: `use rillkit::prelude::*;`.
 pub mod prelude {

@@ -1,6 +1,7 @@
 //! W3C Trace Context's `traceparent` (<https://www.w3.org/TR/trace-context/>),
 //! carried in an entry's `traceparent` field from the publisher to the
-//! consumer's `rillkit.handle` span.
+//! consumer's `rillkit.handle` span, and how that span relates to the
+//! publisher's ([`TraceLinking`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -30,6 +31,47 @@ pub const TRACEPARENT_FIELD: &str = "traceparent";
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TraceParent(String);
+
+/// How a stream consumer's process span (`rillkit.handle`, OpenTelemetry
+/// name `process <stream>`) relates to the producer's span that an entry's
+/// `traceparent` field names. Set per subscription with
+/// [`ConsumerOptions::with_trace_linking`](crate::ConsumerOptions::with_trace_linking).
+///
+/// It takes effect with feature `otel` and the application's
+/// `tracing-opentelemetry` layer; without them no span is linked or parented
+/// and the option changes nothing. Entries without a valid `traceparent`
+/// start their own trace either way.
+///
+/// | value | the process span | OpenTelemetry call |
+/// |-------|------------------|--------------------|
+/// | [`Link`](Self::Link) (default) | starts its own trace and carries a span link to the producer's span | `OpenTelemetrySpanExt::add_link` |
+/// | [`Parent`](Self::Parent) | is a child of the producer's span, in the producer's trace | `OpenTelemetrySpanExt::set_parent` |
+///
+/// A link is what the OpenTelemetry messaging conventions recommend: an
+/// entry may be handled long after it was published, redelivered, or
+/// handled in a batch with entries of other traces, and a trace that stays
+/// open until then is hard to read. A batch handler's span
+/// (`rillkit.handle_batch`) links to each entry's producer span; with
+/// `Parent` it is a child of the first entry's producer span and links to
+/// the others.
+///
+/// ```
+/// use rillkit::{ConsumerOptions, TraceLinking};
+///
+/// let opts = ConsumerOptions::default().with_trace_linking(TraceLinking::Parent);
+/// assert_eq!(opts.trace_linking(), TraceLinking::Parent);
+/// assert_eq!(ConsumerOptions::default().trace_linking(), TraceLinking::Link);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum TraceLinking {
+    /// A span link to the producer's span; the process span is the root of
+    /// its own trace.
+    #[default]
+    Link,
+    /// The producer's span is the process span's (remote) parent.
+    Parent,
+}
 
 /// A value that is not a W3C `traceparent`; says what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

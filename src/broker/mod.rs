@@ -10,6 +10,7 @@ pub(crate) mod hooks;
 mod pause;
 mod publish;
 pub(crate) mod runtime;
+mod spans;
 
 pub use batch::BatchOptions;
 pub use builder::BrokerBuilder;
@@ -418,6 +419,15 @@ impl Broker {
     /// reconnect, the publish waits for them up to
     /// [`publish_timeout`](BrokerBuilder::publish_timeout).
     ///
+    /// It runs in a `rillkit.publish` span, an OpenTelemetry messaging send
+    /// span (`send <stream>`, kind producer, `messaging.message.id` the
+    /// entry id). With feature `otel`, called inside a span with a valid
+    /// OpenTelemetry context, the entry gets a `traceparent` field holding
+    /// the send span's context (`XADD <stream> * data <bytes> traceparent
+    /// <value>`), which the consumer's span links to (or is a child of, with
+    /// [`TraceLinking::Parent`](crate::TraceLinking::Parent)); outside one
+    /// it gets none.
+    ///
     /// # Errors
     /// [`Error::Config`] for a stream whose names or length cap cannot work
     /// (an empty name, `with_max_len(0)`); [`Error::Encode`];
@@ -445,6 +455,10 @@ impl Broker {
     /// `rillkit.handle` span records it as its `traceparent` field, and a
     /// handler reads it with [`TraceParent::of`](crate::TraceParent::of).
     ///
+    /// The value is written as given, also with feature `otel`; the
+    /// publish's send span (`rillkit.publish`, `send <stream>`) is then a
+    /// child of the span it names.
+    ///
     /// ```no_run
     /// # async fn f(broker: rillkit::Broker) -> Result<(), Box<dyn std::error::Error>> {
     /// use rillkit::{Stream, TraceParent};
@@ -464,15 +478,26 @@ impl Broker {
         traceparent: &crate::TraceParent,
     ) -> Result<EntryId, Error> {
         let payload = encode(stream, value)?;
-        let mut ids = self
-            .send(stream, vec![payload], Some(traceparent.clone()))
-            .await?;
+        let span = spans::send(&stream.names().name, 1);
+        #[cfg(feature = "otel")]
+        crate::otel::set_parent(&span, traceparent);
+        let mut ids = spans::run(
+            &span,
+            self.send(stream, vec![payload], Some(traceparent.clone())),
+        )
+        .await?;
         ids.pop().ok_or(Error::ShutDown)
     }
 
     /// Adds one entry per value, pipelined in one round trip. Returns the entry
     /// ids in the order of `values`. Nothing is sent when a value fails to
     /// encode.
+    ///
+    /// One `rillkit.publish` send span covers them all
+    /// (`messaging.batch.message_count` the number of entries, or
+    /// `messaging.message.id` for a single one); with feature `otel` each
+    /// entry's `traceparent` holds its context, as for
+    /// [`publish`](Self::publish).
     ///
     /// # Errors
     /// As [`publish`](Self::publish).
@@ -504,6 +529,10 @@ impl Broker {
     ///
     /// The first publish to a stream by this broker records its partition
     /// count in Redis if none is (`SET … NX`), or checks it.
+    ///
+    /// The `XADD` runs in a send span whose destination is the partition's
+    /// stream (`send <name>:p<partition>`), with the `traceparent` rules of
+    /// [`publish`](Self::publish).
     ///
     /// # Errors
     /// [`Error::Config`] for a stream that is not ordered, or when Redis
@@ -556,25 +585,26 @@ impl Broker {
                 .expect("lock")
                 .insert(checked);
         }
-        #[cfg(feature = "otel")]
-        let traceparent = crate::otel::current();
-        #[cfg(not(feature = "otel"))]
-        let traceparent = None;
         let partition = crate::order::partition_name(
             &names.name,
             crate::order::partition_of(key, order.partitions),
         );
-        let mut ids = redis
-            .send(Publish {
-                stream: partition.into(),
-                field: names.field,
-                max_len: names.max_len,
-                payloads: vec![payload],
-                traceparent,
-                key: Some((order.key_field, key.to_vec())),
-            })
-            .await
-            .map_err(|_| Error::ShutDown)??;
+        let span = spans::send(&partition, 1);
+        let traceparent = traceparent_for(&span);
+        let xadd = async {
+            redis
+                .send(Publish {
+                    stream: partition.into(),
+                    field: names.field,
+                    max_len: names.max_len,
+                    payloads: vec![payload],
+                    traceparent,
+                    key: Some((order.key_field, key.to_vec())),
+                })
+                .await
+                .map_err(|_| Error::ShutDown)?
+        };
+        let mut ids = spans::run(&span, xadd).await?;
         ids.pop().ok_or(Error::ShutDown)
     }
 
@@ -603,12 +633,9 @@ impl Broker {
         stream: &Stream<C>,
         payloads: Vec<Vec<u8>>,
     ) -> Result<Vec<EntryId>, Error> {
-        // With the `otel` feature, the current span's context travels along.
-        #[cfg(feature = "otel")]
-        let traceparent = crate::otel::current();
-        #[cfg(not(feature = "otel"))]
-        let traceparent = None;
-        self.send(stream, payloads, traceparent).await
+        let span = spans::send(&stream.names().name, payloads.len());
+        let traceparent = traceparent_for(&span);
+        spans::run(&span, self.send(stream, payloads, traceparent)).await
     }
 
     async fn send<C: Codec>(
@@ -751,6 +778,21 @@ impl Broker {
 
     fn is_within(&self) -> bool {
         crate::lifecycle::is_within(self.owner())
+    }
+}
+
+/// The `traceparent` a stream publish running in the send span `span`
+/// writes: with feature `otel`, inside a span with a valid OpenTelemetry
+/// context, the send span's context; otherwise none.
+fn traceparent_for(span: &tracing::Span) -> Option<crate::TraceParent> {
+    #[cfg(feature = "otel")]
+    {
+        crate::otel::for_send(span)
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = span;
+        None
     }
 }
 

@@ -13,7 +13,9 @@ use crate::stream::Codec;
 
 impl Broker {
     /// Pushes one item onto a list (`LPUSH`), encoded with the list's codec.
-    /// Answers the list's length after the push.
+    /// Answers the list's length after the push. Runs in a
+    /// `rillkit.publish` span (OpenTelemetry `send <list>`, kind producer);
+    /// an item carries no `traceparent`.
     ///
     /// # Errors
     /// [`Error::Encode`]; otherwise as [`publish`](Self::publish).
@@ -29,7 +31,8 @@ impl Broker {
     /// Pushes many items onto a list in one `LPUSH` (in the order given, so
     /// consumers pop them in that order). Answers the list's length after
     /// the push; nothing is sent when a value fails to encode or there is
-    /// none.
+    /// none. One `rillkit.publish` span covers the push
+    /// (`messaging.batch.message_count` the number of items).
     ///
     /// # Errors
     /// As [`publish_list`](Self::publish_list).
@@ -58,10 +61,14 @@ impl Broker {
                 reason: "a list needs a name".into(),
             }));
         }
+        let span = super::spans::send(list.name(), items.len());
         let mut cmd = redis::cmd("LPUSH");
         cmd.arg(list.name()).arg(items);
-        let v = self.query("lpush", cmd).await?;
-        Ok(crate::status::int(&v).unwrap_or(0))
+        let pushed = async {
+            let v = self.query("lpush", cmd).await?;
+            Ok(crate::status::int(&v).unwrap_or(0))
+        };
+        super::spans::run(&span, pushed).await
     }
 
     /// A command on a shared connection.
@@ -91,7 +98,9 @@ fn encode_item<T: Serialize + ?Sized, C: Codec>(
 impl Broker {
     /// Publishes one message on a channel (`PUBLISH`), encoded with the
     /// channel's codec. Answers how many subscribers received it (in a
-    /// cluster: those connected to the node that took the command).
+    /// cluster: those connected to the node that took the command). Runs in
+    /// a `rillkit.publish` span (OpenTelemetry `send <channel>`, kind
+    /// producer); a message carries no `traceparent`.
     ///
     /// # Errors
     /// [`Error::Encode`]; otherwise as [`publish`](Self::publish).
@@ -108,9 +117,13 @@ impl Broker {
                 key: channel.name().to_owned(),
                 source,
             })?;
+        let span = super::spans::send(channel.name(), 1);
         let mut cmd = redis::cmd("PUBLISH");
         cmd.arg(channel.name()).arg(payload);
-        let v = self.query("publish", cmd).await?;
-        Ok(crate::status::int(&v).unwrap_or(0))
+        let published = async {
+            let v = self.query("publish", cmd).await?;
+            Ok(crate::status::int(&v).unwrap_or(0))
+        };
+        super::spans::run(&span, published).await
     }
 }

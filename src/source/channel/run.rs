@@ -188,7 +188,27 @@ fn start(sub: &ChannelSub, message: Received) -> LocalBoxFuture<'static, Run> {
         consumer: sub.consumer.clone(),
         attempt: 1,
     };
-    let span = tracing::info_span!("rillkit.handle", channel = %sub.name, consumer = %sub.consumer);
+    // For a pattern, the OpenTelemetry name carries the pattern (few
+    // distinct names) and the destination the channel the message came on.
+    let span = tracing::info_span!(
+        "rillkit.handle",
+        channel = %sub.name,
+        consumer = %sub.consumer,
+        "otel.name" = %format_args!("process {}", sub.name),
+        "otel.kind" = "consumer",
+        "messaging.system" = "redis",
+        "messaging.operation.name" = "process",
+        "messaging.operation.type" = "process",
+        "messaging.destination.name" = %meta.source,
+        "messaging.destination.template" = tracing::field::Empty,
+        "messaging.client.id" = %sub.consumer,
+    );
+    if sub.pattern {
+        span.record(
+            "messaging.destination.template",
+            tracing::field::display(&sub.name),
+        );
+    }
     let handler = sub.handler.clone();
     match handler::start(span, move || {
         handler(&message.payload, meta).map_err(|e| format!("message does not decode: {e}"))

@@ -403,10 +403,7 @@ impl Loop {
                 n
             } else if reliable {
                 let mut hincr = redis::cmd("HINCRBY");
-                hincr
-                    .arg(&sub.keys.attempts)
-                    .arg(item.as_slice())
-                    .arg(1);
+                hincr.arg(&sub.keys.attempts).arg(item.as_slice()).arg(1);
                 match redis.send(crate::redis::Query("hincrby", hincr)).await {
                     Ok(Ok(Value::Int(n))) => u64::try_from(n).unwrap_or(1),
                     // Not counted (Redis unreachable): the local count.
@@ -421,7 +418,19 @@ impl Loop {
                 consumer: sub.consumer.clone(),
                 attempt,
             };
-            let span = tracing::info_span!("rillkit.handle", list = %sub.keys.list, consumer = %sub.consumer, attempt);
+            let span = tracing::info_span!(
+                "rillkit.handle",
+                list = %sub.keys.list,
+                consumer = %sub.consumer,
+                attempt,
+                "otel.name" = %format_args!("process {}", sub.keys.list),
+                "otel.kind" = "consumer",
+                "messaging.system" = "redis",
+                "messaging.operation.name" = "process",
+                "messaging.operation.type" = "process",
+                "messaging.destination.name" = %sub.keys.list,
+                "messaging.client.id" = %sub.consumer,
+            );
             let run = match handler::start(span, || {
                 (sub.handler)(&item, meta).map_err(|e| format!("item does not decode: {e}"))
             }) {

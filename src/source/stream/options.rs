@@ -4,6 +4,7 @@ use crate::delivery::{MAX_DURATION, RetryBackoff};
 use crate::error::ConfigError;
 use crate::kind::SourceKind;
 use crate::order::OnKeyFailure;
+use crate::traceparent::TraceLinking;
 
 /// How one subscription reads and retries. Each option, mostly a Redis
 /// argument, is set with `with_<option>` and read back with `<option>()`.
@@ -22,6 +23,7 @@ use crate::order::OnKeyFailure;
 /// | [`with_lease_ttl`](Self::with_lease_ttl) | 10 s | the consumer name's lease (`SET … PX`), renewed every third of it |
 /// | [`with_prune_idle`](Self::with_prune_idle) | off | delete the group's consumers idle longer than this and holding nothing (`XGROUP DELCONSUMER`) |
 /// | [`with_on_key_failure`](Self::with_on_key_failure) | skip | an [ordered stream](crate::Stream::ordered_by)'s key after one of its entries is dead-lettered |
+/// | [`with_trace_linking`](Self::with_trace_linking) | link | feature `otel`: the handler's span links to the producer's span, or is its child |
 ///
 /// ```
 /// use std::time::Duration;
@@ -49,6 +51,7 @@ pub struct ConsumerOptions {
     pub(crate) lease_ttl: Option<Duration>,
     pub(crate) prune_idle: Option<Duration>,
     pub(crate) on_key_failure: OnKeyFailure,
+    pub(crate) trace_linking: TraceLinking,
 }
 
 impl Default for ConsumerOptions {
@@ -66,6 +69,7 @@ impl Default for ConsumerOptions {
             lease_ttl: Some(Duration::from_secs(10)),
             prune_idle: None,
             on_key_failure: OnKeyFailure::Skip,
+            trace_linking: TraceLinking::Link,
         }
     }
 }
@@ -254,6 +258,24 @@ impl ConsumerOptions {
     /// with [`with_on_key_failure`](Self::with_on_key_failure).
     pub fn on_key_failure(&self) -> OnKeyFailure {
         self.on_key_failure
+    }
+
+    /// Sets how the handler's span relates to the producer's span named by
+    /// an entry's `traceparent` field (default [`TraceLinking::Link`]: a
+    /// span link; [`TraceLinking::Parent`]: a child of it). Takes effect
+    /// with feature `otel` and the application's `tracing-opentelemetry`
+    /// layer; without them it changes nothing. Lists and channels carry no
+    /// `traceparent` and have no such option.
+    #[must_use]
+    pub fn with_trace_linking(mut self, linking: TraceLinking) -> Self {
+        self.trace_linking = linking;
+        self
+    }
+
+    /// How the handler's span relates to the producer's span, set with
+    /// [`with_trace_linking`](Self::with_trace_linking).
+    pub fn trace_linking(&self) -> TraceLinking {
+        self.trace_linking
     }
 
     /// The lease TTL (`None`: [`without_lease`](Self::without_lease)), set

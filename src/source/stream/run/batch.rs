@@ -217,19 +217,28 @@ impl Loop {
             entries = entries.len(),
             first_id = %entries[0].id,
             last_id = %entries[entries.len() - 1].id,
+            "otel.name" = %format_args!("process {}", s.names.name),
+            "otel.kind" = "consumer",
+            "messaging.system" = "redis",
+            "messaging.operation.name" = "process",
+            "messaging.operation.type" = "process",
+            "messaging.destination.name" = %s.names.name,
+            "messaging.consumer.group.name" = %s.names.group,
+            "messaging.client.id" = %s.consumer,
+            "messaging.batch.message_count" = i64::try_from(entries.len()).unwrap_or(i64::MAX),
         );
         #[cfg(feature = "otel")]
-        for q in &entries {
-            if let Some(tp) = q
-                .fields
-                .iter()
-                .find(|(k, _)| k.as_slice() == crate::traceparent::TRACEPARENT_FIELD.as_bytes())
-                .and_then(|(_, v)| std::str::from_utf8(v).ok())
-                .and_then(|t| t.parse::<crate::TraceParent>().ok())
-            {
-                crate::otel::link(&span, &tp);
-            }
-        }
+        crate::otel::follow_all(
+            &span,
+            entries.iter().filter_map(|q| {
+                q.fields
+                    .iter()
+                    .find(|(k, _)| k.as_slice() == crate::traceparent::TRACEPARENT_FIELD.as_bytes())
+                    .and_then(|(_, v)| std::str::from_utf8(v).ok())
+                    .and_then(|t| t.parse::<crate::TraceParent>().ok())
+            }),
+            s.opts.trace_linking,
+        );
         let running = handler::start_batch(span, call);
         self.running.push(Box::pin(
             running.map(move |run| Ended::Batch(BatchDone { entries, run })),

@@ -45,7 +45,8 @@ impl Loop {
             return;
         }
         // The handler runs inside a span carrying the delivery, so the
-        // application's own log lines in it name the entry.
+        // application's own log lines in it name the entry; `otel.*` and
+        // `messaging.*` make it an OpenTelemetry messaging process span.
         let span = tracing::info_span!(
             "rillkit.handle",
             stream = %msg.stream,
@@ -54,6 +55,18 @@ impl Loop {
             entry_id = %msg.id,
             delivery_count = msg.delivery_count,
             traceparent = tracing::field::Empty,
+            "otel.name" = %format_args!("process {}", msg.stream),
+            "otel.kind" = "consumer",
+            "messaging.system" = "redis",
+            "messaging.operation.name" = "process",
+            "messaging.operation.type" = "process",
+            "messaging.destination.name" = %msg.stream,
+            "messaging.consumer.group.name" = %msg.group,
+            "messaging.message.id" = %msg.id,
+            "messaging.client.id" = %msg.consumer,
+            // Signed: OpenTelemetry has no unsigned attribute (a u64 would
+            // export as a string).
+            "messaging.redis.delivery_count" = i64::try_from(msg.delivery_count).unwrap_or(i64::MAX),
         );
         if let Some(tp) = msg.field(crate::traceparent::TRACEPARENT_FIELD) {
             // Recorded as sent (lossy UTF-8): a malformed value still helps
@@ -67,7 +80,7 @@ impl Loop {
                 .ok()
                 .and_then(|t| t.parse::<crate::TraceParent>().ok())
             {
-                crate::otel::link(&span, &tp);
+                crate::otel::follow(&span, &tp, s.opts.trace_linking);
             }
         }
         let handler = s.handler.clone();
