@@ -2,7 +2,7 @@
 //! and the metrics alike.
 
 /// What a subscription reads: a stream (consumer groups), a list, or a
-/// Pub/Sub channel. See the README's "Sources" table for what each kind
+/// Pub/Sub channel. See the guide's "Sources" table for what each kind
 /// guarantees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

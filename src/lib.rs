@@ -137,3 +137,51 @@ pub mod prelude {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's code blocks (`docs/guide/src/`), compiled as doctests: one
+/// item per chapter.
+#[cfg(doctest)]
+pub mod guide {
+    #[doc = include_str!("../docs/guide/src/introduction.md")]
+    pub struct Introduction;
+    #[doc = include_str!("../docs/guide/src/getting-started.md")]
+    pub struct GettingStarted;
+    #[doc = include_str!("../docs/guide/src/concepts.md")]
+    pub struct Concepts;
+    #[doc = include_str!("../docs/guide/src/sources.md")]
+    pub struct Sources;
+    #[doc = include_str!("../docs/guide/src/streams.md")]
+    pub struct Streams;
+    #[doc = include_str!("../docs/guide/src/lists.md")]
+    pub struct Lists;
+    #[doc = include_str!("../docs/guide/src/channels.md")]
+    pub struct Channels;
+    #[doc = include_str!("../docs/guide/src/retries.md")]
+    pub struct Retries;
+    #[doc = include_str!("../docs/guide/src/ordering.md")]
+    pub struct Ordering;
+    #[doc = include_str!("../docs/guide/src/batches.md")]
+    pub struct Batches;
+    #[doc = include_str!("../docs/guide/src/shutdown.md")]
+    pub struct Shutdown;
+    #[doc = include_str!("../docs/guide/src/production.md")]
+    pub struct Production;
+    #[doc = include_str!("../docs/guide/src/operating.md")]
+    pub struct Operating;
+    #[doc = include_str!("../docs/guide/src/cli.md")]
+    pub struct Cli;
+    #[doc = include_str!("../docs/guide/src/tracing.md")]
+    pub struct Tracing;
+    #[doc = include_str!("../docs/guide/src/testing.md")]
+    pub struct Testing;
+    #[doc = include_str!("../docs/guide/src/performance.md")]
+    pub struct Performance;
+    #[doc = include_str!("../docs/guide/src/migrating.md")]
+    pub struct Migrating;
+    #[doc = include_str!("../docs/guide/src/contributing.md")]
+    pub struct Contributing;
+    /// The dashboard chapter's blocks need the `dashboard` feature.
+    #[cfg(feature = "dashboard")]
+    #[doc = include_str!("../docs/guide/src/dashboard.md")]
+    pub struct Dashboard;
+}

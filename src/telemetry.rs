@@ -1,7 +1,7 @@
 //! Metrics through the [`metrics`](https://docs.rs/metrics) facade: rillkit
 //! records, the application installs the exporter it wants (none installed:
 //! recording costs next to nothing). Every series is labelled `stream` and
-//! `group`. The README has the table.
+//! `group`. The guide (Operating, Metrics) has the table.
 
 use metrics::{Counter, Gauge, Histogram};
 

@@ -168,8 +168,8 @@ impl ItemDelivery {
     }
 
     /// Which run of the item this is (1 on the first), from the list's
-    /// attempts hash (see the README for its limits); always 1 for a
-    /// channel message or an item popped at most once.
+    /// attempts hash (see the guide's Lists chapter for its limits); always
+    /// 1 for a channel message or an item popped at most once.
     pub fn attempt(&self) -> u64 {
         self.attempt
     }

@@ -93,8 +93,8 @@ pub enum Error {
     #[error("redis refused the credentials (check the username and password): {}", .0.redis_text())]
     Credentials(#[source] Box<Error>),
     /// The ACL user may not run `command` (`NOPERM`). Allow it with
-    /// `ACL SETUSER <user> +<command>`; the README lists the minimal ACL of a
-    /// worker.
+    /// `ACL SETUSER <user> +<command>`; the guide (Production Redis) lists
+    /// the minimal ACL of a worker.
     #[error(
         "the redis ACL user may not run {command} (allow it: ACL SETUSER <user> +{command}): {source}"
     )]
@@ -240,7 +240,7 @@ impl Error {
     }
 
     /// `true` when trying the same operation again later may succeed: every
-    /// transient answer of the README's error table (connection lost or timed
+    /// transient answer of the guide's error table (connection lost or timed
     /// out, `LOADING`, `BUSY`, `MASTERDOWN`, `READONLY`, `TRYAGAIN`,
     /// `CLUSTERDOWN`, `NOREPLICAS`, `MISCONF`, max clients reached, `OOM`, a
     /// failover under way, the connections reconnecting). A web handler that

@@ -862,7 +862,7 @@ async fn recorder_cost(url: &str, n: u64) {
     // far above the scheduler's noise: the cost measured is a few percent.
     const ROUNDS: usize = 9;
     let m = (n / 2).max(2_000);
-    // Configured as the README advises (and the actix_web example does):
+    // Configured as the guide advises (and the actix_web example does):
     // Prometheus histograms with buckets, not summaries.
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets(&SECONDS_BUCKETS)

@@ -1,6 +1,6 @@
-//! ACL users and refusals. The minimal worker ACL is the one the README shows
+//! ACL users and refusals. The minimal worker ACL is the one the guide shows
 //! (between `<!-- minimal-acl -->` and `<!-- /minimal-acl -->`): the test runs
-//! that very line on a server, so the README cannot drift from what a worker
+//! that very line on a server, so the guide cannot drift from what a worker
 //! needs. `ACL LOG` on the server names any command the user was refused.
 
 mod support;
@@ -20,7 +20,7 @@ const WAIT: Duration = Duration::from_secs(15);
 /// A bound on `start()`, `stop()` and `publish()` calls that must fail or
 /// finish, not hang.
 const BOUND: Duration = Duration::from_secs(20);
-/// The README's placeholders.
+/// The guide's placeholders.
 const USER: &str = "worker";
 const PASSWORD: &str = "change-me";
 
@@ -29,30 +29,30 @@ struct Job {
     id: u64,
 }
 
-/// The `ACL SETUSER` line of the README's minimal-ACL block for `redis`'s
+/// The `ACL SETUSER` line of the guide's minimal-ACL block for `redis`'s
 /// server (Redis 7.0, or Redis 7.2+ and Valkey), split on whitespace.
-fn readme_acl(redis: &RedisServer) -> Vec<String> {
+fn guide_acl(redis: &RedisServer) -> Vec<String> {
     let server = support::ServerVersion::of(&mut redis.conn());
-    let words = support::readme_acl_words(&server);
-    eprintln!("the README's minimal ACL for {server}: {}", words.join(" "));
+    let words = support::guide_acl_words(&server);
+    eprintln!("the guide's minimal ACL for {server}: {}", words.join(" "));
     assert_eq!(words.get(2).map(String::as_str), Some(USER), "{words:?}");
     assert!(
         words.iter().any(|w| *w == format!(">{PASSWORD}")),
-        "the README line sets the password >{PASSWORD}: {words:?}"
+        "the guide's line sets the password >{PASSWORD}: {words:?}"
     );
     words
 }
 
-/// Runs the README's ACL line on `redis` for `user`, with the password and
+/// Runs the guide's ACL line on `redis` for `user`, with the password and
 /// without the rules in `without` (each must be in the line).
 fn setuser(redis: &RedisServer, user: &str, password: &str, without: &[&str]) {
-    let mut words = readme_acl(redis);
+    let mut words = guide_acl(redis);
     for rule in without {
         let before = words.len();
         words.retain(|w| w != rule);
         assert!(
             words.len() < before,
-            "the README's ACL line has no {rule} to remove: {words:?}"
+            "the guide's ACL line has no {rule} to remove: {words:?}"
         );
     }
     words[2] = user.to_owned();
@@ -72,7 +72,7 @@ fn url_as(redis: &RedisServer, user: &str, password: &str) -> String {
 }
 
 /// `ACL LOG` as one map per entry (`reason`, `object`, `username`, `count`…).
-/// Nothing is left out: the README's line for the server allows
+/// Nothing is left out: the guide's line for the server allows
 /// `CLIENT SETINFO` where it exists (Redis 7.2+, Valkey), and Redis 7.0
 /// answers it as an unknown subcommand, which `ACL LOG` does not record.
 fn acl_log(redis: &RedisServer) -> Vec<HashMap<String, String>> {
@@ -148,7 +148,7 @@ async fn clean_stop(broker: &Broker) -> Duration {
 }
 
 #[actix_rt::test]
-async fn the_readme_minimal_acl_runs_a_worker() {
+async fn the_guides_minimal_acl_runs_a_worker() {
     support::init_tracing();
     let redis = RedisServer::start();
     setuser(&redis, USER, PASSWORD, &[]);
@@ -183,12 +183,12 @@ async fn the_readme_minimal_acl_runs_a_worker() {
     tokio::time::timeout(BOUND, broker.start())
         .await
         .expect("start() returned in time")
-        .expect("start() as the README's ACL user");
+        .expect("start() as the guide's ACL user");
     // Publishing as the worker too.
     let ids = broker
         .publish_batch(&s, (0..20).map(|id| Job { id }))
         .await
-        .expect("publish_batch as the README's ACL user");
+        .expect("publish_batch as the guide's ACL user");
     assert_eq!(ids.len(), 20);
     eventually("19 entries handled", WAIT, || {
         ok.load(Ordering::SeqCst) >= 19
@@ -234,7 +234,7 @@ async fn the_readme_minimal_acl_runs_a_worker() {
     let refused = refusals(&redis);
     assert!(
         refused.is_empty(),
-        "the README's minimal ACL lacks what the worker ran; ACL LOG: {refused:#?}"
+        "the guide's minimal ACL lacks what the worker ran; ACL LOG: {refused:#?}"
     );
 }
 
@@ -345,7 +345,7 @@ async fn a_user_without_xreadgroup_fails_start_naming_it() {
     start_fails_naming("+xreadgroup", "xreadgroup").await;
 }
 
-/// A user with the README's ACL minus `rule` fails `start()` at once with
+/// A user with the guide's ACL minus `rule` fails `start()` at once with
 /// `Error::Permission` naming `command`, and nothing else was refused.
 async fn start_fails_naming(rule: &str, command_name: &str) {
     support::init_tracing();
@@ -426,17 +426,18 @@ async fn publish_without_xadd_answers_an_error_that_is_not_retryable() {
     clean_stop(&broker).await;
 }
 
-/// The README's extra rules for a stream ordered by key (between
+/// The guide's extra rules for a stream ordered by key (between
 /// `<!-- ordered-acl -->` and `<!-- /ordered-acl -->`), without the
 /// `ACL SETUSER worker` they follow.
-fn readme_ordered_rules() -> Vec<String> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
-    let readme = std::fs::read_to_string(path).unwrap();
-    let block = readme
+fn guide_ordered_rules() -> Vec<String> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guide/src/production.md");
+    let guide = std::fs::read_to_string(path).unwrap();
+    let block = guide
         .split("<!-- ordered-acl -->")
         .nth(1)
         .and_then(|r| r.split("<!-- /ordered-acl -->").next())
-        .expect("the README's ordered-acl block");
+        .expect("the guide's ordered-acl block");
     let line = block
         .lines()
         .find(|l| l.starts_with("ACL SETUSER"))
@@ -445,11 +446,11 @@ fn readme_ordered_rules() -> Vec<String> {
 }
 
 #[actix_rt::test]
-async fn the_readmes_acl_with_its_ordered_rules_runs_an_ordered_consumer() {
+async fn the_guides_acl_with_its_ordered_rules_runs_an_ordered_consumer() {
     support::init_tracing();
     let redis = RedisServer::start();
     setuser(&redis, USER, PASSWORD, &[]);
-    let extra = readme_ordered_rules();
+    let extra = guide_ordered_rules();
     assert!(!extra.is_empty());
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
@@ -481,12 +482,12 @@ async fn the_readmes_acl_with_its_ordered_rules_runs_an_ordered_consumer() {
     tokio::time::timeout(BOUND, broker.start())
         .await
         .expect("start() returned in time")
-        .expect("start() as the README's ACL user");
+        .expect("start() as the guide's ACL user");
     for id in 0..6 {
         broker
             .publish_keyed(&s, if id < 3 { "a" } else { "b" }, &Job { id })
             .await
-            .expect("publish_keyed as the README's ACL user");
+            .expect("publish_keyed as the guide's ACL user");
     }
     // Key a: 0, 1, 2 handled; key b: 3 fails and is dead-lettered with
     // fail_rest (the mark: HSETNX), 4 and 5 follow it there.
@@ -500,6 +501,6 @@ async fn the_readmes_acl_with_its_ordered_rules_runs_an_ordered_consumer() {
     let refused = refusals(&redis);
     assert!(
         refused.is_empty(),
-        "the README's ACL lines lack what an ordered consumer ran; ACL LOG: {refused:#?}"
+        "the guide's ACL lines lack what an ordered consumer ran; ACL LOG: {refused:#?}"
     );
 }

@@ -539,21 +539,24 @@ async fn a_blocked_read_follows_its_stream_when_the_slot_migrates() {
     );
 }
 
-/// The README's minimal ACL line plus what it says a cluster adds.
+/// The guide's minimal ACL line plus what it says a cluster adds.
 const CLUSTER_ACL_EXTRA: [&str; 2] = ["+cluster|slots", "+asking"];
 
 #[actix_rt::test]
-async fn a_worker_with_the_readmes_minimal_acl_runs_on_a_cluster() {
+async fn a_worker_with_the_guides_minimal_acl_runs_on_a_cluster() {
     support::init_tracing();
     let cluster = RedisCluster::start();
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let guide = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/guide/src/production.md"
+    ))
+    .unwrap();
     assert!(
-        readme.contains(&format!("`{}`", CLUSTER_ACL_EXTRA.join(" "))),
-        "the README names what a cluster adds to the ACL"
+        guide.contains(&format!("`{}`", CLUSTER_ACL_EXTRA.join(" "))),
+        "the guide names what a cluster adds to the ACL"
     );
     let server = support::ServerVersion::of(&mut cluster.nodes()[0].conn());
-    let mut words = support::readme_acl_words(&server);
+    let mut words = support::guide_acl_words(&server);
     words.extend(CLUSTER_ACL_EXTRA.iter().map(|w| w.to_string()));
     let (user, password) = (words[2].clone(), "change-me");
     for node in cluster.nodes() {

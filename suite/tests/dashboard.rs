@@ -1003,13 +1003,13 @@ async fn an_ordered_streams_partitions_show_with_their_owner_lag_and_pending() {
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 
-/// Makes the README's screenshots: `docs/dashboard.png` (the overview),
-/// `docs/dashboard-stream.png` (a stream: history, a dead consumer,
-/// pending entries), `docs/dashboard-entry.png` (a dead letter's page) and
-/// `docs/dashboard-dlq.png` (dead letters):
+/// Makes the guide's screenshots, in `docs/guide/src/images/`:
+/// `dashboard.png` (the overview), `dashboard-stream.png` (a stream:
+/// history, a dead consumer, pending entries), `dashboard-entry.png` (a dead
+/// letter's page) and `dashboard-dlq.png` (dead letters):
 /// `CI=true cargo test --all-features --test dashboard -- --ignored`.
 #[actix_rt::test]
-#[ignore = "writes docs/dashboard*.png; run by hand"]
+#[ignore = "writes docs/guide/src/images/dashboard*.png; run by hand"]
 async fn screenshot_of_the_overview() {
     let driver = driver().expect("chromedriver");
     let redis = RedisServer::start();
@@ -1080,7 +1080,7 @@ async fn screenshot_of_the_overview() {
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
-    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guide/src/images");
     std::fs::create_dir_all(&docs).unwrap();
     let shoot = |name: &'static str| {
         let (c, docs) = (c.clone(), docs.clone());

@@ -268,18 +268,19 @@ async fn actions_are_refused_from_elsewhere_and_pages_limited_to_the_streams_giv
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
 
-/// The README's dashboard ACL lines (`dashboard-ro`, `dashboard`) as words,
-/// with `+client|setinfo` where the server knows it.
-fn readme_dashboard_acl(redis: &RedisServer) -> Vec<Vec<String>> {
-    let readme = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+/// The guide's dashboard ACL lines (`dashboard-ro`, `dashboard`, in
+/// `docs/guide/src/dashboard.md`) as words, with `+client|setinfo` where the
+/// server knows it.
+fn guide_dashboard_acl(redis: &RedisServer) -> Vec<Vec<String>> {
+    let guide = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guide/src/dashboard.md"),
     )
     .unwrap();
     let (open, close) = ("<!-- dashboard-acl -->", "<!-- /dashboard-acl -->");
-    let start = readme.find(open).expect("the README's dashboard ACL") + open.len();
-    let len = readme[start..].find(close).unwrap();
+    let start = guide.find(open).expect("the guide's dashboard ACL") + open.len();
+    let len = guide[start..].find(close).unwrap();
     let setinfo = support::ServerVersion::of(&mut redis.conn()).has_client_setinfo();
-    readme[start..start + len]
+    guide[start..start + len]
         .lines()
         .filter(|l| l.starts_with("ACL SETUSER"))
         .map(|l| {
@@ -308,11 +309,11 @@ fn refused(conn: &mut redis::Connection) -> Vec<String> {
 }
 
 #[actix_rt::test]
-async fn the_readmes_dashboard_acls_are_enough_for_every_page_and_action() {
+async fn the_guides_dashboard_acls_are_enough_for_every_page_and_action() {
     support::init_tracing();
     let redis = RedisServer::start();
     let mut conn = redis.conn();
-    let lines = readme_dashboard_acl(&redis);
+    let lines = guide_dashboard_acl(&redis);
     assert_eq!(lines.len(), 2, "a read-only line and one with actions");
     for words in &lines {
         let _: () = redis::cmd(&words[0])

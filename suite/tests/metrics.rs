@@ -228,21 +228,22 @@ async fn help_text_series_from_the_start_and_readiness_while_redis_stalls() {
 }
 
 /// The alert rules in `deploy/prometheus/` name only metrics rillkit
-/// exports (the README's table) and only their states.
+/// exports (the guide's table, `docs/guide/src/operating.md`) and only
+/// their states.
 #[test]
 fn the_alert_rules_name_only_metrics_that_exist() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap();
     let rules = std::fs::read_to_string(root.join("deploy/prometheus/rillkit-alerts.yml")).unwrap();
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let guide = std::fs::read_to_string(root.join("docs/guide/src/operating.md")).unwrap();
     let mut named = 0;
     for word in rules.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
         if word.starts_with("rillkit_") {
             named += 1;
             assert!(
-                readme.contains(&format!("| `{word}` |")),
-                "{word} is not in the README's metrics table"
+                guide.contains(&format!("| `{word}` |")),
+                "{word} is not in the guide's metrics table"
             );
         }
     }

@@ -3,7 +3,10 @@
 //! repository's lockfile, and ends as the README says: a wrong port is one
 //! ERROR line and exit 1, an invalid configuration exit 78, SIGTERM with an
 //! order in flight drains it and exits 0, a second signal exits 1; under
-//! `#[actix::main]` as written and under `#[tokio::main]`.
+//! `#[actix::main]` as written and under `#[tokio::main]`. The guide's
+//! getting-started chapter shows the same program, word for word. The
+//! guide's tokio recipe (`docs/guide/src/shutdown.md`, a program that calls
+//! `stop()` itself) ends the same way on one signal and on two.
 
 mod support;
 
@@ -32,7 +35,7 @@ fn block(readme: &str, name: &str) -> String {
 }
 
 /// The README's first program and its dependencies, `rillkit` pointing at
-/// this repository.
+/// this repository. The guide's getting-started chapter has the same.
 struct FirstProgram {
     deps: String,
     program: String,
@@ -44,6 +47,18 @@ impl FirstProgram {
         let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
         let deps = block(&readme, "first-program-deps");
         let program = block(&readme, "first-program");
+        let guide =
+            std::fs::read_to_string(root.join("docs/guide/src/getting-started.md")).unwrap();
+        assert_eq!(
+            block(&guide, "first-program-deps"),
+            deps,
+            "the guide lists the README's dependencies"
+        );
+        assert_eq!(
+            block(&guide, "first-program"),
+            program,
+            "the guide shows the README's first program"
+        );
         let listed = "rillkit = { path = \"../rillkit\" }";
         assert!(deps.contains(listed), "the README lists rillkit: {deps}");
         let deps = deps.replace(
@@ -229,4 +244,70 @@ fn under_tokio_main_a_signal_drains_and_a_second_exits_1() {
         &program,
     );
     signals_end_it_as_documented(&bin);
+}
+
+/// The guide's tokio recipe: `shutdown_signal()`, then `stop()` raced
+/// against a second `shutdown_signal()`. Built with the first program's
+/// dependencies and tokio, its handler made to take 5 s: one SIGTERM with an
+/// order in flight drains it and exits 0; a second SIGTERM during the drain
+/// exits 1 at once and leaves the order pending.
+#[test]
+fn the_tokio_recipe_drains_on_a_signal_and_exits_1_on_a_second() {
+    let first = FirstProgram::read();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let guide = std::fs::read_to_string(root.join("docs/guide/src/shutdown.md")).unwrap();
+    let recipe = block(&guide, "tokio-recipe");
+    let handled = "println!(\"order {id}\");";
+    assert!(recipe.contains(handled), "{recipe}");
+    let started = "broker.start().await?;";
+    assert!(recipe.contains(started), "{recipe}");
+    // The order's run and a line once `start()` answered: the signal
+    // handlers are installed right after it.
+    let recipe = recipe
+        .replace(
+            handled,
+            &format!("{handled}\nactix::clock::sleep(std::time::Duration::from_secs(5)).await;"),
+        )
+        .replace(started, &format!("{started}\neprintln!(\"started\");"));
+    let bin = first.build(
+        "tokio-recipe",
+        "tokio = { version = \"1\", features = [\"macros\", \"rt-multi-thread\"] }",
+        &recipe,
+    );
+
+    let redis = RedisServer::start();
+    let mut conn = redis.conn();
+    let start = |id: u64, conn: &mut redis::Connection| {
+        let mut cmd = Command::new(&bin);
+        cmd.env("REDIS_URL", redis.url()).env_remove("RUST_LOG");
+        let p = Worker::spawn_command(cmd);
+        eventually_blocking("the broker started", WAIT, || {
+            p.log().iter().any(|l| l == "started")
+        });
+        let _: String = conn
+            .xadd("orders", "*", &[("data", id.to_string())])
+            .unwrap();
+        eventually_blocking("the order in flight", WAIT, || {
+            p.lines().iter().any(|l| *l == format!("order {id}"))
+        });
+        p
+    };
+
+    let mut p = start(1, &mut conn);
+    p.signal("TERM");
+    assert_eq!(p.wait_exit(WAIT), Some(0), "{:?}", p.log());
+    assert_eq!(pending_count(&mut conn, "orders", "billing"), 0, "acked");
+
+    let mut p = start(2, &mut conn);
+    p.signal("TERM");
+    eventually_blocking("the drain begun", WAIT, || {
+        p.log().iter().any(|l| l.starts_with("stopping: draining"))
+    });
+    p.signal("TERM");
+    assert_eq!(p.wait_exit(WAIT), Some(1), "{:?}", p.log());
+    assert_eq!(
+        pending_count(&mut conn, "orders", "billing"),
+        1,
+        "order 2 stays pending, for another consumer to reclaim"
+    );
 }

@@ -727,24 +727,25 @@ pub fn worker_env<'a>(consumer: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&
     v
 }
 
-/// The words of the README's minimal ACL line for `server` (between
+/// The words of the guide's minimal ACL line for `server` (between
 /// `<!-- minimal-acl -->` and `<!-- /minimal-acl -->`), so tests run exactly
-/// what the README says. The block has two `ACL SETUSER` lines: one for
+/// what the guide (`docs/guide/src/production.md`) says. The block has two `ACL SETUSER` lines: one for
 /// Redis 7.0, and one for Redis 7.2+ and Valkey that adds `+client|setinfo`
 /// (redis-rs sends `CLIENT SETINFO` at connect to the servers that know it;
 /// 7.0 rejects the rule's name). The two must differ by that rule alone.
-pub fn readme_acl_words(server: &ServerVersion) -> Vec<String> {
+pub fn guide_acl_words(server: &ServerVersion) -> Vec<String> {
     const SETINFO: &str = "+client|setinfo";
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
-    let text = std::fs::read_to_string(&path).expect("read README.md");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/guide/src/production.md");
+    let text = std::fs::read_to_string(&path).expect("read the guide's production.md");
     let (open, close) = ("<!-- minimal-acl -->", "<!-- /minimal-acl -->");
     let start = text
         .find(open)
-        .unwrap_or_else(|| panic!("README.md has no {open} marker"))
+        .unwrap_or_else(|| panic!("production.md has no {open} marker"))
         + open.len();
     let len = text[start..]
         .find(close)
-        .unwrap_or_else(|| panic!("README.md has no {close} marker after {open}"));
+        .unwrap_or_else(|| panic!("production.md has no {close} marker after {open}"));
     let lines: Vec<Vec<String>> = text[start..start + len]
         .lines()
         .map(str::trim)
@@ -761,7 +762,7 @@ pub fn readme_acl_words(server: &ServerVersion) -> Vec<String> {
     without.retain(|w| w != SETINFO);
     assert!(
         !old.iter().any(|w| w == SETINFO) && without.len() + 1 == new.len() && without == *old,
-        "the README's second ACL line must be the first plus {SETINFO}:\n{old:?}\n{new:?}"
+        "the guide's second ACL line must be the first plus {SETINFO}:\n{old:?}\n{new:?}"
     );
     if server.has_client_setinfo() {
         new.clone()
