@@ -666,6 +666,38 @@ fn exit_codes_are_the_documented_ones() {
     }
 }
 
+/// A `rediss://` URL to a server without TLS: one line that names the TLS
+/// handshake and the plain scheme, exit 1.
+#[test]
+fn a_rediss_url_to_a_server_without_tls_says_so() {
+    let plain = RedisServer::start();
+    let addr = format!("127.0.0.1:{}", plain.port);
+    let (code, err) = fails(&format!("rediss://{addr}"), &["status"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&format!("TLS handshake with {addr} failed"))
+            && err.contains("is the server TLS-enabled? use redis://"),
+        "{err}"
+    );
+}
+
+/// A port where no Redis listens but an HTTP server does: one line naming
+/// the address, what it sent and the hint, exit 1.
+#[test]
+fn a_port_that_is_not_redis_is_named_in_one_line() {
+    let port = support::http_server();
+    let (code, err) = fails(&format!("redis://127.0.0.1:{port}"), &["status"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&format!(
+            "127.0.0.1:{port} did not answer as a Redis server (it sent `HTTP/1.1 400 Bad Request`): is the port a Redis port?"
+        )),
+        "{err}"
+    );
+}
+
 /// Milliseconds since the Unix epoch, now.
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
