@@ -585,13 +585,15 @@ async fn open(
         });
     }
     if tls && e.is_timeout() {
-        return Err(Error::Connect(redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!(
-                "connecting to {addr} over TLS timed out after {} ms: is the server TLS-enabled? use redis:// (and no TLS options) for a plain server",
-                connect_timeout.as_millis()
+        return Err(Error::Connect(redis::RedisError::from(
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "connecting to {addr} over TLS timed out after {} ms: is the server TLS-enabled? use redis:// (and no TLS options) for a plain server",
+                    connect_timeout.as_millis()
+                ),
             ),
-        ))));
+        )));
     }
     Err(Error::Connect(e))
 }

@@ -88,6 +88,28 @@ fn dead_letter(conn: &mut redis::Connection, dlq: &str, origin_id: &str, error: 
         .expect("XADD dead letter")
 }
 
+/// Whether `s` is an RFC 3339 time in UTC with milliseconds
+/// (`2026-12-03T13:41:01.403Z`).
+fn is_utc_ms_time(s: &str) -> bool {
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    b.len() == 24
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19)
+        && b[19] == b'.'
+        && digits(20..23)
+        && b[23] == b'Z'
+}
+
 #[test]
 fn publish_then_tail_in_text_and_json() {
     let redis = RedisServer::start();
@@ -106,21 +128,37 @@ fn publish_then_tail_in_text_and_json() {
     let doc = json(&url, &["publish", "orders", r#"{"id":2}"#]);
     let second = doc["id"].as_str().expect("id").to_owned();
 
+    // Each line: the id, the time it names (UTC), the fields.
     let tail = ok(&url, &["tail", "orders"]);
-    let lines: Vec<&str> = tail.lines().collect();
-    assert_eq!(
-        lines,
-        [
-            format!(r#"{id}  data={{"id":1}}"#),
-            format!(r#"{second}  data={{"id":2}}"#)
-        ],
-        "oldest of the newest first"
-    );
+    let lines: Vec<Vec<&str>> = tail.lines().map(|l| l.split("  ").collect()).collect();
+    assert_eq!(lines.len(), 2, "{tail}");
+    for (line, (id, data)) in lines
+        .iter()
+        .zip([(id, r#"{"id":1}"#), (&second, r#"{"id":2}"#)])
+    {
+        assert_eq!(line.len(), 3, "{tail}");
+        assert_eq!(line[0], id, "oldest of the newest first: {tail}");
+        assert!(is_utc_ms_time(line[1]), "{tail}");
+        assert_eq!(line[2], format!("data={data}"), "{tail}");
+    }
     let doc = json(&url, &["tail", "orders", "--count", "1"]);
     let entries = doc["entries"].as_array().expect("entries");
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0]["id"], second.as_str());
+    assert_eq!(entries[0]["time"], lines[1][1]);
     assert_eq!(entries[0]["fields"]["data"], r#"{"id":2}"#);
+    // The time is the id's milliseconds since the epoch.
+    let _: String = redis::cmd("XADD")
+        .arg(&["dated", "1999999999999-0", "data", "{}"])
+        .query(&mut redis.conn())
+        .expect("XADD with an id");
+    let tail = ok(&url, &["tail", "dated"]);
+    assert_eq!(
+        tail.trim_end(),
+        "1999999999999-0  2033-05-18T03:33:19.999Z  data={}"
+    );
+    let doc = json(&url, &["tail", "dated"]);
+    assert_eq!(doc["entries"][0]["time"], "2033-05-18T03:33:19.999Z");
 
     // JSON that does not parse is a usage error; nothing is added.
     let (code, err) = fails(&url, &["publish", "orders", "{nope"]);
@@ -1063,9 +1101,13 @@ fn tail_follow_prints_new_entries_until_ctrl_c() {
     });
     let second = xadd(&mut c, "orders", r#"{"id":2}"#);
     support::eventually_blocking("the entry added after it", wait, || {
-        p.lines()
-            .iter()
-            .any(|l| *l == format!(r#"{second}  data={{"id":2}}"#))
+        p.lines().iter().any(|l| {
+            let parts: Vec<&str> = l.split("  ").collect();
+            parts.len() == 3
+                && parts[0] == second
+                && is_utc_ms_time(parts[1])
+                && parts[2] == r#"data={"id":2}"#
+        })
     });
     p.signal("INT");
     assert_eq!(p.wait_exit(wait), Some(0), "Ctrl-C ends it with 0");

@@ -202,7 +202,9 @@ pub enum Command {
     /// The newest entries of a stream; with --follow, then each new one.
     ///
     /// XREVRANGE, printed oldest first; --follow then reads with XREAD BLOCK
-    /// until Ctrl-C.
+    /// until Ctrl-C. Each entry is a line: its id, the time it was added
+    /// (from its id: RFC 3339, UTC, milliseconds) and its fields; with
+    /// --json, the time is `time`.
     Tail {
         /// Stream key.
         stream: String,
