@@ -1463,6 +1463,23 @@ fn metrics_listen_serves_every_scrape_afresh() {
     assert_eq!(p.wait_exit(wait), Some(0), "Ctrl-C ends it with 0");
 }
 
+/// `rillkit metrics --listen` on a port another process listens on: exit 78
+/// and one line naming the address and that it is in use.
+#[test]
+fn metrics_listen_on_a_port_in_use_says_so_and_exits_78() {
+    let redis = RedisServer::start();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
+    let addr = taken.local_addr().expect("its address").to_string();
+    let (code, err) = fails(&redis.url(), &["metrics", "--listen", &addr]);
+    assert_eq!(code, 78, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&format!("--listen {addr}: address in use")),
+        "{err}"
+    );
+    drop(taken);
+}
+
 /// Runs the binary with `input` on stdin.
 fn with_stdin(url: &str, args: &[&str], input: &str) -> Output {
     use std::io::Write;

@@ -29,7 +29,8 @@ Exit codes:
       parse, a purge, redrive, claim or ack not confirmed (no --yes and no
       terminal to ask on, or not answered y)
   78  bad configuration: malformed URL, --sentinel or --cluster address,
-      unreadable --tls-ca file, TLS options with a redis:// URL
+      unreadable --tls-ca file, TLS options with a redis:// URL, a
+      metrics --listen address in use (or not allowed)
   130 a redrive interrupted by Ctrl-C (after the dead letter in hand; the
       count so far is printed)
   141 the output's reader went away (`| head`): the rest is not printed";
@@ -196,6 +197,9 @@ pub enum Command {
         max_groups: usize,
         /// Serve the gauges at http://HOST:PORT/metrics, read afresh for
         /// each scrape, until Ctrl-C (exit 0).
+        ///
+        /// The address is bound before Redis is asked anything: one in use
+        /// (or not allowed) exits 78, naming it.
         #[arg(long, value_name = "HOST:PORT")]
         listen: Option<std::net::SocketAddr>,
     },
