@@ -140,6 +140,10 @@ impl Broker {
     /// * [`Error::Connect`]: Redis is unreachable (connection refused or timed
     ///   out: at once, no retry, so a process manager can restart the
     ///   process).
+    /// * [`Error::NotTls`]: a `rediss://` URL (or TLS options) reached a
+    ///   server without TLS.
+    /// * [`Error::NotRedis`]: the server at the address does not speak the
+    ///   Redis protocol (an HTTP port, another service).
     /// * [`Error::Credentials`]: the username or password was refused.
     /// * [`Error::Permission`]: the ACL user may not run `PING`,
     ///   `XGROUP CREATE` or `XREADGROUP` (checked with a probe that reads

@@ -521,6 +521,13 @@ async fn connect_to_sentinel(
     open(client, connect_timeout, connect_timeout).await
 }
 
+/// One connection to `client`'s server, one attempt.
+///
+/// A failure that a wrong address or scheme causes says so: a server that
+/// answers with something other than the Redis protocol is
+/// [`Error::NotRedis`]; over TLS, a server without TLS is [`Error::NotTls`]
+/// (found early: a TLS handshake not done after [`PLAIN_PROBE_AFTER`] is
+/// raced by a plain `PING`), and a handshake that timed out names TLS.
 async fn open(
     client: &Client,
     connect_timeout: Duration,
@@ -529,10 +536,157 @@ async fn open(
     let cfg = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(connect_timeout))
         .set_response_timeout(Some(response_timeout));
-    client
-        .get_multiplexed_async_connection_with_config(&cfg)
+    let connect = client.get_multiplexed_async_connection_with_config(&cfg);
+    let (host, port, tls) = match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, port) => (host.as_str(), *port, false),
+        ConnectionAddr::TcpTls { host, port, .. } => (host.as_str(), *port, true),
+        _ => return connect.await.map_err(Error::Connect),
+    };
+    let addr = host_port(host, port);
+    let result = if tls {
+        tokio::pin!(connect);
+        tokio::select! {
+            r = &mut connect => r,
+            () = tokio::time::sleep(PLAIN_PROBE_AFTER) => tokio::select! {
+                r = &mut connect => r,
+                plain = first_line(host, port, connect_timeout) => {
+                    if plain.as_deref().is_some_and(is_resp) {
+                        return Err(Error::NotTls {
+                            addr,
+                            reason: "the server answers without TLS".into(),
+                        });
+                    }
+                    connect.await
+                }
+            },
+        }
+    } else {
+        connect.await
+    };
+    let e = match result {
+        Ok(conn) => return Ok(conn),
+        Err(e) => e,
+    };
+    if e.kind() == redis::ErrorKind::Parse {
+        // Over TLS the probe would need a handshake of its own: no line.
+        let sent = if tls {
+            None
+        } else {
+            first_line(host, port, connect_timeout).await
+        };
+        return Err(Error::NotRedis {
+            addr,
+            sent: sent.map(|l| shown(&l)),
+        });
+    }
+    if tls && is_not_tls(&e) {
+        return Err(Error::NotTls {
+            addr,
+            reason: e.to_string(),
+        });
+    }
+    if tls && e.is_timeout() {
+        return Err(Error::Connect(redis::RedisError::from(
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "connecting to {addr} over TLS timed out after {} ms: is the server TLS-enabled? use redis:// (and no TLS options) for a plain server",
+                    connect_timeout.as_millis()
+                ),
+            ),
+        )));
+    }
+    Err(Error::Connect(e))
+}
+
+/// How long a TLS connection may go without finishing before a plain `PING`
+/// asks the same address whether its server has TLS at all. A server
+/// without TLS may wait for the rest of what it takes for a command and
+/// answer the handshake nothing.
+const PLAIN_PROBE_AFTER: Duration = Duration::from_millis(500);
+
+/// `host:port`, an IPv6 host in brackets.
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Connects to `host:port` without TLS, sends `PING` (and an empty line, so
+/// that a line-based server such as an HTTP one takes the request as
+/// complete), and answers the first line the server sends within
+/// [`PROBE_LISTEN`], without its line end.
+async fn first_line(host: &str, port: u16, connect_timeout: Duration) -> Option<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::time::timeout(
+        connect_timeout,
+        tokio::net::TcpStream::connect((host, port)),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    tcp.write_all(b"PING\r\n\r\n").await.ok()?;
+    let mut buf = [0u8; 128];
+    let n = tokio::time::timeout(PROBE_LISTEN, tcp.read(&mut buf))
         .await
-        .map_err(Error::Connect)
+        .ok()?
+        .ok()?;
+    let line = buf[..n].split(|&b| b == b'\n').next()?;
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    (!line.is_empty()).then(|| line.to_vec())
+}
+
+/// Whether `line` is a Redis reply to `PING`: `+PONG`, or an error
+/// (`-NOAUTH …`, `-DENIED …`).
+fn is_resp(line: &[u8]) -> bool {
+    matches!(line.first(), Some(b'+' | b'-'))
+}
+
+/// The longest part of a server's line [`Error::NotRedis`] shows, in
+/// characters.
+const SHOWN_MAX: usize = 40;
+
+/// `line` as one short line of text: UTF-8 (lossy), control characters
+/// escaped, backquotes as `'`, cut at [`SHOWN_MAX`] characters (`…`).
+fn shown(line: &[u8]) -> String {
+    let text = String::from_utf8_lossy(line);
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == SHOWN_MAX {
+            out.push('…');
+            break;
+        }
+        match c {
+            '`' => out.push('\''),
+            c if c.is_control() => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Whether the TLS library failed on what the server sent because it is not
+/// TLS at all (a server without TLS answers the handshake with a Redis
+/// error line: a record of no TLS content type).
+fn is_not_tls(e: &redis::RedisError) -> bool {
+    use std::error::Error as _;
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
+    // redis-rs keeps an I/O error as an `Arc` of it; the TLS library's
+    // error is inside.
+    let source = e.source();
+    let io = source
+        .and_then(|s| s.downcast_ref::<Shared>())
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .or_else(|| source.and_then(|s| s.downcast_ref::<std::io::Error>()));
+    let rustls_error = io
+        .and_then(|io| io.get_ref())
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    matches!(
+        rustls_error,
+        Some(rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. })
+    )
 }
 
 /// `ROLE` must say `master`: a server demoted in a failover accepts the

@@ -4,7 +4,7 @@
 //! | answer | [`Class`] | what rillkit does |
 //! |---|---|---|
 //! | connection lost or refused, timeout | `Connection` | reconnect with capped backoff |
-//! | TLS handshake refused (certificate, CA, client certificate) | `Tls` | at start: fail; at run time: wait, log at ERROR |
+//! | TLS handshake refused (certificate, CA, client certificate), a server without TLS reached over TLS | `Tls` | at start: fail; at run time: wait, log at ERROR |
 //! | `LOADING`, `BUSY`, `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN`, `NOREPLICAS`, `MISCONF`, max clients reached, `OOM` | `Busy` | wait with capped backoff |
 //! | `READONLY`, `UNBLOCKED … master -> replica`, a connection to a replica | `RoleChange` | reconnect to the master of the moment, go on |
 //! | `NOGROUP`, `UNBLOCKED` (stream deleted) | `GroupGone` | recreate the group from `0` |
@@ -21,7 +21,8 @@ use redis::{ErrorKind, RedisError};
 pub(crate) enum Class {
     /// The connection broke, was refused, or a reply did not come in time.
     Connection,
-    /// The TLS handshake failed: a certificate the other side does not trust.
+    /// The TLS handshake failed: a certificate the other side does not trust,
+    /// or a server without TLS.
     Tls,
     /// The server answers but cannot serve now (loading, busy, out of memory…).
     Busy,

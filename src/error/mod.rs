@@ -172,6 +172,39 @@ pub enum Error {
         /// The server's address.
         addr: String,
     },
+    /// A TLS connection (a `rediss://` URL, or [`Tls`](crate::Tls) options)
+    /// reached a server without TLS: the server answered the handshake with
+    /// something that is not TLS, or it answered a plain `PING` on the same
+    /// address while the handshake waited. Connect to such a server with
+    /// `redis://` and no TLS options. [`Error::is_retryable`] is `false`:
+    /// `start()` fails at once; while running, the reconnect goes on and logs
+    /// it at ERROR.
+    #[error(
+        "TLS handshake with {addr} failed ({reason}): is the server TLS-enabled? use redis:// (and no TLS options) for a plain server"
+    )]
+    NotTls {
+        /// The server's `host:port`.
+        addr: String,
+        /// What gave it away: `the server answers without TLS`, or the TLS
+        /// library's error.
+        reason: String,
+    },
+    /// The server at `addr` answered something that is not the Redis
+    /// protocol (an HTTP server, another service): the address names the
+    /// wrong port. `sent` is the first line it sent to a probe (`PING`), cut
+    /// short, with control characters escaped, when it sent one. A
+    /// connection error ([`Error::is_connection`]): while running, the
+    /// reconnect goes on.
+    #[error(
+        "{addr} did not answer as a Redis server{}: is the port a Redis port?",
+        sent.as_ref().map(|s| format!(" (it sent `{s}`)")).unwrap_or_default()
+    )]
+    NotRedis {
+        /// The server's `host:port`.
+        addr: String,
+        /// The first line it sent, when it sent one.
+        sent: Option<String>,
+    },
     /// No sentinel that answered knows the master by this name.
     #[error("sentinel {sentinel} does not know a master named {master:?}")]
     NoMaster {
@@ -274,6 +307,8 @@ impl Error {
             Error::Permission { .. } | Error::LeaseDenied { .. } => Class::Permission,
             Error::StartupTimeout { last, .. } => last.class(),
             Error::NotMaster { .. } => Class::RoleChange,
+            Error::NotTls { .. } => Class::Tls,
+            Error::NotRedis { .. } => Class::Connection,
             Error::NoMaster { .. } => Class::Busy,
             Error::Unavailable { .. } => Class::Connection,
             _ => Class::Fatal,

@@ -35,6 +35,12 @@ pub(crate) async fn connect(
     let fail = |e: Error| {
         let server = connector.describe();
         match e.class() {
+            _ if matches!(e, Error::NotRedis { .. }) => {
+                tracing::error!(server, error = %e, "the server does not speak the Redis protocol; start failed")
+            }
+            _ if matches!(e, Error::NotTls { .. }) => {
+                tracing::error!(server, error = %e, "the server has no TLS; start failed")
+            }
             // The server answered, with an error, while the connection was
             // set up (a database number it does not have, say).
             Class::Connection if e.code().is_some() => {

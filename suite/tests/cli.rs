@@ -88,6 +88,28 @@ fn dead_letter(conn: &mut redis::Connection, dlq: &str, origin_id: &str, error: 
         .expect("XADD dead letter")
 }
 
+/// Whether `s` is an RFC 3339 time in UTC with milliseconds
+/// (`2026-12-03T13:41:01.403Z`).
+fn is_utc_ms_time(s: &str) -> bool {
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    b.len() == 24
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19)
+        && b[19] == b'.'
+        && digits(20..23)
+        && b[23] == b'Z'
+}
+
 #[test]
 fn publish_then_tail_in_text_and_json() {
     let redis = RedisServer::start();
@@ -106,21 +128,37 @@ fn publish_then_tail_in_text_and_json() {
     let doc = json(&url, &["publish", "orders", r#"{"id":2}"#]);
     let second = doc["id"].as_str().expect("id").to_owned();
 
+    // Each line: the id, the time it names (UTC), the fields.
     let tail = ok(&url, &["tail", "orders"]);
-    let lines: Vec<&str> = tail.lines().collect();
-    assert_eq!(
-        lines,
-        [
-            format!(r#"{id}  data={{"id":1}}"#),
-            format!(r#"{second}  data={{"id":2}}"#)
-        ],
-        "oldest of the newest first"
-    );
+    let lines: Vec<Vec<&str>> = tail.lines().map(|l| l.split("  ").collect()).collect();
+    assert_eq!(lines.len(), 2, "{tail}");
+    for (line, (id, data)) in lines
+        .iter()
+        .zip([(id, r#"{"id":1}"#), (&second, r#"{"id":2}"#)])
+    {
+        assert_eq!(line.len(), 3, "{tail}");
+        assert_eq!(line[0], id, "oldest of the newest first: {tail}");
+        assert!(is_utc_ms_time(line[1]), "{tail}");
+        assert_eq!(line[2], format!("data={data}"), "{tail}");
+    }
     let doc = json(&url, &["tail", "orders", "--count", "1"]);
     let entries = doc["entries"].as_array().expect("entries");
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0]["id"], second.as_str());
+    assert_eq!(entries[0]["time"], lines[1][1]);
     assert_eq!(entries[0]["fields"]["data"], r#"{"id":2}"#);
+    // The time is the id's milliseconds since the epoch.
+    let _: String = redis::cmd("XADD")
+        .arg(&["dated", "1999999999999-0", "data", "{}"])
+        .query(&mut redis.conn())
+        .expect("XADD with an id");
+    let tail = ok(&url, &["tail", "dated"]);
+    assert_eq!(
+        tail.trim_end(),
+        "1999999999999-0  2033-05-18T03:33:19.999Z  data={}"
+    );
+    let doc = json(&url, &["tail", "dated"]);
+    assert_eq!(doc["entries"][0]["time"], "2033-05-18T03:33:19.999Z");
 
     // JSON that does not parse is a usage error; nothing is added.
     let (code, err) = fails(&url, &["publish", "orders", "{nope"]);
@@ -666,6 +704,38 @@ fn exit_codes_are_the_documented_ones() {
     }
 }
 
+/// A `rediss://` URL to a server without TLS: one line that names the TLS
+/// handshake and the plain scheme, exit 1.
+#[test]
+fn a_rediss_url_to_a_server_without_tls_says_so() {
+    let plain = RedisServer::start();
+    let addr = format!("127.0.0.1:{}", plain.port);
+    let (code, err) = fails(&format!("rediss://{addr}"), &["status"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&format!("TLS handshake with {addr} failed"))
+            && err.contains("is the server TLS-enabled? use redis://"),
+        "{err}"
+    );
+}
+
+/// A port where no Redis listens but an HTTP server does: one line naming
+/// the address, what it sent and the hint, exit 1.
+#[test]
+fn a_port_that_is_not_redis_is_named_in_one_line() {
+    let port = support::http_server();
+    let (code, err) = fails(&format!("redis://127.0.0.1:{port}"), &["status"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&format!(
+            "127.0.0.1:{port} did not answer as a Redis server (it sent `HTTP/1.1 400 Bad Request`): is the port a Redis port?"
+        )),
+        "{err}"
+    );
+}
+
 /// Milliseconds since the Unix epoch, now.
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -1031,9 +1101,13 @@ fn tail_follow_prints_new_entries_until_ctrl_c() {
     });
     let second = xadd(&mut c, "orders", r#"{"id":2}"#);
     support::eventually_blocking("the entry added after it", wait, || {
-        p.lines()
-            .iter()
-            .any(|l| *l == format!(r#"{second}  data={{"id":2}}"#))
+        p.lines().iter().any(|l| {
+            let parts: Vec<&str> = l.split("  ").collect();
+            parts.len() == 3
+                && parts[0] == second
+                && is_utc_ms_time(parts[1])
+                && parts[2] == r#"data={"id":2}"#
+        })
     });
     p.signal("INT");
     assert_eq!(p.wait_exit(wait), Some(0), "Ctrl-C ends it with 0");
@@ -1387,6 +1461,23 @@ fn metrics_listen_serves_every_scrape_afresh() {
     assert_eq!(get("/elsewhere").unwrap().0, "HTTP/1.1 404 Not Found");
     p.signal("INT");
     assert_eq!(p.wait_exit(wait), Some(0), "Ctrl-C ends it with 0");
+}
+
+/// `rillkit metrics --listen` on a port another process listens on: exit 78
+/// and one line naming the address and that it is in use.
+#[test]
+fn metrics_listen_on_a_port_in_use_says_so_and_exits_78() {
+    let redis = RedisServer::start();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
+    let addr = taken.local_addr().expect("its address").to_string();
+    let (code, err) = fails(&redis.url(), &["metrics", "--listen", &addr]);
+    assert_eq!(code, 78, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&format!("--listen {addr}: address in use")),
+        "{err}"
+    );
+    drop(taken);
 }
 
 /// Runs the binary with `input` on stdin.

@@ -345,6 +345,34 @@ async fn unreachable_redis_fails_start_at_once_with_a_connection_error() {
     assert_eq!(broker.phase(), Phase::Stopped);
 }
 
+/// A port where an HTTP server listens, not Redis: `start()` fails at once
+/// with `Error::NotRedis`, naming the address and the first line it sent.
+#[actix_rt::test]
+async fn a_port_that_is_not_redis_fails_start_naming_what_answered() {
+    let port = support::http_server();
+    let broker = Broker::builder(format!("redis://127.0.0.1:{port}"))
+        .subscribe(&Stream::new("tasks", "g"), fast(), |_: u64| async {
+            HandlerResult::Ok(())
+        })
+        .build()
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), broker.start())
+        .await
+        .expect("start() must not wait for a server that is not Redis")
+        .unwrap_err();
+    let Error::NotRedis { addr, sent } = &err else {
+        panic!("expected Error::NotRedis, got {err:?}")
+    };
+    assert_eq!(addr, &format!("127.0.0.1:{port}"));
+    assert_eq!(sent.as_deref(), Some("HTTP/1.1 400 Bad Request"));
+    let text = err.to_string();
+    assert!(
+        !text.contains('\n') && text.ends_with("is the port a Redis port?"),
+        "{text}"
+    );
+    assert_eq!(broker.phase(), Phase::Stopped);
+}
+
 #[test]
 fn a_database_the_server_refuses_is_not_called_unreachable() {
     let redis = RedisServer::start();

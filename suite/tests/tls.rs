@@ -331,3 +331,27 @@ async fn rediss_without_tls_options_in_a_fresh_process() {
     eprintln!("rediss:// without Tls: {}", chain(&err));
     assert_eq!(handled.load(Ordering::SeqCst), 0);
 }
+
+/// A `rediss://` URL to a server without TLS: `start()` fails, with an
+/// error that names the TLS handshake, the address and the plain scheme,
+/// rather than a bare timeout. Over TLS, no certificate is involved: the
+/// server never answers as TLS.
+#[actix_rt::test]
+async fn a_rediss_url_to_a_server_without_tls_fails_start_naming_tls() {
+    let plain = support::RedisServer::start();
+    let addr = format!("127.0.0.1:{}", plain.port);
+    let handled = Arc::new(AtomicUsize::new(0));
+    let broker = counting(Broker::builder(format!("rediss://{addr}")), &handled);
+    let err = failed_start(&broker).await;
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("TLS handshake with {addr} failed"))
+            && text.contains("is the server TLS-enabled?")
+            && text.contains("use redis://"),
+        "{}",
+        chain(&err)
+    );
+    assert!(matches!(err, rillkit::Error::NotTls { .. }), "{err:?}");
+    assert!(!err.is_retryable(), "a configuration problem: {err:?}");
+    assert_eq!(handled.load(Ordering::SeqCst), 0);
+}

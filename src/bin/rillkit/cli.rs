@@ -29,7 +29,8 @@ Exit codes:
       parse, a purge, redrive, claim or ack not confirmed (no --yes and no
       terminal to ask on, or not answered y)
   78  bad configuration: malformed URL, --sentinel or --cluster address,
-      unreadable --tls-ca file, TLS options with a redis:// URL
+      unreadable --tls-ca file, TLS options with a redis:// URL, a
+      metrics --listen address in use (or not allowed)
   130 a redrive interrupted by Ctrl-C (after the dead letter in hand; the
       count so far is printed)
   141 the output's reader went away (`| head`): the rest is not printed";
@@ -196,13 +197,18 @@ pub enum Command {
         max_groups: usize,
         /// Serve the gauges at http://HOST:PORT/metrics, read afresh for
         /// each scrape, until Ctrl-C (exit 0).
+        ///
+        /// The address is bound before Redis is asked anything: one in use
+        /// (or not allowed) exits 78, naming it.
         #[arg(long, value_name = "HOST:PORT")]
         listen: Option<std::net::SocketAddr>,
     },
     /// The newest entries of a stream; with --follow, then each new one.
     ///
     /// XREVRANGE, printed oldest first; --follow then reads with XREAD BLOCK
-    /// until Ctrl-C.
+    /// until Ctrl-C. Each entry is a line: its id, the time it was added
+    /// (from its id: RFC 3339, UTC, milliseconds) and its fields; with
+    /// --json, the time is `time`.
     Tail {
         /// Stream key.
         stream: String,

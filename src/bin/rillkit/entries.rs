@@ -7,7 +7,7 @@ use rillkit::admin::StreamEntry;
 use serde_json::json;
 
 use crate::operator::Interrupt;
-use crate::output::{entry_json, fields_line, json_text, print_json, text};
+use crate::output::{entry_json, fields_line, id_time, json_text, print_json, text};
 use crate::{Ctx, Failure, existing};
 
 /// How long one `XREAD` of `tail --follow` waits for an entry.
@@ -191,11 +191,13 @@ pub async fn tail(ctx: &Ctx, stream: &str, count: usize, follow: bool) -> Result
     }
 }
 
-/// `<id>  name=value  …`.
+/// `<id>  <time>  name=value  …`: the time the entry was added, from its
+/// id, in UTC (`-` when the id names none).
 fn line(e: &StreamEntry) -> String {
     format!(
-        "{}  {}",
+        "{}  {}  {}",
         text(e.id.as_str().as_bytes()),
+        id_time(e.id.as_str()).as_deref().unwrap_or("-"),
         fields_line(&e.fields)
     )
 }

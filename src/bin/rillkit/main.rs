@@ -205,6 +205,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .map_err(|e| Failure::Usage(format!("publish: the JSON does not parse: {e}")))?;
         }
     }
+    // A --listen address that cannot be listened on is said before Redis
+    // is asked anything.
+    let listener = match &cli.command {
+        Command::Metrics {
+            listen: Some(addr), ..
+        } => Some(metrics::bind(*addr).await?),
+        _ => None,
+    };
     let ctx = Ctx {
         admin: Admin::connect_topology(&topology, tls.as_ref()).await?,
         json: cli.json,
@@ -239,8 +247,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             count,
             follow,
         } => entries::tail(&ctx, stream, *count, *follow).await,
-        Command::Metrics { max_groups, listen } => {
-            metrics::metrics(&ctx, *max_groups, *listen, (topology, tls)).await
+        Command::Metrics { max_groups, .. } => {
+            metrics::metrics(&ctx, *max_groups, listener, (topology, tls)).await
         }
     }
 }

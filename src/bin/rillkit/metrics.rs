@@ -23,16 +23,32 @@ const MAX_HEAD: usize = 8192;
 /// How long a scrape may take, from its connection to the last byte sent.
 const SCRAPE_WITHIN: Duration = Duration::from_secs(30);
 
-/// `rillkit metrics [--max-groups N] [--listen ADDR]`.
+/// The listener of `--listen ADDR`, bound before anything connects to
+/// Redis. An address it cannot listen on is a bad configuration (exit 78),
+/// said on one line that names it: in use (another process listens there),
+/// or the error.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Failure> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        Failure::Config(match e.kind() {
+            std::io::ErrorKind::AddrInUse => format!(
+                "--listen {addr}: address in use (another process listens on it): choose another port"
+            ),
+            _ => format!("--listen {addr}: cannot listen there: {e}"),
+        })
+    })
+}
+
+/// `rillkit metrics [--max-groups N] [--listen ADDR]`: with `listener`
+/// (bound by [`bind`]), served there.
 pub async fn metrics(
     ctx: &Ctx,
     max_groups: usize,
-    listen: Option<SocketAddr>,
+    listener: Option<TcpListener>,
     (topology, tls): (Topology, Option<Tls>),
 ) -> Result<(), Failure> {
     let collector = ServerMetrics::new().with_max_groups(max_groups);
-    if let Some(addr) = listen {
-        return serve(ctx.admin.clone(), collector, addr, topology, tls).await;
+    if let Some(listener) = listener {
+        return serve(ctx.admin.clone(), collector, listener, topology, tls).await;
     }
     let snap = collector.snapshot(&ctx.admin).await?;
     if snap.collected.skipped > 0 {
@@ -111,20 +127,19 @@ impl Conn {
     }
 }
 
-/// Serves `GET /metrics` on `addr` until Ctrl-C (exit 0), each scrape a
+/// Serves `GET /metrics` on `listener` until Ctrl-C (exit 0), each scrape a
 /// fresh pass.
 async fn serve(
     admin: Admin,
     collector: ServerMetrics,
-    addr: SocketAddr,
+    listener: TcpListener,
     topology: Topology,
     tls: Option<Tls>,
 ) -> Result<(), Failure> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| Failure::Config(format!("--listen {addr}: {e}")))?;
-    let bound = listener.local_addr().unwrap_or(addr);
-    eprintln!("rillkit: serving http://{bound}/metrics (Ctrl-C ends)");
+    match listener.local_addr() {
+        Ok(bound) => eprintln!("rillkit: serving http://{bound}/metrics (Ctrl-C ends)"),
+        Err(_) => eprintln!("rillkit: serving /metrics (Ctrl-C ends)"),
+    }
     let conn = std::sync::Arc::new(Conn {
         admin: Mutex::new(Some(admin)),
         topology,

@@ -1,7 +1,7 @@
 //! How the `rillkit` tool prints: aligned tables, durations, field values,
 //! and the JSON shapes of `--json`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rillkit::admin::{DeadLetter, StreamEntry};
 use serde_json::{Map, Value, json};
@@ -96,6 +96,21 @@ pub fn duration(ms: u64) -> String {
     }
 }
 
+/// When an entry was added, from its id (`<ms>-<seq>`, ms since the Unix
+/// epoch), as RFC 3339 in UTC with milliseconds: `2026-12-03T13:41:01.403Z`.
+/// `None` for an id not in that form, or past the year 9999.
+pub fn id_time(id: &str) -> Option<String> {
+    /// The first second of the year 10000, which RFC 3339 cannot write.
+    const YEAR_10000_S: u64 = 253_402_300_800;
+    let (ms, seq) = id.split_once('-')?;
+    let (ms, _) = (ms.parse::<u64>().ok()?, seq.parse::<u64>().ok()?);
+    if ms / 1000 >= YEAR_10000_S {
+        return None;
+    }
+    let at = UNIX_EPOCH.checked_add(Duration::from_millis(ms))?;
+    Some(humantime::format_rfc3339_millis(at).to_string())
+}
+
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -163,9 +178,10 @@ pub fn fields_json(fields: &[(Vec<u8>, Vec<u8>)]) -> Value {
     Value::Object(m)
 }
 
-/// `{"id", "fields"}`.
+/// `{"id", "time", "fields"}`: `time` is [`id_time`] (null when the id
+/// names none).
 pub fn entry_json(e: &StreamEntry) -> Value {
-    json!({ "id": e.id.as_str(), "fields": fields_json(&e.fields) })
+    json!({ "id": e.id.as_str(), "time": id_time(e.id.as_str()), "fields": fields_json(&e.fields) })
 }
 
 /// `{"id", "fields", "origin": {…} | null}`.

@@ -770,3 +770,24 @@ pub fn guide_acl_words(server: &ServerVersion) -> Vec<String> {
         old.clone()
     }
 }
+
+/// A server that is not Redis: it listens on a free port of 127.0.0.1 and
+/// answers whatever each connection sends first with `HTTP/1.1 400 Bad
+/// Request`, then closes it, as an HTTP server does with a Redis command.
+/// Answers its port; it serves until the test process ends.
+pub fn http_server() -> u16 {
+    use std::io::{Read as _, Write as _};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a port for the HTTP server");
+    let port = listener.local_addr().expect("its address").port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut request = [0u8; 1024];
+            if conn.read(&mut request).is_ok_and(|n| n > 0) {
+                let _ = conn.write_all(
+                    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 11\r\nConnection: close\r\n\r\nBad Request",
+                );
+            }
+        }
+    });
+    port
+}

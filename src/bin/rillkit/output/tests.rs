@@ -1,6 +1,18 @@
 use super::*;
 
 #[test]
+fn an_entry_id_names_its_time_in_utc() {
+    let at = id_time;
+    assert_eq!(
+        at("1700000000123-4").as_deref(),
+        Some("2023-11-14T22:13:20.123Z")
+    );
+    assert_eq!(at("0-1").as_deref(), Some("1970-01-01T00:00:00.000Z"));
+    assert_eq!(at("18446744073709551615-0"), None, "past the year 9999");
+    assert_eq!(at("not-an-id"), None);
+}
+
+#[test]
 fn durations_read_as_people_read_them() {
     assert_eq!(duration(850), "850ms");
     assert_eq!(duration(12_345), "12.3s");
