@@ -44,7 +44,7 @@ fn the_example_serves_prometheus_metrics_and_the_counters_move() {
         .unwrap()
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let mut child = Command::new(support::example_bin("actix_web"))
+    let mut child = Command::new(support::web_example_bin())
         .env("REDIS_URL", redis.url())
         .env("HTTP_ADDR", &addr)
         .stdout(Stdio::null())

@@ -415,6 +415,12 @@ pub fn example_bin(name: &str) -> PathBuf {
     built("--example", name)
 }
 
+/// The actix_web example's binary (package `rillkit-actix-web-example`),
+/// built once per test process.
+pub fn web_example_bin() -> PathBuf {
+    built("--bin", "actix_web")
+}
+
 /// The `rillkit` command-line tool (feature `cli`), built once per test
 /// process with the same cargo and profile: it belongs to the root package,
 /// so cargo sets no `CARGO_BIN_EXE_rillkit` for the tests here.
@@ -425,9 +431,9 @@ pub fn rillkit_bin() -> PathBuf {
 /// Builds one target (`--example worker`, `--bin rillkit`) of the workspace
 /// with every feature, as `cargo test --all-features` at the root does (the
 /// same feature set, so nothing is built twice), and answers its path.
-/// The examples live in the root package (rillkit) and the binary behind
-/// its `cli` feature; the build selects the whole workspace and cargo finds
-/// the target's owner.
+/// The examples live in the root package (rillkit), its binary behind its
+/// `cli` feature, the web example in a package of its own; the build
+/// selects the whole workspace and cargo finds the target's owner.
 fn built(kind: &str, name: &str) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
     let key = format!("{kind} {name}");

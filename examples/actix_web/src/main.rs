@@ -3,7 +3,7 @@
 //! gracefully, then the broker drains; the process exits with the outcome's code.
 //!
 //! ```sh
-//! cargo run --features dashboard --example actix_web &
+//! cargo run -p rillkit-actix-web-example &
 //! curl -s -XPOST localhost:8080/orders -H 'content-type: application/json' -d '{"id":1,"total":9.5}'
 //! kill -TERM %1
 //! ```
@@ -25,7 +25,7 @@
 //! stream` on each refresh), a comma-separated list shows those streams:
 //!
 //! ```sh
-//! RILLKIT_DASHBOARD_STREAMS=all cargo run --features dashboard --example actix_web
+//! RILLKIT_DASHBOARD_STREAMS=all cargo run -p rillkit-actix-web-example
 //! # then open http://127.0.0.1:8080/rillkit/
 //! ```
 
