@@ -11,6 +11,7 @@ mod pause;
 mod publish;
 pub(crate) mod runtime;
 mod spans;
+mod subscribe;
 
 pub use batch::BatchOptions;
 pub use builder::BrokerBuilder;
