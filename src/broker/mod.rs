@@ -11,6 +11,7 @@ mod pause;
 mod publish;
 pub(crate) mod runtime;
 mod spans;
+mod subscribe;
 
 pub use batch::BatchOptions;
 pub use builder::BrokerBuilder;
@@ -22,16 +23,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use actix::prelude::*;
-use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
 use crate::connection::{Connector, Topology};
-use crate::error::{ConfigError, Error, HookError, HookFailures};
+use crate::error::{Error, HookError, HookFailures};
 use crate::lifecycle::{Owner, Phase, SupervisorOutcome};
-use crate::redis::{Publish, Query, RedisActor};
+use crate::redis::{Query, RedisActor};
 use crate::source::Source;
 use crate::status::{Boards, Status};
-use crate::stream::{Codec, EntryId, Stream};
 use crate::supervisor::{RestartPolicy, Setup, Supervisor};
 use hooks::Hooks;
 
@@ -416,202 +415,6 @@ impl Broker {
         result
     }
 
-    /// Encodes `value` with the stream's codec and adds it as one entry
-    /// (`XADD <stream> [MAXLEN ~ n] * data <bytes>`). Returns its entry id.
-    ///
-    /// The command is sent at most once. While the shared connections
-    /// reconnect, the publish waits for them up to
-    /// [`publish_timeout`](BrokerBuilder::publish_timeout).
-    ///
-    /// It runs in a `rillkit.publish` span, an OpenTelemetry messaging send
-    /// span (`send <stream>`, kind producer, `messaging.message.id` the
-    /// entry id). With feature `otel`, called inside a span with a valid
-    /// OpenTelemetry context, the entry gets a `traceparent` field holding
-    /// the send span's context (`XADD <stream> * data <bytes> traceparent
-    /// <value>`), which the consumer's span links to (or is a child of, with
-    /// [`TraceLinking::Parent`](crate::TraceLinking::Parent)); outside one
-    /// it gets none.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for a stream whose names or length cap cannot work
-    /// (an empty name, `with_max_len(0)`); [`Error::Encode`];
-    /// [`Error::NotStarted`] before `start()`;
-    /// [`Error::ShutDown`] once the connections are closed;
-    /// [`Error::Unavailable`] when they did not come back within
-    /// `publish_timeout`; [`Error::Connect`] or [`Error::Redis`] when Redis
-    /// fails the command. [`Error::is_retryable`] tells whether trying again
-    /// later may succeed (`READONLY` during a failover, `OOM`, `LOADING`, a
-    /// lost connection…); the entry may have been added when the reply was
-    /// lost.
-    pub async fn publish<T: Serialize + ?Sized, C: Codec>(
-        &self,
-        stream: &Stream<C>,
-        value: &T,
-    ) -> Result<EntryId, Error> {
-        let payload = encode(stream, value)?;
-        let mut ids = self.send_publish(stream, vec![payload]).await?;
-        ids.pop().ok_or(Error::ShutDown)
-    }
-
-    /// As [`publish`](Self::publish), and the entry gets a second field,
-    /// `traceparent`, holding `traceparent` (W3C Trace Context): `XADD
-    /// <stream> * data <bytes> traceparent <value>`. The consumer's
-    /// `rillkit.handle` span records it as its `traceparent` field, and a
-    /// handler reads it with [`TraceParent::of`](crate::TraceParent::of).
-    ///
-    /// The value is written as given, also with feature `otel`; the
-    /// publish's send span (`rillkit.publish`, `send <stream>`) is then a
-    /// child of the span it names.
-    ///
-    /// ```no_run
-    /// # async fn f(broker: rillkit::Broker) -> Result<(), Box<dyn std::error::Error>> {
-    /// use rillkit::{Stream, TraceParent};
-    ///
-    /// // From the incoming request's `traceparent` header, or your tracer.
-    /// let tp: TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".parse()?;
-    /// broker.publish_traced(&Stream::new("orders", "billing"), &42u64, &tp).await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// As [`publish`](Self::publish).
-    pub async fn publish_traced<T: Serialize + ?Sized, C: Codec>(
-        &self,
-        stream: &Stream<C>,
-        value: &T,
-        traceparent: &crate::TraceParent,
-    ) -> Result<EntryId, Error> {
-        let payload = encode(stream, value)?;
-        let span = spans::send(&stream.names().name, 1);
-        #[cfg(feature = "otel")]
-        crate::otel::set_parent(&span, traceparent);
-        let mut ids = spans::run(
-            &span,
-            self.send(stream, vec![payload], Some(traceparent.clone())),
-        )
-        .await?;
-        ids.pop().ok_or(Error::ShutDown)
-    }
-
-    /// Adds one entry per value, pipelined in one round trip. Returns the entry
-    /// ids in the order of `values`. Nothing is sent when a value fails to
-    /// encode.
-    ///
-    /// One `rillkit.publish` send span covers them all
-    /// (`messaging.batch.message_count` the number of entries, or
-    /// `messaging.message.id` for a single one); with feature `otel` each
-    /// entry's `traceparent` holds its context, as for
-    /// [`publish`](Self::publish).
-    ///
-    /// # Errors
-    /// As [`publish`](Self::publish).
-    pub async fn publish_batch<T, C, I>(
-        &self,
-        stream: &Stream<C>,
-        values: I,
-    ) -> Result<Vec<EntryId>, Error>
-    where
-        T: Serialize,
-        C: Codec,
-        I: IntoIterator<Item = T>,
-    {
-        let payloads = values
-            .into_iter()
-            .map(|v| encode(stream, &v))
-            .collect::<Result<Vec<_>, _>>()?;
-        if payloads.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.send_publish(stream, payloads).await
-    }
-
-    /// Adds `value` to a stream [ordered by key](Stream::ordered_by), in the
-    /// partition of `key` ([`partition_of`](crate::partition_of)): `XADD
-    /// <name>:p<partition> * data <bytes> <key_field> <key>`. Entries
-    /// published with one key are handled in the order of their publishes.
-    /// Returns the entry id (in its partition).
-    ///
-    /// The first publish to a stream by this broker records its partition
-    /// count in Redis if none is (`SET … NX`), or checks it.
-    ///
-    /// The `XADD` runs in a send span whose destination is the partition's
-    /// stream (`send <name>:p<partition>`), with the `traceparent` rules of
-    /// [`publish`](Self::publish).
-    ///
-    /// # Errors
-    /// [`Error::Config`] for a stream that is not ordered, or when Redis
-    /// records another partition count for it (both named); else as
-    /// [`publish`](Self::publish).
-    pub async fn publish_keyed<T: Serialize + ?Sized, C: Codec>(
-        &self,
-        stream: &Stream<C>,
-        key: impl AsRef<[u8]>,
-        value: &T,
-    ) -> Result<EntryId, Error> {
-        let key = key.as_ref();
-        let names = stream.names();
-        names.validate()?;
-        let Some(order) = names.order.clone() else {
-            return Err(Error::Config(ConfigError::Invalid {
-                kind: Some(crate::kind::SourceKind::Stream),
-                key: names.name.to_string(),
-                option: "partitions",
-                reason: "publish_keyed needs a stream ordered by key (Stream::ordered_by)".into(),
-            }));
-        };
-        let payload = encode(stream, value)?;
-        let redis = self.redis_addr()?;
-        let checked = (names.name.to_string(), order.partitions);
-        if !self
-            .inner
-            .orders_checked
-            .lock()
-            .expect("lock")
-            .contains(&checked)
-        {
-            let (record, _) = crate::keys::ordered_keys(&names.name, &names.group);
-            let answer = redis
-                .send(Query(
-                    "set",
-                    crate::source::stream::ordered::record_command(&record, order.partitions),
-                ))
-                .await
-                .map_err(|_| Error::ShutDown)??;
-            crate::source::stream::ordered::check_recorded(
-                &names.name,
-                &record,
-                order.partitions,
-                &answer,
-            )?;
-            self.inner
-                .orders_checked
-                .lock()
-                .expect("lock")
-                .insert(checked);
-        }
-        let partition = crate::order::partition_name(
-            &names.name,
-            crate::order::partition_of(key, order.partitions),
-        );
-        let span = spans::send(&partition, 1);
-        let traceparent = traceparent_for(&span);
-        let xadd = async {
-            redis
-                .send(Publish {
-                    stream: partition.into(),
-                    field: names.field,
-                    max_len: names.max_len,
-                    payloads: vec![payload],
-                    traceparent,
-                    key: Some((order.key_field, key.to_vec())),
-                })
-                .await
-                .map_err(|_| Error::ShutDown)?
-        };
-        let mut ids = spans::run(&span, xadd).await?;
-        ids.pop().ok_or(Error::ShutDown)
-    }
-
     /// Sends PING on a shared connection.
     ///
     /// # Errors
@@ -630,46 +433,6 @@ impl Broker {
             Phase::Stopped => Err(Error::ShutDown),
             _ => self.inner.redis.get().ok_or(Error::NotStarted),
         }
-    }
-
-    async fn send_publish<C: Codec>(
-        &self,
-        stream: &Stream<C>,
-        payloads: Vec<Vec<u8>>,
-    ) -> Result<Vec<EntryId>, Error> {
-        let span = spans::send(&stream.names().name, payloads.len());
-        let traceparent = traceparent_for(&span);
-        spans::run(&span, self.send(stream, payloads, traceparent)).await
-    }
-
-    async fn send<C: Codec>(
-        &self,
-        stream: &Stream<C>,
-        payloads: Vec<Vec<u8>>,
-        traceparent: Option<crate::TraceParent>,
-    ) -> Result<Vec<EntryId>, Error> {
-        let names = stream.names();
-        // A producer's `Stream` never went through `build()`.
-        names.validate()?;
-        if names.order.is_some() {
-            return Err(Error::Config(ConfigError::Invalid {
-                kind: Some(crate::kind::SourceKind::Stream),
-                key: names.name.to_string(),
-                option: "partitions",
-                reason: "the stream is ordered by key: publish with publish_keyed, which picks the key's partition".into(),
-            }));
-        }
-        self.redis_addr()?
-            .send(Publish {
-                stream: names.name,
-                field: names.field,
-                max_len: names.max_len,
-                payloads,
-                traceparent,
-                key: None,
-            })
-            .await
-            .map_err(|_| Error::ShutDown)?
     }
 
     // ---- used by the Supervisor ----
@@ -783,35 +546,6 @@ impl Broker {
     fn is_within(&self) -> bool {
         crate::lifecycle::is_within(self.owner())
     }
-}
-
-/// The `traceparent` a stream publish running in the send span `span`
-/// writes: with feature `otel`, inside a span with a valid OpenTelemetry
-/// context, the send span's context; otherwise none.
-fn traceparent_for(span: &tracing::Span) -> Option<crate::TraceParent> {
-    #[cfg(feature = "otel")]
-    {
-        crate::otel::for_send(span)
-    }
-    #[cfg(not(feature = "otel"))]
-    {
-        let _ = span;
-        None
-    }
-}
-
-fn encode<T: Serialize + ?Sized, C: Codec>(
-    stream: &Stream<C>,
-    value: &T,
-) -> Result<Vec<u8>, Error> {
-    stream
-        .codec()
-        .encode(value)
-        .map_err(|source| Error::Encode {
-            kind: crate::SourceKind::Stream,
-            key: stream.name().to_owned(),
-            source,
-        })
 }
 
 /// Watches signals for `run()`: on the current actix arbiter inside an

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use super::bind::{self, BrokerCell};
 use super::delivery::ItemDelivery;
 use crate::Broker;
-use crate::broker::builder::{
+use crate::broker::subscribe::{
     Pending, channel_source, channel_source_erased, list_source, list_source_erased, stream_source,
 };
 use crate::error::{ConfigError, Error};

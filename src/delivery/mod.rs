@@ -27,4 +27,4 @@ pub(crate) use actor::{ConsumerActor, ConsumerExited, Drain};
 pub use options::RetryBackoff;
 pub(crate) use options::{MAX_DURATION, default_consumer_name};
 pub(crate) use report::ConsumerReport;
-pub(crate) use settle::until_done;
+pub(crate) use settle::{until_done, until_stopped};

@@ -35,6 +35,7 @@ use crate::delivery::handler::{self, Ran, Run};
 use crate::delivery::liveness::{HeldUntil, Liveness, Stall, WhileHeld};
 use crate::delivery::reader::{ReadConn, Reader, UNBLOCK_EVERY, drops_reader, late};
 use crate::delivery::retry::RetryQueue;
+use crate::delivery::until_stopped;
 use crate::error::Class;
 use crate::error::Error;
 use crate::handler::{Message, Prepared};
@@ -769,31 +770,22 @@ async fn take_partition(
     use crate::source::stream::ordered;
     let k = sub.key_order.as_ref().expect("a partition");
     sub.board.set_owned(true);
-    let mut retry = Retry::default();
-    loop {
-        let taken = async {
-            let n = ordered::take_pending(redis, sub).await?;
-            let failed = ordered::failed_keys(redis, &k.failed_keys).await?;
-            Ok::<_, Error>((n, failed))
-        };
-        let e = match taken.await {
-            Ok((n, failed)) => {
-                tracing::info!(stream = %sub.names.name, consumer = %sub.consumer, taken_over = n, failed_keys = failed.len(), "partition taken; its pending entries run first");
-                return Ok(order::Gate::new(failed));
-            }
-            Err(e @ Error::ShutDown) => return Err(e),
-            Err(e) if !e.class().is_transient() || e.class() == Class::LeaseLost => return Err(e),
-            Err(e) => e,
-        };
-        let (delay, log) = retry.failed();
-        if log {
-            log_wait!(e.class(), stream = %sub.names.name, error = %e, retry_in_ms = delay.as_millis() as u64, "could not take the partition's pending entries; trying again");
-        }
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {}
-            _ = stop.changed() => return Err(Error::StartAborted),
-        }
-    }
+    let attempt = || async {
+        let n = ordered::take_pending(redis, sub).await?;
+        let failed = ordered::failed_keys(redis, &k.failed_keys).await?;
+        Ok::<_, Error>((n, failed))
+    };
+    let gives_up = |e: &Error| {
+        matches!(e, Error::ShutDown) || !e.class().is_transient() || e.class() == Class::LeaseLost
+    };
+    let log = |e: &Error, delay: std::time::Duration| {
+        log_wait!(e.class(), stream = %sub.names.name, error = %e, retry_in_ms = delay.as_millis() as u64, "could not take the partition's pending entries; trying again");
+    };
+    let (n, failed) = until_stopped(stop, attempt, gives_up, log)
+        .await
+        .map_err(|e| e.unwrap_or(Error::StartAborted))?;
+    tracing::info!(stream = %sub.names.name, consumer = %sub.consumer, taken_over = n, failed_keys = failed.len(), "partition taken; its pending entries run first");
+    Ok(order::Gate::new(failed))
 }
 
 /// The held entries' refresh, as a claim renewed by the liveness rule:

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use super::{MEMBERS, Ordered, check_partitions};
 use crate::connection::Connector;
-use crate::delivery::ConsumerReport;
+use crate::delivery::{ConsumerReport, until_stopped};
 use crate::error::Error;
 use crate::reclaimer::ReclaimerActor;
 use crate::redis::{Eval, Query, RedisActor};
@@ -55,27 +55,21 @@ pub(crate) async fn consume(
         .as_ref()
         .expect("an ordered stream's subscription");
     let mut report = ConsumerReport::default();
-    let mut retry = Retry::default();
     // The partition count first: a consumer configured with another count
     // than the one recorded must not read.
-    loop {
-        let e = match check_partitions(&redis, &sub.names.name, ord).await {
-            Ok(()) => break,
-            Err(Error::ShutDown) => return report,
-            Err(e) if !e.class().is_transient() || matches!(e, Error::Config(_)) => {
-                tracing::error!(stream = %sub.names.name, error = %e, "ordered stream cannot be read; consumer ends");
-                report.error = Some(e);
-                return report;
-            }
-            Err(e) => e,
-        };
-        let (delay, log) = retry.failed();
-        if log {
-            log_wait!(e.class(), stream = %sub.names.name, error = %e, retry_in_ms = delay.as_millis() as u64, "could not check the ordered stream's partition count; trying again");
-        }
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {}
-            _ = stop.changed() => return report,
+    let gives_up =
+        |e: &Error| matches!(e, Error::ShutDown | Error::Config(_)) || !e.class().is_transient();
+    let log = |e: &Error, delay: std::time::Duration| {
+        log_wait!(e.class(), stream = %sub.names.name, error = %e, retry_in_ms = delay.as_millis() as u64, "could not check the ordered stream's partition count; trying again");
+    };
+    let check = || check_partitions(&redis, &sub.names.name, ord);
+    match until_stopped(&mut stop, check, gives_up, log).await {
+        Ok(()) => {}
+        Err(None | Some(Error::ShutDown)) => return report,
+        Err(Some(e)) => {
+            tracing::error!(stream = %sub.names.name, error = %e, "ordered stream cannot be read; consumer ends");
+            report.error = Some(e);
+            return report;
         }
     }
     sub.board.set_state(SubscriptionState::Running);

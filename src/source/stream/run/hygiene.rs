@@ -11,12 +11,13 @@ use tokio::sync::watch;
 
 use super::Loop;
 use crate::delivery::liveness::Liveness;
+use crate::delivery::until_stopped;
 use crate::error::Error;
 use crate::redis::{Eval, Query, RedisActor};
 use crate::source::stream::hygiene::{
     LEAVE_GROUP, Lease, PRUNE_IDLE, Taken, prune_period, pruned_names, spared,
 };
-use crate::util::{Retry, log_wait};
+use crate::util::log_wait;
 
 /// Holds `lease` before a consumer loop starts: waits while another process
 /// holds it (no deadline: the startup already checked it once, so this is a
@@ -33,23 +34,21 @@ pub(super) async fn hold(
     stop: &mut watch::Receiver<Option<Instant>>,
     board: &crate::status::Board,
 ) -> Result<Instant, Error> {
-    let mut retry = Retry::default();
-    loop {
-        let e = match lease.acquire(redis, None, Some(stop), board).await {
-            Ok(sent) => return Ok(sent),
-            Err(e @ (Error::StartAborted | Error::ShutDown)) => return Err(e),
-            Err(e) if !e.class().is_transient() => return Err(e),
-            Err(e) => e,
-        };
-        let (delay, log) = retry.failed();
-        if log {
-            log_wait!(e.class(), key = lease.key(), error = %e, retry_in_ms = delay.as_millis() as u64, "could not take the consumer name's lease; trying again");
-        }
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {}
-            _ = stop.changed() => return Err(Error::StartAborted),
-        }
-    }
+    // Each take watches a copy of `stop`, to end its own wait for the
+    // lease on a stop.
+    let own = stop.clone();
+    let attempt = || {
+        let mut stop = own.clone();
+        async move { lease.acquire(redis, None, Some(&mut stop), board).await }
+    };
+    let gives_up =
+        |e: &Error| matches!(e, Error::StartAborted | Error::ShutDown) || !e.class().is_transient();
+    let log = |e: &Error, delay: std::time::Duration| {
+        log_wait!(e.class(), key = lease.key(), error = %e, retry_in_ms = delay.as_millis() as u64, "could not take the consumer name's lease; trying again");
+    };
+    until_stopped(stop, attempt, gives_up, log)
+        .await
+        .map_err(|e| e.unwrap_or(Error::StartAborted))
 }
 
 impl Loop {
