@@ -233,7 +233,7 @@ impl BrokerBuilder {
     ///   `host:port`; under a cluster, a subscription whose dead-letter stream
     ///   hashes to another slot than its stream (`option` `"dlq_name"`; the
     ///   reason names a name that fits); or a subscription's options are
-    ///   invalid (see [`ConsumerOptions`]).
+    ///   invalid (see [`ConsumerOptions`](crate::ConsumerOptions)).
     /// * [`ConfigError::DuplicateConsumer`]: two subscriptions on one stream
     ///   use the same group and consumer name.
     pub fn build(self) -> Result<Broker, ConfigError> {

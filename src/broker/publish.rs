@@ -17,7 +17,7 @@ impl Broker {
     ///
     /// The command is sent at most once. While the shared connections
     /// reconnect, the publish waits for them up to
-    /// [`publish_timeout`](BrokerBuilder::publish_timeout).
+    /// [`publish_timeout`](crate::BrokerBuilder::publish_timeout).
     ///
     /// It runs in a `rillkit.publish` span, an OpenTelemetry messaging send
     /// span (`send <stream>`, kind producer, `messaging.message.id` the
