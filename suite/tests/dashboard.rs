@@ -132,13 +132,30 @@ fn post_now(base: &str, path: &str, body: &str, cookie: Option<&str>) -> u16 {
     out.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// The text of the first element `css` selects.
 async fn text_of(c: &Client, css: &str) -> String {
-    c.find(Locator::Css(css))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    text_when(c, css, |_| true).await
+}
+
+/// The text of the first element `css` selects once `ready` holds for it,
+/// polled for up to [`WAIT`]; then the last text seen. After a click the
+/// new page replaces the old one at a moment of the browser's choosing: an
+/// element found on the old page goes stale, or still shows the old page's
+/// text (the banner of the action before).
+async fn text_when(c: &Client, css: &str, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let text = match c.find(Locator::Css(css)).await {
+            Ok(e) => e.text().await.ok(),
+            Err(_) => None,
+        };
+        let late = std::time::Instant::now() >= deadline;
+        match text {
+            Some(t) if ready(&t) || late => return t,
+            None if late => panic!("no text for {css} within {WAIT:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
 }
 
 #[actix_rt::test]
@@ -249,7 +266,7 @@ async fn overview_dead_letters_redrive_and_escaping_in_a_browser() {
         ran_13.load(Ordering::SeqCst) == 1
     })
     .await;
-    let done = text_of(&c, "p.done").await;
+    let done = text_when(&c, "p.done", |t| t.contains("Redriven: 1.")).await;
     assert!(done.contains("Redriven: 1."), "{done}");
     assert_eq!(support::stream_len(&mut conn, "orders-dlq"), 1);
 
@@ -570,7 +587,7 @@ async fn entry_pages_show_the_whole_payload_and_where_it_is() {
     })
     .await;
     assert_eq!(support::stream_len(&mut conn, "orders"), 2);
-    let done = text_of(&c, "p.done").await;
+    let done = text_when(&c, "p.done", |t| t.contains("Redriven: 1.")).await;
     assert!(done.contains("Redriven: 1."), "{done}");
     c.close().await.unwrap();
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
@@ -739,7 +756,11 @@ async fn a_filtered_set_of_dead_letters_is_redriven_with_its_count() {
         support::stream_len(&mut conn, "orders-dlq") == 3
     })
     .await;
-    assert!(text_of(&c, "p.done").await.contains("Redriven: 4."));
+    assert!(
+        text_when(&c, "p.done", |t| t.contains("Redriven: 4."))
+            .await
+            .contains("Redriven: 4.")
+    );
     let left: Vec<String> = redis::cmd("XRANGE")
         .arg("orders-dlq")
         .arg("-")
@@ -894,12 +915,12 @@ async fn pause_and_resume_a_subscription_from_the_overview() {
         .click()
         .await
         .unwrap();
-    let done = text_of(&c, "p.done").await;
+    let done = text_when(&c, "p.done", |t| t.starts_with("Paused:")).await;
     assert!(done.starts_with("Paused:"), "{done}");
     eventually("paused", WAIT, || state() == SubscriptionState::Paused).await;
     // The page offers Resume now, and says so once reloaded.
     c.refresh().await.unwrap();
-    let shown = text_of(&c, &format!("{row} td.state")).await;
+    let shown = text_when(&c, &format!("{row} td.state"), |t| t == "paused").await;
     assert_eq!(shown, "paused");
 
     broker.publish(&orders, &1u64).await.unwrap();
@@ -923,7 +944,7 @@ async fn pause_and_resume_a_subscription_from_the_overview() {
         .click()
         .await
         .unwrap();
-    let done = text_of(&c, "p.done").await;
+    let done = text_when(&c, "p.done", |t| t.starts_with("Resumed:")).await;
     assert!(done.starts_with("Resumed:"), "{done}");
     eventually("handled after the resume", WAIT, || {
         runs.load(Ordering::SeqCst) == 1
