@@ -44,9 +44,19 @@ fn the_example_serves_prometheus_metrics_and_the_counters_move() {
         .unwrap()
         .port();
     let addr = format!("127.0.0.1:{port}");
+    // Another service's stream, which the dashboard shows only when told to
+    // show the server's streams (`RILLKIT_DASHBOARD_STREAMS=all`).
+    let _: String = redis::cmd("XADD")
+        .arg("other-service")
+        .arg("*")
+        .arg("data")
+        .arg("{}")
+        .query(&mut redis.conn())
+        .expect("XADD");
     let mut child = Command::new(support::web_example_bin())
         .env("REDIS_URL", redis.url())
         .env("HTTP_ADDR", &addr)
+        .env("RILLKIT_DASHBOARD_STREAMS", "all")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -89,6 +99,10 @@ fn the_example_serves_prometheus_metrics_and_the_counters_move() {
     // The mounted dashboard, from a loopback client (its guard's rule).
     let page = http(&addr, "GET", "/rillkit/", "").expect("the dashboard answers");
     assert!(page.contains("web-orders"), "{page}");
+    assert!(
+        page.contains("other-service"),
+        "RILLKIT_DASHBOARD_STREAMS=all shows the server's streams: {page}"
+    );
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())
