@@ -24,28 +24,23 @@ mod pause;
 
 use heartbeat::{Beat, recover_dead};
 
-use super::scripts::{
-    DEAD_LETTER, DONE, HEARTBEAT, ITEM_PIECE, POP_COUNTED, PUT_BACK, PUT_BACK_UNHELD, RECOVER_DEAD,
-    RETURN_OWN,
-};
+use super::scripts::{DEAD_LETTER, DONE, ITEM_PIECE, POP_COUNTED, PUT_BACK_UNHELD, RETURN_OWN};
 use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
-use crate::delivery::drain::Progress;
 use crate::delivery::handler::{self, Ran, Run};
 use crate::delivery::liveness::{Liveness, Stall};
-use crate::delivery::reader::{ReadConn, Reader, UNBLOCK_EVERY, drops_reader, late};
+use crate::delivery::reader::{ReadConn, Reader, drops_reader, late};
 use crate::delivery::retry::RetryQueue;
 use crate::delivery::until_done;
 use crate::error::Class;
 use crate::error::Error;
 use crate::handler::ItemMeta;
-use crate::kind::SourceKind;
 use crate::redis::chunked::{self, CHUNK_BYTES};
 use crate::redis::{Eval, RedisActor};
 use crate::status::SubscriptionState;
 use crate::telemetry::ConsumerMetrics;
-use crate::util::{Alarm, Retry, log_wait};
+use crate::util::{Alarm, Retry};
 
 /// A finished handler run: the item, its attempt number, how it ended.
 type Finished = (Vec<u8>, u64, Run);

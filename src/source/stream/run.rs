@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::Addr;
-use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
@@ -31,22 +30,19 @@ mod settle;
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
 use crate::delivery::drain::Progress;
-use crate::delivery::handler::{self, Ran, Run};
-use crate::delivery::liveness::{HeldUntil, Liveness, Stall, WhileHeld};
-use crate::delivery::reader::{ReadConn, Reader, UNBLOCK_EVERY, drops_reader, late};
+use crate::delivery::handler::Run;
+use crate::delivery::liveness::{HeldUntil, Liveness, Stall};
+use crate::delivery::reader::Reader;
 use crate::delivery::retry::RetryQueue;
 use crate::delivery::until_stopped;
 use crate::error::Class;
 use crate::error::Error;
-use crate::handler::{Message, Prepared};
-use crate::reclaimer::{self, Claim, ReclaimerActor};
-use crate::redis::chunked;
-use crate::redis::reply::{self, Delivered};
-use crate::redis::{
-    Ack, AckError, CreateGroup, DeadLetter, DeadLetterEntry, MoveAnswer, Query, RedisActor,
-};
+use crate::handler::Message;
+use crate::reclaimer::{self, ReclaimerActor};
+use crate::redis::RedisActor;
+use crate::redis::reply::Delivered;
 use crate::source::stream::hygiene::Taken;
-use crate::source::stream::ordered::{Fence, FencedRead};
+use crate::source::stream::ordered::Fence;
 use crate::status::SubscriptionState;
 use crate::stream::EntryId;
 use crate::telemetry::ConsumerMetrics;

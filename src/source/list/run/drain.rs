@@ -1,7 +1,20 @@
 //! The list consumer's drain: stop popping, put back what came after the
 //! stop, let running handlers finish until the deadline, leave the list.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use redis::Value;
+
+use super::Loop;
+use crate::delivery::drain::Progress;
+use crate::delivery::reader::UNBLOCK_EVERY;
+use crate::delivery::{ConsumerReport, until_done};
+use crate::error::Error;
+use crate::redis::Eval;
+use crate::source::list::scripts::PUT_BACK;
+use crate::status::SubscriptionState;
+use crate::util::Alarm;
 
 impl Loop {
     /// Stops popping (a blocked pop is cut short with `CLIENT UNBLOCK`,

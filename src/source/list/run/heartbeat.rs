@@ -3,7 +3,17 @@
 //! the list; a confirmed beat also moves dead consumers' processing lists
 //! back onto the list.
 
-use super::*;
+use std::time::Duration;
+
+use actix::Addr;
+use redis::Value;
+
+use super::Loop;
+use crate::error::Error;
+use crate::kind::SourceKind;
+use crate::redis::{Eval, RedisActor};
+use crate::source::list::scripts::{HEARTBEAT, RECOVER_DEAD};
+use crate::util::log_wait;
 
 impl Loop {
     /// `heartbeat_ttl` in ms, as a script argument.

@@ -2,7 +2,8 @@
 //! asks for it, no pop starts (`maybe_start`); handlers, retries of held
 //! items, settling and the heartbeat go on.
 
-use super::*;
+use super::Loop;
+use crate::delivery::reader::UNBLOCK_EVERY;
 
 impl Loop {
     /// The pause at a turn of the loop: when asked for, a pop in flight is

@@ -12,9 +12,13 @@
 //! batch of its own. The prefetch counts in batches: as many as the
 //! handlers get through in a round trip, in entries at most `count`.
 
-use super::*;
-use crate::delivery::handler::BatchRun;
-use crate::handler::{BatchHandler, BatchInput, HandlerError};
+use std::time::Duration;
+
+use futures::FutureExt;
+
+use super::{Finished, Loop, Queued};
+use crate::delivery::handler::{self, BatchRun, Ran, Run};
+use crate::handler::{BatchHandler, BatchInput, HandlerError, Message};
 
 /// What ended in `running`: one entry's run, or a batch's.
 pub(super) enum Ended {

@@ -2,7 +2,12 @@
 //! group, let running handlers finish until the deadline, then abandon
 //! them (their entries stay pending).
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use super::Loop;
+use crate::delivery::drain::Progress;
+use crate::error::Error;
+use crate::stream::EntryId;
 
 impl Loop {
     /// Stop reading; hand back what is fetched but not started.

@@ -2,7 +2,13 @@
 //! means: an XACK after success, a retry after its backoff, or the
 //! dead-letter stream (rejected, undecodable, or out of runs).
 
-use super::*;
+use futures::FutureExt;
+
+use super::{Finished, Loop, Queued};
+use crate::delivery::handler;
+use crate::delivery::handler::{Ran, Run};
+use crate::delivery::liveness::WhileHeld;
+use crate::handler::{Message, Prepared};
 
 impl Loop {
     /// Runs one entry's handler, or sends it to the DLQ if it cannot run.

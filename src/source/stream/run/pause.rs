@@ -2,7 +2,7 @@
 //! asks for it, no read starts (`read_count`) and nothing is claimed from
 //! other consumers (`may_reclaim`); everything else goes on.
 
-use super::*;
+use super::Loop;
 
 impl Loop {
     /// The pause at a turn of the loop: when asked for, a read not yet on

@@ -4,7 +4,20 @@
 //! interrupting a blocked read at a drain (`CLIENT UNBLOCK`) and dropping
 //! the connection at a failover.
 
-use super::*;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::Loop;
+use crate::delivery::reader::{ReadConn, UNBLOCK_EVERY, drops_reader, late};
+use crate::error::{Class, Error};
+use crate::redis::reply::Delivered;
+use crate::redis::{CreateGroup, chunked, reply};
+use crate::source::stream::ordered::{Fence, FencedRead};
+use crate::stream::EntryId;
+use crate::util::log_wait;
 
 /// What one read produced.
 pub(super) struct ReadDone {

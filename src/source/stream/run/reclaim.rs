@@ -2,7 +2,18 @@
 //! (one at a time, only when this consumer is idle), and keeping every
 //! entry this consumer holds fresh in the PEL so nobody takes it over.
 
-use super::*;
+use std::time::Instant;
+
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
+use redis::Value;
+
+use super::read::Cursor;
+use super::{ClaimDone, Loop};
+use crate::error::{Class, Error};
+use crate::reclaimer::Claim;
+use crate::redis::Query;
+use crate::util::log_wait;
 
 impl Loop {
     /// Asks the reclaimer for one page of entries idle for `claim_idle`,

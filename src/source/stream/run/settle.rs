@@ -2,7 +2,15 @@
 //! (one script: copy and ack), each retried with backoff until Redis
 //! answers, so nothing is acked twice or copied twice.
 
-use super::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Loop, Queued};
+use crate::error::{Class, Error};
+use crate::handler::Message;
+use crate::redis::{Ack, AckError, DeadLetter, DeadLetterEntry, MoveAnswer};
+use crate::stream::EntryId;
+use crate::util::log_wait;
 
 /// An XACK batch that came back: its ids and what Redis said.
 pub(super) type AckDone = (Result<Vec<EntryId>, AckError>, Duration);
