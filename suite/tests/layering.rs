@@ -502,3 +502,29 @@ fn paths_the_check_cannot_follow_are_refused() {
         assert!(f.contains(e), "{f:?} should say {e:?}");
     }
 }
+
+/// No file of `src/` imports its parent whole (`use super::*;` at the top
+/// level): a file names what it uses, so what it may touch shows in its
+/// imports. Unit tests (`tests.rs`, or a `mod tests` block) may.
+#[test]
+fn no_file_imports_its_parent_whole() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let found: Vec<String> = files
+        .iter()
+        .filter(|f| f.file_name().is_some_and(|n| n != "tests.rs"))
+        .filter(|f| {
+            fs::read_to_string(f)
+                .expect("read source")
+                .lines()
+                .any(|l| l.trim_end() == "use super::*;")
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        found.is_empty(),
+        "`use super::*;` at the top of:\n{}",
+        found.join("\n")
+    );
+}
