@@ -3,6 +3,39 @@
 //! recording costs next to nothing). Every series is labelled `stream` and
 //! `group`. The guide (Operating, Metrics) has the table.
 
+/// The span a handler runs in: `tracing` name `$name` with the `base`
+/// fields every log line inside it carries; with feature `otel`, also the
+/// OpenTelemetry messaging fields that make it a process span (`otel.name`
+/// `process <destination>`, kind consumer, `messaging.*`, and the site's
+/// own in `otel { … }`). Without the feature the log lines stay as short as
+/// they were. `base` ends with a comma.
+macro_rules! process_span {
+    (
+        $name:literal,
+        destination = $dest:expr,
+        client = $client:expr,
+        base { $($base:tt)* },
+        otel { $($extra:tt)* } $(,)?
+    ) => {{
+        #[cfg(feature = "otel")]
+        let span = tracing::info_span!(
+            $name,
+            $($base)*
+            "otel.name" = %format_args!("process {}", $dest),
+            "otel.kind" = "consumer",
+            "messaging.system" = "redis",
+            "messaging.operation.name" = "process",
+            "messaging.operation.type" = "process",
+            "messaging.client.id" = %$client,
+            $($extra)*
+        );
+        #[cfg(not(feature = "otel"))]
+        let span = tracing::info_span!($name, $($base)*);
+        span
+    }};
+}
+pub(crate) use process_span;
+
 use metrics::{Counter, Gauge, Histogram};
 
 /// Entries whose handler returned `Ok` (then acked).

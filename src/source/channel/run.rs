@@ -190,19 +190,17 @@ fn start(sub: &ChannelSub, message: Received) -> LocalBoxFuture<'static, Run> {
     };
     // For a pattern, the OpenTelemetry name carries the pattern (few
     // distinct names) and the destination the channel the message came on.
-    let span = tracing::info_span!(
+    let span = crate::telemetry::process_span!(
         "rillkit.handle",
-        channel = %sub.name,
-        consumer = %sub.consumer,
-        "otel.name" = %format_args!("process {}", sub.name),
-        "otel.kind" = "consumer",
-        "messaging.system" = "redis",
-        "messaging.operation.name" = "process",
-        "messaging.operation.type" = "process",
-        "messaging.destination.name" = %meta.source,
-        "messaging.destination.template" = tracing::field::Empty,
-        "messaging.client.id" = %sub.consumer,
+        destination = sub.name,
+        client = sub.consumer,
+        base { channel = %sub.name, consumer = %sub.consumer, },
+        otel {
+            "messaging.destination.name" = %meta.source,
+            "messaging.destination.template" = tracing::field::Empty,
+        },
     );
+    #[cfg(feature = "otel")]
     if sub.pattern {
         span.record(
             "messaging.destination.template",

@@ -413,18 +413,12 @@ impl Loop {
                 consumer: sub.consumer.clone(),
                 attempt,
             };
-            let span = tracing::info_span!(
+            let span = crate::telemetry::process_span!(
                 "rillkit.handle",
-                list = %sub.keys.list,
-                consumer = %sub.consumer,
-                attempt,
-                "otel.name" = %format_args!("process {}", sub.keys.list),
-                "otel.kind" = "consumer",
-                "messaging.system" = "redis",
-                "messaging.operation.name" = "process",
-                "messaging.operation.type" = "process",
-                "messaging.destination.name" = %sub.keys.list,
-                "messaging.client.id" = %sub.consumer,
+                destination = sub.keys.list,
+                client = sub.consumer,
+                base { list = %sub.keys.list, consumer = %sub.consumer, attempt, },
+                otel { "messaging.destination.name" = %sub.keys.list, },
             );
             let run = match handler::start(span, || {
                 (sub.handler)(&item, meta).map_err(|e| format!("item does not decode: {e}"))

@@ -213,23 +213,23 @@ impl Loop {
             self.metrics.redelivered.increment(redelivered as u64);
         }
         let s = &self.sub;
-        let span = tracing::info_span!(
+        let span = crate::telemetry::process_span!(
             "rillkit.handle_batch",
-            stream = %s.names.name,
-            group = %s.names.group,
-            consumer = %s.consumer,
-            entries = entries.len(),
-            first_id = %entries[0].id,
-            last_id = %entries[entries.len() - 1].id,
-            "otel.name" = %format_args!("process {}", s.names.name),
-            "otel.kind" = "consumer",
-            "messaging.system" = "redis",
-            "messaging.operation.name" = "process",
-            "messaging.operation.type" = "process",
-            "messaging.destination.name" = %s.names.name,
-            "messaging.consumer.group.name" = %s.names.group,
-            "messaging.client.id" = %s.consumer,
-            "messaging.batch.message_count" = i64::try_from(entries.len()).unwrap_or(i64::MAX),
+            destination = s.names.name,
+            client = s.consumer,
+            base {
+                stream = %s.names.name,
+                group = %s.names.group,
+                consumer = %s.consumer,
+                entries = entries.len(),
+                first_id = %entries[0].id,
+                last_id = %entries[entries.len() - 1].id,
+            },
+            otel {
+                "messaging.destination.name" = %s.names.name,
+                "messaging.consumer.group.name" = %s.names.group,
+                "messaging.batch.message_count" = i64::try_from(entries.len()).unwrap_or(i64::MAX),
+            },
         );
         #[cfg(feature = "otel")]
         crate::otel::follow_all(

@@ -53,26 +53,26 @@ impl Loop {
         // The handler runs inside a span carrying the delivery, so the
         // application's own log lines in it name the entry; `otel.*` and
         // `messaging.*` make it an OpenTelemetry messaging process span.
-        let span = tracing::info_span!(
+        let span = crate::telemetry::process_span!(
             "rillkit.handle",
-            stream = %msg.stream,
-            group = %msg.group,
-            consumer = %msg.consumer,
-            entry_id = %msg.id,
-            delivery_count = msg.delivery_count,
-            traceparent = tracing::field::Empty,
-            "otel.name" = %format_args!("process {}", msg.stream),
-            "otel.kind" = "consumer",
-            "messaging.system" = "redis",
-            "messaging.operation.name" = "process",
-            "messaging.operation.type" = "process",
-            "messaging.destination.name" = %msg.stream,
-            "messaging.consumer.group.name" = %msg.group,
-            "messaging.message.id" = %msg.id,
-            "messaging.client.id" = %msg.consumer,
-            // Signed: OpenTelemetry has no unsigned attribute (a u64 would
-            // export as a string).
-            "messaging.redis.delivery_count" = i64::try_from(msg.delivery_count).unwrap_or(i64::MAX),
+            destination = msg.stream,
+            client = msg.consumer,
+            base {
+                stream = %msg.stream,
+                group = %msg.group,
+                consumer = %msg.consumer,
+                entry_id = %msg.id,
+                delivery_count = msg.delivery_count,
+                traceparent = tracing::field::Empty,
+            },
+            otel {
+                "messaging.destination.name" = %msg.stream,
+                "messaging.consumer.group.name" = %msg.group,
+                "messaging.message.id" = %msg.id,
+                // Signed: OpenTelemetry has no unsigned attribute (a u64
+                // would export as a string).
+                "messaging.redis.delivery_count" = i64::try_from(msg.delivery_count).unwrap_or(i64::MAX),
+            },
         );
         if let Some(tp) = msg.field(crate::traceparent::TRACEPARENT_FIELD) {
             // Recorded as sent (lossy UTF-8): a malformed value still helps
