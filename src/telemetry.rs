@@ -3,12 +3,8 @@
 //! recording costs next to nothing). Every series is labelled `stream` and
 //! `group`. The guide (Operating, Metrics) has the table.
 
-/// The span a handler runs in: `tracing` name `$name` with the `base`
-/// fields every log line inside it carries; with feature `otel`, also the
-/// OpenTelemetry messaging fields that make it a process span (`otel.name`
-/// `process <destination>`, kind consumer, `messaging.*`, and the site's
-/// own in `otel { … }`). Without the feature the log lines stay as short as
-/// they were. `base` ends with a comma.
+/// A handler's span: `base` fields (ending with a comma), and with feature
+/// `otel` the messaging fields of a `process <destination>` span.
 macro_rules! process_span {
     (
         $name:literal,
