@@ -60,7 +60,7 @@
 //! | TLS, Sentinel, Cluster | [`Topology`], [`Tls`], [`Broker::with_topology`], [`BrokerBuilder::tls`] | |
 //! | inspect and repair: pending entries, claims, dead letters, redrive | [`admin::Admin`] | `XPENDING`, `XCLAIM`, `XRANGE` |
 //! | a web dashboard (feature `dashboard`) | `dashboard::Dashboard`, an actix-web scope | |
-//! | the `rillkit` command-line tool (feature `cli`) | `cargo install --path . --features cli` from a clone (`cargo install rillkit --features cli` once published): status, pending entries, dead letters, publish, tail, metrics | |
+//! | the `rillkit` command-line tool | the package `rillkit-cli` (`cargo install --path cli` from a clone, `cargo install rillkit-cli` once published): status, pending entries, dead letters, publish, tail, metrics | |
 //! | trace context across Redis (feature `otel`) | [`TraceParent`], [`TraceLinking`]: `send` and `process` spans by the OpenTelemetry messaging conventions, through `tracing-opentelemetry` | a `traceparent` field |
 //! | metrics | the [`metrics`](https://docs.rs/metrics) facade: install any recorder (Prometheus, StatsD, …) | |
 //! | test handlers without Redis, or with a throwaway server (feature `test-util`) | `test_util` | |

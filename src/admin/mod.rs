@@ -2,8 +2,8 @@
 //! what is there ([`Admin::streams`], [`Admin::groups`],
 //! [`Admin::consumers`], [`Admin::pending`], [`Admin::newest`]) and repairs
 //! of dead letters ([`Admin::dead_letters`], [`Admin::redrive`],
-//! [`Admin::purge`]). The `rillkit` command-line tool (feature `cli`) is
-//! built on this module alone.
+//! [`Admin::purge`]). The `rillkit` command-line tool (the package
+//! `rillkit-cli`) is built on this module alone.
 //!
 //! [`Admin`] is a plain async handle: no actix `System` and no [`Broker`]
 //! needed, any tokio runtime will do.

@@ -1,4 +1,4 @@
-//! The `rillkit` command-line tool (feature `cli`): the built
+//! The `rillkit` command-line tool (package `rillkit-cli`): the built
 //! binary against a real server — status, pending, consumers, dead letters
 //! (list, show, redrive, purge), publish and tail, `--json` output, and the
 //! documented exit codes.

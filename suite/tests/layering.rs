@@ -266,11 +266,11 @@ fn uses(source: &str, reexports: &BTreeMap<String, String>) -> Vec<Use> {
 }
 
 /// The top-level module a file under `src/` belongs to (`None`: the crate
-/// root, or the binary).
+/// root).
 fn module_of(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).ok()?;
     let first = rel.components().next()?.as_os_str().to_str()?;
-    if first == "bin" || first == "lib.rs" {
+    if first == "lib.rs" {
         return None;
     }
     Some(first.trim_end_matches(".rs").to_owned())

@@ -421,9 +421,9 @@ pub fn web_example_bin() -> PathBuf {
     built("--bin", "actix_web")
 }
 
-/// The `rillkit` command-line tool (feature `cli`), built once per test
-/// process with the same cargo and profile: it belongs to the root package,
-/// so cargo sets no `CARGO_BIN_EXE_rillkit` for the tests here.
+/// The `rillkit` command-line tool (package `rillkit-cli`), built once per
+/// test process with the same cargo and profile: it belongs to another
+/// package, so cargo sets no `CARGO_BIN_EXE_rillkit` for the tests here.
 pub fn rillkit_bin() -> PathBuf {
     built("--bin", "rillkit")
 }
@@ -431,8 +431,8 @@ pub fn rillkit_bin() -> PathBuf {
 /// Builds one target (`--example worker`, `--bin rillkit`) of the workspace
 /// with every feature, as `cargo test --all-features` at the root does (the
 /// same feature set, so nothing is built twice), and answers its path.
-/// The examples live in the root package (rillkit), its binary behind its
-/// `cli` feature, the web example in a package of its own; the build
+/// The examples live in the root package (rillkit), the tool and the web
+/// example in packages of their own (rillkit-cli, the web example's); the build
 /// selects the whole workspace and cargo finds the target's owner.
 fn built(kind: &str, name: &str) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());

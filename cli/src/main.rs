@@ -1,6 +1,6 @@
 //! `rillkit`: look at and repair rillkit's streams, groups and dead letters
-//! without redis-cli. Built on the public `rillkit::admin` API only (feature
-//! `cli`). `rillkit --help` lists the commands and exit codes.
+//! without redis-cli. Built on the public `rillkit::admin` API only (the
+//! package `rillkit-cli`). `rillkit --help` lists the commands and exit codes.
 //!
 //! `cli.rs` is the command line; `queues.rs` status, pending entries and
 //! consumers; `dlq.rs` dead letters; `entries.rs` publish and tail;
