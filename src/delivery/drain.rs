@@ -1,4 +1,4 @@
-//! The end of a drain that every source shares: running handlers get until
+//! The drain every source shares ([`Drain`]): running handlers get until
 //! the deadline to finish, then are abandoned (`timed_out` in the report);
 //! meanwhile a progress line every few seconds says how many still run.
 
@@ -7,24 +7,57 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
-/// Waits for `running` to finish, passing each result to `done`, until
-/// `deadline`. Answers `true` when handlers were still running at the
-/// deadline (they are dropped with `running`).
-pub(crate) async fn finish_running<F: Future>(
-    running: &mut FuturesUnordered<F>,
+/// A drain under way: its deadline and its progress line. Every source's
+/// loop keeps one from the stop on; while it exists, nothing new is read.
+pub(crate) struct Drain {
     deadline: Instant,
-    progress: &mut Progress,
-    mut done: impl FnMut(F::Output),
-) -> bool {
-    let until = tokio::time::Instant::from_std(deadline);
-    while !running.is_empty() {
-        tokio::select! {
-            Some(out) = running.next() => done(out),
-            () = tokio::time::sleep_until(progress.due()) => progress.tell(running.len(), deadline),
-            () = tokio::time::sleep_until(until) => return true,
+    progress: Progress,
+}
+
+impl Drain {
+    /// A drain of the `kind` source `name` that begins now, ending at
+    /// `deadline` at the latest.
+    pub(crate) fn new(kind: &'static str, name: std::sync::Arc<str>, deadline: Instant) -> Self {
+        Drain {
+            deadline,
+            progress: Progress::new(kind, name),
         }
     }
-    false
+
+    /// When running handlers are abandoned, on tokio's clock.
+    pub(crate) fn until(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.deadline)
+    }
+
+    /// When the next progress line is due.
+    pub(crate) fn progress_due(&self) -> tokio::time::Instant {
+        self.progress.due()
+    }
+
+    /// The progress line: `handlers` still run (nothing is said when none
+    /// does).
+    pub(crate) fn tell(&mut self, handlers: usize) {
+        self.progress.tell(handlers, self.deadline);
+    }
+
+    /// Waits for `running` to finish, passing each result to `done`, until
+    /// the deadline. Answers `true` when handlers were still running at the
+    /// deadline (they are dropped with `running`).
+    pub(crate) async fn finish_running<F: Future>(
+        &mut self,
+        running: &mut FuturesUnordered<F>,
+        mut done: impl FnMut(F::Output),
+    ) -> bool {
+        let until = self.until();
+        while !running.is_empty() {
+            tokio::select! {
+                Some(out) = running.next() => done(out),
+                () = tokio::time::sleep_until(self.progress_due()) => self.tell(running.len()),
+                () = tokio::time::sleep_until(until) => return true,
+            }
+        }
+        false
+    }
 }
 
 /// How often a drain says what it still waits for.
@@ -33,7 +66,7 @@ pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// A drain's progress: every [`PROGRESS_EVERY`] while handlers still run,
 /// one INFO line naming the source, how many handlers run and the time left
 /// to the deadline, so a long drain is not a silence.
-pub(crate) struct Progress {
+struct Progress {
     kind: &'static str,
     name: std::sync::Arc<str>,
     next: tokio::time::Instant,
@@ -42,7 +75,7 @@ pub(crate) struct Progress {
 impl Progress {
     /// For a drain that begins now; `kind` is `stream`, `list` or
     /// `channel`.
-    pub(crate) fn new(kind: &'static str, name: std::sync::Arc<str>) -> Self {
+    fn new(kind: &'static str, name: std::sync::Arc<str>) -> Self {
         Progress {
             kind,
             name,
@@ -51,13 +84,13 @@ impl Progress {
     }
 
     /// When the next line is due.
-    pub(crate) fn due(&self) -> tokio::time::Instant {
+    fn due(&self) -> tokio::time::Instant {
         self.next
     }
 
     /// Says how many `handlers` still run (nothing when none does) and when
     /// the next line is due.
-    pub(crate) fn tell(&mut self, handlers: usize, deadline: Instant) {
+    fn tell(&mut self, handlers: usize, deadline: Instant) {
         self.next = tokio::time::Instant::now() + PROGRESS_EVERY;
         if handlers == 0 {
             return;

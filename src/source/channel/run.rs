@@ -164,11 +164,10 @@ pub(crate) async fn consume(
     if left > 0 {
         tracing::info!(channel = %sub.name, messages = left, "dropping buffered messages not yet handled (Pub/Sub is at most once)");
     }
-    let mut progress = drain::Progress::new("channel", sub.name.clone());
-    let timed_out = drain::finish_running(&mut running, deadline, &mut progress, |done| {
-        finished(&sub, &metrics, done);
-    })
-    .await;
+    let mut drain = drain::Drain::new("channel", sub.name.clone(), deadline);
+    let timed_out = drain
+        .finish_running(&mut running, |done| finished(&sub, &metrics, done))
+        .await;
     if timed_out {
         tracing::warn!(channel = %sub.name, handlers = running.len(), "drain deadline passed with channel handlers still running");
     }

@@ -1,54 +1,59 @@
 //! The consumer loop. See the parent module for what it does; this file is how.
 
-use std::cell::Cell;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::future::{Future, pending};
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::Addr;
 use futures::future::LocalBoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
-use redis::Value;
 
 use tokio::sync::watch;
 
 use super::Subscription;
 
+mod acks;
 mod batch;
+mod dead_letters;
 mod drain;
 mod handle;
 mod hygiene;
+mod lease;
 mod order;
 mod pause;
+mod pel;
 mod read;
 mod reclaim;
+mod refresh;
 mod retry;
 mod settle;
 
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
-use crate::delivery::drain::Progress;
+use crate::delivery::drain::Drain;
 use crate::delivery::handler::Run;
-use crate::delivery::liveness::{HeldUntil, Liveness, Stall};
+use crate::delivery::liveness::Stall;
 use crate::delivery::reader::Reader;
 use crate::delivery::retry::RetryQueue;
 use crate::delivery::until_stopped;
 use crate::error::Class;
 use crate::error::Error;
 use crate::handler::Message;
-use crate::reclaimer::{self, ReclaimerActor};
+use crate::reclaimer::ReclaimerActor;
 use crate::redis::RedisActor;
 use crate::redis::reply::Delivered;
-use crate::source::stream::hygiene::Taken;
 use crate::source::stream::ordered::Fence;
 use crate::status::SubscriptionState;
 use crate::stream::EntryId;
 use crate::telemetry::ConsumerMetrics;
-use crate::util::{Alarm, Retry, log_wait};
-use read::{Cursor, ReadDone};
-use settle::{AckDone, DeadLetterDone};
+use crate::util::{Alarm, log_wait};
+use acks::Acks;
+use dead_letters::DeadLetters;
+use lease::Keeper;
+use read::{Cursor, ReadEvent, Reading};
+use reclaim::Reclaim;
+use refresh::Refresh;
 
 struct Queued {
     id: EntryId,
@@ -66,10 +71,6 @@ struct Finished {
     msg: Message,
     run: Run,
 }
-
-/// A reclaim page that came back: the claimed entries and whether the page
-/// was full.
-type ClaimDone = Result<(Vec<EntryId>, bool), Error>;
 
 /// Resolves with the output of `f`, or never when there is no future.
 async fn maybe<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
@@ -91,62 +92,48 @@ pub(crate) async fn consume(
     let now = tokio::time::Instant::now();
     let stall = Stall::new(sub.opts.claim_idle);
     let fence = Fence::of(&sub);
+    let (stream, group) = (sub.names.name.clone(), sub.names.group.clone());
+    let acks = Acks::new(stream, group, redis.clone(), metrics.ack_round_trip.clone());
+    let dead_letters = DeadLetters::new(redis.clone(), metrics.clone(), sub.board.clone());
+    let names = (sub.names.name.clone(), sub.consumer.clone());
+    let lease = Keeper::new(
+        sub.lease.clone(),
+        redis.clone(),
+        sub.board.clone(),
+        names,
+        &stall,
+    );
     let mut lp = Loop {
-        reclaim_interval: reclaimer::interval(sub.opts.claim_idle),
-        reclaimer,
-        reclaim: None,
-        reclaim_due: now,
+        reclaim: Reclaim::new(reclaimer, sub.consumer.clone(), sub.opts.claim_idle),
         held: HashSet::new(),
         waiting: RetryQueue::default(),
         retry_claims: FuturesUnordered::new(),
-        fresh: true,
-        careful: false,
-        failed_sends: HashMap::new(),
-        lease: sub
-            .lease
-            .as_ref()
-            .map(|l| Liveness::new(l.ttl, None, stall.clone())),
-        lease_renewal: None,
+        lease,
         prune_at: sub.opts.prune_idle.map(|_| now),
-        refresh: Liveness::new(refresh_ttl(sub.opts.claim_idle), None, stall.clone()),
-        refreshing: None,
+        refresh: Refresh::new(sub.names.name.clone(), sub.opts.claim_idle, stall.clone()),
         stall: stall.clone(),
-        in_read: Rc::new(Cell::new(false)),
-        reader: Reader::new(
-            connector.clone(),
-            sub.names.name.clone(),
-            &[&sub.names.group, &sub.consumer, "reader"],
-            sub.opts.block,
+        reading: Reading::new(
+            Reader::new(
+                connector.clone(),
+                sub.names.name.clone(),
+                &[&sub.names.group, &sub.consumer, "reader"],
+                sub.opts.block,
+            ),
+            connector.epoch(),
         ),
         sub,
-        epoch: connector.epoch(),
         connector,
         metrics,
         redis,
-        cursor: Cursor::Pending("-".into()),
-        read_retry: Retry::default(),
-        ack_retry: Retry::default(),
-        dead_letter_retry: Retry::default(),
-        retry_delay: None,
-        acks_inflight: 0,
         queue: VecDeque::new(),
         running: FuturesUnordered::new(),
-        read: None,
-        acks: Vec::new(),
-        acks_since: None,
+        acks,
         last_progress: tokio::time::Instant::now(),
-        ack_inflight: None,
-        dead_letters: FuturesUnordered::new(),
+        dead_letters,
         side: FuturesUnordered::new(),
-        was_holding: false,
         isolated: false,
-        reclaim_peek: false,
-        make_room: false,
         handler_time: Ewma::default(),
-        round_trip: Ewma::default(),
-        deadline: None,
-        progress: None,
-        unblock_at: None,
+        drain: None,
         report: ConsumerReport::default(),
         in_flight_shown: 0,
         gate: None,
@@ -154,8 +141,6 @@ pub(crate) async fn consume(
         gathering: Default::default(),
         fence,
         given_up: false,
-        newest: None,
-        lease_until: HeldUntil::default(),
     };
     let mut stop = stop;
     if let Some(lease) = &lp.sub.lease {
@@ -163,9 +148,8 @@ pub(crate) async fn consume(
             Ok(sent) => {
                 // Ours for a TTL from when the take was sent: never longer
                 // here than on the server.
-                let stall = lp.stall.clone();
                 let sent = tokio::time::Instant::from_std(sent);
-                lp.lease = Some(Liveness::new(lease.ttl, Some(sent), stall));
+                lp.lease.taken(sent, &lp.stall);
             }
             Err(Error::StartAborted | Error::ShutDown) => {
                 lp.sub.board.set_state(SubscriptionState::Stopped);
@@ -193,7 +177,7 @@ pub(crate) async fn consume(
                 return lp.report;
             }
             Err(e) => {
-                lp.release_lease().await;
+                lp.lease.release().await;
                 if !matches!(e, Error::StartAborted | Error::ShutDown) {
                     lp.report.error = Some(e);
                 }
@@ -224,11 +208,11 @@ pub(crate) async fn consume(
     if !lp.report.lease_lost {
         // A partition given up leaves its lease alone: it lapsed here or
         // is held elsewhere, and the server may not answer now (a cut).
-        lp.release_lease().await;
+        lp.lease.release().await;
     }
     lp.sub.board.set_owned(false);
     lp.sub.board.set_failed_keys(0);
-    lp.reader.quit().await;
+    lp.reading.quit().await;
     if lp.report.error.is_none() && lp.report.panic.is_none() {
         lp.sub.board.set_state(SubscriptionState::Stopped);
     }
@@ -241,33 +225,23 @@ struct Loop {
     connector: Connector,
     /// This subscription's metrics series.
     metrics: ConsumerMetrics,
-    /// Changes when a failover is announced: the read connection moves.
-    epoch: watch::Receiver<u64>,
     redis: Addr<RedisActor>,
-    reclaimer: Addr<ReclaimerActor>,
-    /// A reclaim page in flight (`None` when the reclaimer is gone).
-    reclaim: Option<LocalBoxFuture<'static, Option<ClaimDone>>>,
-    /// When to ask the reclaimer next.
-    reclaim_due: tokio::time::Instant,
-    reclaim_interval: Duration,
+    /// Reads on the read connection.
+    reading: Reading,
+    /// Held entries kept fresh in the PEL.
+    refresh: Refresh,
+    /// Taking over idle entries of the group.
+    reclaim: Reclaim,
     /// Ids of every entry this consumer holds: queued, running, or on its way
     /// to the dead-letter stream. Kept fresh in the PEL by the heartbeat.
     held: HashSet<EntryId>,
     /// When to refresh the idle time of held entries next.
-    /// The consumer name's lease, by the liveness rule every source keeps
-    /// (`None`: no lease). Past its TTL since the last confirmed renewal,
-    /// no read and no handler starts until a renewal succeeds.
-    lease: Option<Liveness>,
-    /// A lease renewal in flight.
-    lease_renewal: Option<LocalBoxFuture<'static, Result<Taken, Error>>>,
+    /// The consumer name's lease (or a partition's). Past its TTL since
+    /// the last confirmed renewal, no read and no handler starts until a
+    /// renewal succeeds.
+    lease: Keeper,
     /// When to prune the group's idle empty consumers next (`None`: off).
     prune_at: Option<tokio::time::Instant>,
-    /// A refresh is in flight.
-    refreshing: Option<LocalBoxFuture<'static, Result<Value, Error>>>,
-    /// The held entries' idle time in the PEL, kept fresh by the liveness
-    /// rule (`XCLAIM … JUSTID` every `claim_idle / 3`, a failed refresh again
-    /// at once with backoff).
-    refresh: Liveness,
     /// Trouble with the server: no reclaim until it has answered for a
     /// whole `claim_idle` (a stall is not a death).
     stall: Stall,
@@ -276,65 +250,25 @@ struct Loop {
     waiting: RetryQueue<Message>,
     /// Waiting entries on their way back (XCLAIM … RETRYCOUNT).
     retry_claims: FuturesUnordered<LocalBoxFuture<'static, retry::ClaimedBack>>,
-    /// Until its first re-read of its own PEL is done.
-    fresh: bool,
-    /// The server dropped the read connection in the middle of a read: the
-    /// re-read of its own PEL takes one entry at a time, so an entry the
-    /// server cannot send is found (see `read.rs`).
-    careful: bool,
-    /// Entries whose one-entry fetch lost the read connection, and how many
-    /// times; at `max_failed_sends` an entry is dead-lettered by id.
-    failed_sends: HashMap<EntryId, u32>,
-    /// Whether it held anything at the last turn of the loop.
-    was_holding: bool,
     /// A redelivered entry is running alone.
     isolated: bool,
-    /// The reclaim in flight only peeks.
-    reclaim_peek: bool,
-    /// An idle entry waits to be claimed: fetch nothing until the handlers
-    /// finished and the claim is done.
-    make_room: bool,
     /// How long a handler runs, on average.
     handler_time: Ewma,
-    /// How long a round trip to Redis takes (measured on XACK), on average.
-    round_trip: Ewma,
-    /// The read connection.
-    reader: Reader,
-    /// `true` while an XREADGROUP is on the wire (not connecting, not backing off).
-    in_read: Rc<Cell<bool>>,
-    cursor: Cursor,
-    /// Failed reads, XACKs and dead-letter moves in a row, with their backoff.
-    read_retry: Retry,
-    ack_retry: Retry,
-    dead_letter_retry: Retry,
-    /// How long the next read waits first (after a failed one).
-    retry_delay: Option<Duration>,
-    /// Entries in the XACK batch on the wire.
-    acks_inflight: usize,
     /// Fetched, not started.
     queue: VecDeque<Queued>,
     running: FuturesUnordered<LocalBoxFuture<'static, batch::Ended>>,
-    read: Option<LocalBoxFuture<'static, ReadDone>>,
-    /// Ids to XACK with the next batch.
-    acks: Vec<EntryId>,
-    /// Since when the oldest ack in `acks` waits (deferred acks go out
-    /// after [`FETCH_WINDOW`] at the latest).
-    acks_since: Option<tokio::time::Instant>,
+    /// The XACK batch.
+    acks: Acks,
     /// When a handler last finished: handlers that have not finished for
     /// longer than the fetch window are stalled (a slow entry), and no read
     /// fetches ahead of them.
     last_progress: tokio::time::Instant,
-    ack_inflight: Option<LocalBoxFuture<'static, AckDone>>,
     /// Dead-letter moves in flight; their entries stay held until done.
-    dead_letters: FuturesUnordered<LocalBoxFuture<'static, DeadLetterDone>>,
+    dead_letters: DeadLetters,
     /// Hand-backs and refreshes in flight (fire and forget, awaited on exit).
     side: FuturesUnordered<LocalBoxFuture<'static, ()>>,
-    /// Set once draining.
-    deadline: Option<Instant>,
-    /// The drain's progress line, once draining.
-    progress: Option<Progress>,
-    /// When to send (again) CLIENT UNBLOCK to the blocked read while draining.
-    unblock_at: Option<tokio::time::Instant>,
+    /// The drain, once draining.
+    drain: Option<Drain>,
     report: ConsumerReport,
     /// Handlers in flight as last added to the in-flight gauge.
     in_flight_shown: usize,
@@ -350,13 +284,6 @@ struct Loop {
     /// The partition was given up (its lease lapsed or is held elsewhere):
     /// the loop ends without a drain.
     given_up: bool,
-    /// The newest entry id a read brought this loop (new entries, or a
-    /// page of its own PEL): a partition's fenced read checks that the PEL
-    /// holds nothing newer it never received.
-    newest: Option<EntryId>,
-    /// Until when the lease holds, as of this turn of the loop: a
-    /// partition's handlers are polled only until then.
-    lease_until: HeldUntil,
 }
 
 impl Loop {
@@ -369,10 +296,10 @@ impl Loop {
             (Alarm::new(), Alarm::new(), Alarm::new());
         let mut pause = self.sub.board.pause_watch();
         loop {
-            if self.fence.is_some() && !self.given_up && !self.lease_ok() {
+            if self.fence.is_some() && !self.given_up && !self.lease.holds() {
                 self.give_up("no renewal of the lease was confirmed within its TTL");
             }
-            if self.deadline.is_none() {
+            if self.drain.is_none() {
                 self.pause_turn();
                 // A batch decodes all its entries when it starts: the next
                 // read goes out first, so Redis serves it while the client
@@ -383,54 +310,35 @@ impl Loop {
                     self.read_turn().await;
                 }
                 self.start_queued();
-                if self.may_reclaim() && tokio::time::Instant::now() >= self.reclaim_due {
+                if self.may_reclaim() && tokio::time::Instant::now() >= self.reclaim.due() {
                     self.start_reclaim();
                 }
                 self.read_turn().await;
             }
             let may_reclaim = self.may_reclaim();
-            let holding = !self.held.is_empty();
-            if holding && !self.was_holding {
-                // Fresh entries need no refresh before `claim_idle / 3` from now.
-                let (ttl, stall) = (refresh_ttl(self.sub.opts.claim_idle), self.stall.clone());
-                self.refresh = Liveness::new(ttl, Some(tokio::time::Instant::now()), stall);
-            }
-            self.was_holding = holding;
+            let refresh_at = self.refresh.turn(!self.held.is_empty());
+            let reclaim_due = self.reclaim.due();
             // While fetched entries still wait, their acks join this batch:
             // one XACK per batch of fast handlers rather than one for the
             // first to finish and one for the rest (each write costs a
             // system call and the loopback's work on both sides).
-            if self.acks.is_empty() {
-                self.acks_since = None;
-            } else if self.acks_since.is_none() {
-                self.acks_since = Some(tokio::time::Instant::now());
-            }
-            let ack_due = self.acks_since.map(|t| t + FETCH_WINDOW);
-            if self.ack_inflight.is_none()
-                && !self.acks.is_empty()
-                && (self.queue.is_empty()
-                    // Nothing runs although entries wait (a redelivery
-                    // that must run alone, a lapsed lease): send now.
-                    || self.running.is_empty()
-                    || self.acks.len() >= self.sub.opts.count
-                    // Keys wait for their entries' acks (a key's next
-                    // entry starts once its XACK landed): send now.
-                    || self.gate.as_ref().is_some_and(order::Gate::waits)
-                    // A slow handler must not hold the acks of those that
-                    // finished before it: a crash would run them again.
-                    || ack_due.is_some_and(|due| due <= tokio::time::Instant::now())
-                    || self.deadline.is_some())
-            {
-                self.acks_since = None;
-                self.send_acks(None);
-            }
-            let ack_due = ack_due.filter(|_| self.ack_inflight.is_none() && !self.acks.is_empty());
-            if self.deadline.is_some()
-                && self.read.is_none()
+            let ack_now = self.queue.is_empty()
+                // Nothing runs although entries wait (a redelivery
+                // that must run alone, a lapsed lease): send now.
+                || self.running.is_empty()
+                // Keys wait for their entries' acks (a key's next
+                // entry starts once its XACK landed): send now.
+                || self.gate.as_ref().is_some_and(order::Gate::waits)
+                || self.drain.is_some();
+            // A slow handler must not hold the acks of those that finished
+            // before it (a crash would run them again): the batch waits
+            // FETCH_WINDOW at most.
+            let ack_due = self.acks.turn(ack_now, self.sub.opts.count);
+            if self.drain.is_some()
+                && !self.reading.is_reading()
                 && self.running.is_empty()
-                && self.reclaim.is_none()
-                && self.ack_inflight.is_none()
-                && self.acks.is_empty()
+                && self.reclaim.is_idle()
+                && self.acks.is_settled()
                 && self.dead_letters.is_empty()
                 && self.side.is_empty()
                 && self.retry_claims.is_empty()
@@ -440,83 +348,70 @@ impl Loop {
             }
             self.sync_in_flight();
 
-            let deadline = self.deadline.map(tokio::time::Instant::from_std);
-            let unblock_at = self.unblock_at;
-            let progress_due = self.progress.as_ref().map(Progress::due);
-            let retry_at = self.waiting.next_due().filter(|_| self.deadline.is_none());
-            let renew_at = self.lease.as_ref().and_then(Liveness::due);
-            self.lease_until
-                .set(self.lease.as_ref().and_then(Liveness::lapses_at));
+            let deadline = self.drain.as_ref().map(Drain::until);
+            let unblock_at = self.reading.unblock_at();
+            let progress_due = self.drain.as_ref().map(Drain::progress_due);
+            let retry_at = self.waiting.next_due().filter(|_| self.drain.is_none());
+            let renew_at = self.lease.renew_at();
             // A partition is given up the moment its lease lapses here.
             let lapse_at = self
                 .lease
-                .as_ref()
-                .filter(|_| self.fence.is_some() && !self.given_up)
-                .and_then(Liveness::lapses_at);
-            let refresh_at = self.refresh.due();
-            let prune_at = self.prune_at.filter(|_| self.deadline.is_none());
+                .lapses_at()
+                .filter(|_| self.fence.is_some() && !self.given_up);
+            let prune_at = self.prune_at.filter(|_| self.drain.is_none());
             let slot_wait = self
                 .sub
                 .key_order
                 .as_ref()
-                .filter(|_| self.deadline.is_none() && self.waits_for_slot())
+                .filter(|_| self.drain.is_none() && self.waits_for_slot())
                 .map(|k| k.slots.clone());
             let batch_at = self.batch_due();
             tokio::select! {
-                done = maybe(&mut self.read) => {
-                    self.read = None;
-                    self.on_read(done);
-                }
+                event = self.reading.next(self.drain.is_none()) => match event {
+                    ReadEvent::Done(done) => self.on_read(done),
+                    ReadEvent::Failover => self.on_failover(),
+                },
                 Some(fin) = self.running.next(), if !self.running.is_empty() => {
                     self.slots_ended(1);
                     self.on_ended(fin);
                 }
                 () = Loop::slot_given_back(slot_wait.clone()), if slot_wait.is_some() => {}
-                res = maybe(&mut self.ack_inflight) => {
-                    self.ack_inflight = None;
-                    self.on_acked(res);
-                }
-                Some(done) = self.dead_letters.next(), if !self.dead_letters.is_empty() => self.on_dead_lettered(done),
+                ids = self.acks.settled() => self.on_acked(ids),
+                ended = self.dead_letters.ended() => self.on_dead_lettered(ended),
                 Some(()) = self.side.next(), if !self.side.is_empty() => {}
                 () = retry_alarm.until(retry_at), if retry_at.is_some() => {
                     self.retry_due();
                 }
                 Some(back) = self.retry_claims.next(), if !self.retry_claims.is_empty() => self.on_retry_claimed(back),
-                claimed = maybe(&mut self.reclaim) => {
-                    self.reclaim = None;
-                    self.on_claimed(claimed);
-                }
-                () = reclaim_alarm.until(Some(self.reclaim_due)), if may_reclaim => {}
-                () = heartbeat_alarm.until(refresh_at), if holding && refresh_at.is_some() => {
+                checked = self.reclaim.checked() => self.on_checked(checked),
+                () = reclaim_alarm.until(Some(reclaim_due)), if may_reclaim => {}
+                () = heartbeat_alarm.until(refresh_at), if refresh_at.is_some() => {
                     self.heartbeat();
                 }
-                res = maybe(&mut self.refreshing) => {
-                    self.refreshing = None;
-                    self.on_refreshed(res);
+                lost = self.refresh.answered() => {
+                    if let Some(e) = lost {
+                        self.give_up(&e.to_string());
+                    }
                 }
                 () = lapse_alarm.until(lapse_at), if lapse_at.is_some() => {
-                    if !self.lease_ok() {
+                    if !self.lease.holds() {
                         self.give_up("no renewal of the lease was confirmed within its TTL");
                     }
                 }
                 () = lease_alarm.until(renew_at), if renew_at.is_some() => {
-                    self.renew_lease();
+                    self.lease.renew();
                     self.reload_marks();
                 }
                 marks = maybe(&mut self.marks) => {
                     self.marks = None;
                     self.on_marks(marks);
                 }
-                res = maybe(&mut self.lease_renewal) => {
-                    self.lease_renewal = None;
-                    self.on_lease_renewed(res);
-                }
+                renewed = self.lease.renewed() => self.on_lease_renewed(renewed),
                 () = prune_alarm.until(prune_at), if prune_at.is_some() => {
                     self.prune_idle();
                 }
-                Ok(()) = self.epoch.changed(), if self.deadline.is_none() => self.on_failover(),
-                Ok(()) = pause.changed(), if self.deadline.is_none() => {}
-                changed = stop.changed(), if self.deadline.is_none() => {
+                Ok(()) = pause.changed(), if self.drain.is_none() => {}
+                changed = stop.changed(), if self.drain.is_none() => {
                     let deadline = match changed {
                         Ok(()) => (*stop.borrow()).unwrap_or_else(Instant::now),
                         // The actor is gone: stop now.
@@ -530,8 +425,8 @@ impl Loop {
                     self.unblock();
                 }
                 () = progress_alarm.until(progress_due), if progress_due.is_some() => {
-                    if let (Some(p), Some(d)) = (self.progress.as_mut(), self.deadline) {
-                        p.tell(self.running.len(), d);
+                    if let Some(drain) = self.drain.as_mut() {
+                        drain.tell(self.running.len());
                     }
                 }
                 () = deadline_alarm.until(deadline), if deadline.is_some() => {
@@ -577,17 +472,14 @@ impl Loop {
         // waits would otherwise keep the driver from sending the next read
         // until the queue ran dry, and every batch would wait out its round
         // trip.
-        if let Some(read) = self.read.as_mut() {
-            if let std::task::Poll::Ready(done) = futures::poll!(read.as_mut()) {
-                self.read = None;
-                self.on_read(done);
-            }
+        if let Some(done) = self.reading.poll_now().await {
+            self.on_read(done);
         }
         tokio::task::yield_now().await;
     }
 
     fn start_queued(&mut self) {
-        if !self.lease_ok() {
+        if !self.lease.holds() {
             return;
         }
         if self.gate.is_some() {
@@ -626,20 +518,20 @@ impl Loop {
     /// reads one at a time, only when nothing runs.
     fn read_count(&self) -> Option<usize> {
         let o = &self.sub.opts;
-        if self.deadline.is_some()
-            || !self.lease_ok()
+        if self.drain.is_some()
+            || !self.lease.holds()
             || self.sub.board.paused()
-            || self.read.is_some()
+            || self.reading.is_reading()
             || self.isolated
-            || self.make_room
+            || self.reclaim.makes_room()
             // A claim is on its way: what it brings is a redelivery, which
             // must run alone, before anything newly fetched.
-            || (self.reclaim.is_some() && !self.reclaim_peek)
+            || self.reclaim.claiming()
         {
             return None;
         }
         let free = o.concurrency - self.running.len();
-        match self.cursor {
+        match self.reading.cursor() {
             // What it holds now awaits an XACK or a dead-letter move: the
             // re-read skips those and takes the next one.
             Cursor::Pending(_) => (self.running.is_empty() && self.queue.is_empty())
@@ -679,7 +571,7 @@ impl Loop {
     /// handlers get none; fast ones get whole batches. 0 until both times are
     /// measured.
     fn prefetch(&self) -> usize {
-        let (Some(handler), Some(_)) = (self.handler_time.get(), self.round_trip.get()) else {
+        let (Some(handler), Some(_)) = (self.handler_time.get(), self.acks.round_trip()) else {
             return 0;
         };
         // The time to cover is at least FETCH_WINDOW: an XACK round trip on
@@ -695,7 +587,7 @@ impl Loop {
     /// The time a prefetch covers: an XACK round trip (measured), or
     /// [`FETCH_WINDOW`] if that is longer.
     fn fetch_window(&self) -> Duration {
-        self.round_trip.get().unwrap_or_default().max(FETCH_WINDOW)
+        self.acks.round_trip().unwrap_or_default().max(FETCH_WINDOW)
     }
 
     /// Whether a reclaim check may start (when due): after the own pending
@@ -703,15 +595,15 @@ impl Loop {
     /// while a redelivery runs alone, and, once an idle entry is known to wait,
     /// only when this consumer is idle (the claim itself).
     fn may_reclaim(&self) -> bool {
-        let idle = self.running.is_empty() && self.queue.is_empty() && self.read.is_none();
-        self.deadline.is_none()
+        let idle = self.running.is_empty() && self.queue.is_empty() && !self.reading.is_reading();
+        self.drain.is_none()
             // A partition's entries change hands only with its lease.
             && self.fence.is_none()
             && !self.sub.board.paused()
-            && self.reclaim.is_none()
-            && matches!(self.cursor, Cursor::New)
+            && self.reclaim.is_idle()
+            && matches!(self.reading.cursor(), Cursor::New)
             && !self.isolated
-            && (idle || !self.make_room)
+            && (idle || !self.reclaim.makes_room())
             && self.stall.quiet()
     }
 
@@ -782,12 +674,6 @@ async fn take_partition(
         .map_err(|e| e.unwrap_or(Error::StartAborted))?;
     tracing::info!(stream = %sub.names.name, consumer = %sub.consumer, taken_over = n, failed_keys = failed.len(), "partition taken; its pending entries run first");
     Ok(order::Gate::new(failed))
-}
-
-/// The held entries' refresh, as a claim renewed by the liveness rule:
-/// every third of `claim_idle` (at least every 5 ms).
-fn refresh_ttl(claim_idle: Duration) -> Duration {
-    claim_idle.max(Duration::from_millis(15))
 }
 
 /// The shortest time the prefetch covers (see [`Loop::prefetch`]): two

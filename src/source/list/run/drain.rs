@@ -7,7 +7,7 @@ use futures::StreamExt;
 use redis::Value;
 
 use super::Loop;
-use crate::delivery::drain::Progress;
+use crate::delivery::drain::Drain;
 use crate::delivery::reader::UNBLOCK_EVERY;
 use crate::delivery::{ConsumerReport, until_done};
 use crate::error::Error;
@@ -23,7 +23,8 @@ impl Loop {
     /// then moves whatever this consumer still holds back onto the list,
     /// unregisters it, and closes its connection with `QUIT`.
     pub(super) async fn drain(mut self, deadline: Instant) -> ConsumerReport {
-        let until = tokio::time::Instant::from_std(deadline);
+        let mut drain = Drain::new("list", self.sub.keys.list.clone(), deadline);
+        let until = drain.until();
         self.waiting.take_all();
         let mut unblock = tokio::time::interval(UNBLOCK_EVERY);
         // A drain can outlast the heartbeat's TTL: keep beating, so nobody
@@ -31,7 +32,6 @@ impl Loop {
         let mut beat_alarm = Alarm::new();
         let reliable = self.reliable();
         let mut timed_out = false;
-        let mut progress = Progress::new("list", self.sub.keys.list.clone());
         loop {
             if self.read.is_none() && self.running.is_empty() && self.side.is_empty() {
                 break;
@@ -58,7 +58,7 @@ impl Loop {
                         self.side.push(sent);
                     }
                 }
-                () = tokio::time::sleep_until(progress.due()) => progress.tell(self.running.len(), deadline),
+                () = tokio::time::sleep_until(drain.progress_due()) => drain.tell(self.running.len()),
                 () = tokio::time::sleep_until(until) => {
                     timed_out = !self.running.is_empty() || !self.side.is_empty();
                     break;

@@ -69,7 +69,7 @@ impl Loop {
     pub(super) fn batch_due(&self) -> Option<tokio::time::Instant> {
         let b = self.sub.batch.as_ref()?;
         if self.queue.is_empty()
-            || self.deadline.is_some()
+            || self.drain.is_some()
             || self.isolated
             || self.running.len() >= b.concurrency
         {
@@ -333,7 +333,7 @@ impl Loop {
     /// round trip (or [`FETCH_WINDOW`]), at most `count` entries; none for
     /// slow batches, and none until both times are measured.
     fn batch_prefetch(&self) -> usize {
-        let (Some(handler), Some(_)) = (self.handler_time.get(), self.round_trip.get()) else {
+        let (Some(handler), Some(_)) = (self.handler_time.get(), self.acks.round_trip()) else {
             return 0;
         };
         let b = self.batching();

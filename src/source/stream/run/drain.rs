@@ -5,28 +5,22 @@
 use std::time::{Duration, Instant};
 
 use super::Loop;
-use crate::delivery::drain::Progress;
+use crate::delivery::drain::Drain;
 use crate::error::Error;
 use crate::stream::EntryId;
 
 impl Loop {
     /// Stop reading; hand back what is fetched but not started.
     pub(super) fn begin_drain(&mut self, deadline: Instant) {
-        if self.deadline.is_some() {
+        if self.drain.is_some() {
             return;
         }
-        self.deadline = Some(deadline);
-        self.progress = Some(Progress::new("stream", self.sub.names.name.clone()));
+        self.drain = Some(Drain::new("stream", self.sub.names.name.clone(), deadline));
         self.hand_back();
         self.hand_back_waiting();
-        if self.read.is_some() {
-            if self.in_read.get() {
-                self.unblock();
-            } else {
-                // Connecting or backing off: nothing is on the wire yet.
-                self.read = None;
-            }
-        }
+        // A read on the wire is cut short; one connecting or backing off
+        // (nothing on the wire yet) is dropped.
+        self.stop_read();
     }
 
     /// Makes fetched-but-unstarted entries claimable by any consumer now:
@@ -101,13 +95,8 @@ impl Loop {
             );
             self.report.timed_out = true;
         }
-        if !self.given_up
-            && (!self.acks.is_empty()
-                || self.ack_inflight.is_some()
-                || !self.dead_letters.is_empty())
-        {
-            let acks =
-                self.acks.len() + self.ack_inflight.as_ref().map_or(0, |_| self.acks_inflight);
+        if !self.given_up && (!self.acks.is_settled() || !self.dead_letters.is_empty()) {
+            let acks = self.acks.outstanding();
             tracing::warn!(
                 stream = %self.sub.names.name, consumer = %self.sub.consumer,
                 acks, dead_letter_moves = self.dead_letters.len(),
@@ -119,7 +108,7 @@ impl Loop {
         self.running.clear();
         self.held.clear();
         self.isolated = false;
-        self.read = None;
-        self.reclaim = None;
+        self.reading.cancel();
+        self.reclaim.cancel();
     }
 }

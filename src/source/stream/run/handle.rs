@@ -102,7 +102,7 @@ impl Loop {
                 let running = running.map(move |run| Finished { msg, run }.into());
                 if self.fence.is_some() {
                     // A partition's handler runs only while its lease holds.
-                    let until = self.lease_until.clone();
+                    let until = self.lease.until();
                     let guarded = WhileHeld::new(running.boxed_local(), until);
                     self.running.push(Box::pin(guarded));
                 } else {

@@ -10,12 +10,13 @@ use redis::Value;
 use tokio::sync::watch;
 
 use super::Loop;
-use crate::delivery::liveness::Liveness;
+use super::lease::Renewed;
+use crate::delivery::drain::Drain;
 use crate::delivery::until_stopped;
 use crate::error::Error;
 use crate::redis::{Eval, Query, RedisActor};
 use crate::source::stream::hygiene::{
-    LEAVE_GROUP, Lease, PRUNE_IDLE, Taken, prune_period, pruned_names, spared,
+    LEAVE_GROUP, Lease, PRUNE_IDLE, prune_period, pruned_names, spared,
 };
 use crate::util::log_wait;
 
@@ -74,78 +75,29 @@ impl Loop {
         }));
     }
 
-    /// Renews the lease (one at a time; the next is due a third of its TTL
-    /// later). It goes on while draining: a drain may be longer than the
-    /// TTL, and the name is still in use until it ends.
-    pub(super) fn renew_lease(&mut self) {
-        let (Some(lease), Some(live)) = (self.sub.lease.clone(), self.lease.as_mut()) else {
-            return;
-        };
-        if self.lease_renewal.is_some() {
-            return;
-        }
-        live.sending();
-        let redis = self.redis.clone();
-        self.lease_renewal = Some(async move { lease.take(&redis).await }.boxed_local());
-    }
-
-    /// Whether the lease is surely ours now (always, without a lease). A
-    /// process paused past the TTL (SIGSTOP, a frozen VM) or cut off from
-    /// Redis that long finds it is not, and starts nothing until a renewal
-    /// says so: another process may have taken the name meanwhile.
-    pub(super) fn lease_ok(&self) -> bool {
-        self.lease.as_ref().is_none_or(Liveness::holds)
-    }
-
     /// What a renewal answered. The lease held by another process (this one
     /// could not renew for longer than the TTL, and someone took the name)
     /// ends the loop with [`Error::ConsumerNameInUse`]: it reads nothing
     /// more and drains.
-    pub(super) fn on_lease_renewed(&mut self, res: Result<Taken, Error>) {
-        let (Some(lease), Some(live)) = (&self.sub.lease, self.lease.as_mut()) else {
-            return;
-        };
-        match res {
-            Ok(Taken::Held) => {
-                let renewed = live.confirmed();
-                if renewed.after_failures > 0 {
-                    tracing::info!(stream = %self.sub.names.name, consumer = %self.sub.consumer, lease = lease.what(), "the lease is renewed again");
-                }
-                if renewed.lapsed {
-                    // Redis answers again after an outage long enough to
-                    // lapse the lease: read now, not after the backoff the
-                    // outage built up.
-                    self.retry_now();
-                }
-            }
-            Ok(Taken::Elsewhere { holder, .. }) => {
-                live.failed();
+    pub(super) fn on_lease_renewed(&mut self, renewed: Renewed) {
+        match renewed {
+            // Redis answers again after an outage long enough to lapse the
+            // lease: read now, not after the backoff the outage built up.
+            Renewed::Held { lapsed: true } => self.reading.retry_now(),
+            Renewed::Held { lapsed: false } | Renewed::Failed => {}
+            Renewed::Elsewhere { holder } => {
                 if self.fence.is_some() {
-                    let why = format!("{} is held by {holder}", lease.what());
+                    let why = format!("{} is held by {holder}", self.lease.what());
                     return self.give_up(&why);
                 }
                 if self.report.error.is_some() {
                     // Already ending for this (or another) reason.
                     return;
                 }
-                let e = lease.lost(holder);
-                tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, lease = lease.what(), "the lease was taken by another process; this consumer starts nothing more and drains");
+                let e = self.lease.lost(holder);
+                tracing::error!(stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, lease = self.lease.what(), "the lease was taken by another process; this consumer starts nothing more and drains");
                 self.report.error = Some(e);
                 self.begin_drain(Instant::now() + self.sub.drain_timeout);
-            }
-            Err(Error::ShutDown) => {
-                live.failed();
-            }
-            Err(e) => {
-                let failed = live.failed();
-                if failed.lapsed {
-                    self.sub.board.read_failed(&format!(
-                        "the consumer name's lease could not be renewed: {e}"
-                    ));
-                }
-                if failed.log {
-                    log_wait!(e.class(), stream = %self.sub.names.name, consumer = %self.sub.consumer, error = %e, ttl_ms = lease.ttl.as_millis() as u64, lapsed = failed.lapsed, "could not renew the consumer name's lease; trying again (once it has lapsed, nothing starts until it is renewed)");
-                }
             }
         }
     }
@@ -175,7 +127,8 @@ impl Loop {
         }
         // Entries waiting for their retry stay pending too.
         drop(self.waiting.take_all());
-        self.deadline = Some(Instant::now());
+        let name = self.sub.names.name.clone();
+        self.drain = Some(Drain::new("stream", name, Instant::now()));
         self.abandon();
     }
 
@@ -266,18 +219,6 @@ impl Loop {
                 tracing::warn!(stream = %s.names.name, consumer = %s.consumer, error = %e, "could not remove the consumer from its group; it stays listed")
             }
             Err(_) => {}
-        }
-    }
-
-    /// At the end of the loop: waits for a renewal in flight (so it cannot
-    /// set the lease again after this), then drops the lease when it is
-    /// still ours, so a successor under the same name starts at once.
-    pub(super) async fn release_lease(&mut self) {
-        if let Some(renewal) = self.lease_renewal.take() {
-            let _ = renewal.await;
-        }
-        if let Some(lease) = &self.sub.lease {
-            lease.release(&self.redis).await;
         }
     }
 }

@@ -11,13 +11,9 @@ impl Loop {
     /// the board shows `Paused` once no read is in flight, `Running` again
     /// once the pause is undone.
     pub(super) fn pause_turn(&mut self) {
-        if self.sub.board.paused() && self.read.is_some() && self.unblock_at.is_none() {
-            if self.in_read.get() {
-                self.unblock();
-            } else {
-                self.read = None;
-            }
+        if self.sub.board.paused() && !self.reading.unblocking() {
+            self.stop_read();
         }
-        self.sub.board.settle_pause(self.read.is_some());
+        self.sub.board.settle_pause(self.reading.is_reading());
     }
 }

@@ -1,87 +1,30 @@
-//! Reads: new entries (`XREADGROUP … >`) and pages of this consumer's own
-//! PEL, on the dedicated read connection; what a failed read means
-//! (reconnect, find the slot's owner again, recreate the group, or end);
-//! interrupting a blocked read at a drain (`CLIENT UNBLOCK`) and dropping
-//! the connection at a failover.
+//! Reads on the dedicated read connection. [`Reading`] owns what reading
+//! needs across turns of the loop: the connection, where the next read
+//! starts ([`Cursor`]), the read in flight, its backoff, the failovers
+//! announced, `CLIENT UNBLOCK` while a blocked read is cut short, and what
+//! a dropped connection taught (entries read one at a time, or in
+//! pieces). The loop decides when a read may start and how many entries
+//! it asks for, and what a failed read means (reconnect, find the slot's
+//! owner again, recreate the group, or end).
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use redis::Value;
+use actix::Addr;
+use futures::future::LocalBoxFuture;
+use tokio::sync::watch;
 
-use super::Loop;
-use crate::delivery::reader::{ReadConn, UNBLOCK_EVERY, drops_reader, late};
+use super::pel::{PelRead, Read, ReadDone, perform};
+use super::{Loop, Subscription};
+use crate::delivery::reader::{ReadConn, Reader, UNBLOCK_EVERY};
 use crate::error::{Class, Error};
 use crate::redis::reply::Delivered;
-use crate::redis::{CreateGroup, chunked, reply};
-use crate::source::stream::ordered::{Fence, FencedRead};
+use crate::redis::{CreateGroup, RedisActor};
 use crate::stream::EntryId;
-use crate::util::log_wait;
-
-/// What one read produced.
-pub(super) struct ReadDone {
-    pub(super) conn: Option<ReadConn>,
-    /// For a re-read of its own PEL: the last pending entry it looked at
-    /// (`None`: it is past the last one).
-    pub(super) pel: Option<Option<EntryId>>,
-    pub(super) result: Result<Vec<Delivered>, Error>,
-    /// The reply came much later than `block` allows: the server stalled.
-    pub(super) late: bool,
-    /// The one pending entry (and the delivery count of its run) whose
-    /// fetch was on the wire when the read failed.
-    pub(super) fetching: Option<(EntryId, u64)>,
-    /// A fenced read found entries in this consumer's PEL that the loop
-    /// does not know of (see [`FencedRead::Strays`]).
-    pub(super) strays: bool,
-}
-
-/// The read to send: new entries, or a page of this consumer's own PEL.
-pub(super) enum Read {
-    New(redis::Cmd),
-    /// New entries of a partition, fenced by its lease: the fence, the
-    /// count, the block, the newest entry the loop knows of.
-    Fenced(Fence, usize, Duration, Option<EntryId>),
-    Pel(PelRead),
-}
-
-/// One page of a re-read of this consumer's own pending entries.
-pub(super) struct PelRead {
-    pub(super) stream: Arc<str>,
-    pub(super) group: Arc<str>,
-    pub(super) consumer: Arc<str>,
-    /// Where the page starts, as `XPENDING` takes it: `-` (the first),
-    /// `(<id>` (after an id) or `<id>` (from an id).
-    pub(super) start: String,
-    pub(super) count: usize,
-    /// Entries it holds (awaiting an XACK, a dead-letter move or their
-    /// retry): skipped.
-    pub(super) held: HashSet<EntryId>,
-    /// The first re-read of this consumer loop: every entry found counts a
-    /// delivery (its earlier run, in an earlier life, never finished).
-    pub(super) fresh: bool,
-    /// Fetch one entry per page (after the server dropped a read): an entry
-    /// too large for the server to send then fails alone, and is named.
-    pub(super) one_at_a_time: bool,
-    /// Entries whose send dropped the connection before: read in pieces
-    /// (`redis::chunked`) when their turn comes.
-    pub(super) in_pieces: HashSet<EntryId>,
-    /// In a partition: its lease, which every `XCLAIM` is fenced by.
-    pub(super) fence: Option<Fence>,
-}
-
-/// Runs `cmd` (an `XCLAIM` to this consumer) on `conn`, fenced when there
-/// is a fence.
-async fn claim<T: redis::FromRedisValue>(
-    conn: &mut ReadConn,
-    fence: Option<&Fence>,
-    cmd: &redis::Cmd,
-) -> Result<T, Error> {
-    match fence {
-        Some(f) => f.query(conn, cmd).await,
-        None => cmd.query_async(conn).await.map_err(Error::from_redis),
-    }
-}
+use crate::util::{Retry, log_wait};
 
 /// Where the next read starts: our own pending entries from an `XPENDING`
 /// start (`-`, `(<id>`, `<id>`), or new entries (`>`).
@@ -91,142 +34,309 @@ pub(super) enum Cursor {
     New,
 }
 
-/// `XREADGROUP … >`: new entries, each on its first delivery.
-pub(super) async fn read_new(
-    conn: &mut ReadConn,
-    cmd: redis::Cmd,
-) -> Result<Vec<Delivered>, Error> {
-    let v: Value = cmd.query_async(conn).await.map_err(Error::from_redis)?;
-    let entries = reply::read_reply(v).map_err(|m| Error::unparsable("XREADGROUP reply", m))?;
-    Ok(entries
-        .into_iter()
-        .map(|raw| Delivered {
-            raw,
-            delivery_count: 1,
-        })
-        .collect())
+/// What [`Reading::next`] saw.
+pub(super) enum ReadEvent {
+    Done(ReadDone),
+    Failover,
 }
 
-/// One page of this consumer's own pending entries, taken back with the
-/// delivery count of the run they are about to have. Answers them and the
-/// last pending entry looked at.
-///
-/// `XPENDING … <consumer>` lists them with their counts (changing nothing);
-/// `XCLAIM <self> 0 <ids> RETRYCOUNT <n>` returns their bodies, resets their
-/// idle time and sets the count to `n` exactly. An entry that never ran here
-/// (the reply of the read that delivered it was lost with its connection)
-/// keeps its count: a dropped connection charges no delivery. Any entry on a
-/// fresh start (an earlier life of the consumer did not finish it) counts one
-/// more. (Entries whose handler failed here are held while they wait for
-/// their retry, so the re-read skips them.) Entries deleted meanwhile
-/// are dropped from the PEL by XCLAIM and not returned.
-///
-/// With `one_at_a_time`, the page is the first entry it does not hold, and
-/// `fetching` names it while its `XCLAIM` is on the wire: a server that
-/// cannot send that entry (it outgrows the client's output buffer) drops
-/// the connection, and the caller knows which entry did it.
-pub(super) async fn reread_pel(
-    conn: &mut ReadConn,
-    p: PelRead,
-    fetching: &mut Option<(EntryId, u64)>,
-) -> Result<(Vec<Delivered>, Option<EntryId>), Error> {
-    let mut rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
-        .arg(&*p.stream)
-        .arg(&*p.group)
-        .arg(&p.start)
-        .arg("+")
-        .arg(p.count)
-        .arg(&*p.consumer)
-        .query_async(conn)
-        .await
-        .map_err(Error::from_redis)?;
-    if p.one_at_a_time
-        && let Some(first) = rows
-            .iter()
-            .position(|r| !p.held.contains(&EntryId(r.0.clone())))
-    {
-        rows.truncate(first + 1);
-    }
-    let last = rows.last().map(|r| EntryId(r.0.clone()));
-    let mut by_count: std::collections::BTreeMap<u64, Vec<String>> = Default::default();
-    for (id, _, _, count) in rows {
-        let key = EntryId(id);
-        if p.held.contains(&key) {
-            continue;
+/// Resolves when `epoch` changes (a failover was announced), with it; never
+/// when its sender is gone.
+fn failover_of(mut epoch: watch::Receiver<u64>) -> LocalBoxFuture<'static, watch::Receiver<u64>> {
+    Box::pin(async move {
+        if epoch.changed().await.is_err() {
+            std::future::pending::<()>().await;
         }
-        let run = if p.fresh { count + 1 } else { count.max(1) };
-        by_count.entry(run).or_default().push(key.0);
-    }
-    let mut out = Vec::new();
-    for (run, ids) in by_count {
-        if p.one_at_a_time {
-            *fetching = ids.first().map(|id| (EntryId(id.clone()), run));
+        epoch
+    })
+}
+
+pub(super) struct Reading {
+    reader: Reader,
+    /// Resolves when a failover is announced (the read connection moves),
+    /// with the receiver to watch for the next one.
+    failover: LocalBoxFuture<'static, watch::Receiver<u64>>,
+    /// The read in flight.
+    in_flight: Option<LocalBoxFuture<'static, ReadDone>>,
+    /// `true` while a read is on the wire (not connecting, not backing off).
+    on_wire: Rc<Cell<bool>>,
+    cursor: Cursor,
+    /// Failed reads in a row, with their backoff.
+    retry: Retry,
+    /// How long the next read waits first (after a failed one).
+    delay: Option<Duration>,
+    /// When to send (again) CLIENT UNBLOCK to the blocked read.
+    unblock_at: Option<tokio::time::Instant>,
+    /// Until its first re-read of its own PEL is done.
+    fresh: bool,
+    /// The server dropped the read connection in the middle of a read: the
+    /// re-read of its own PEL takes one entry at a time, so an entry the
+    /// server cannot send is found.
+    careful: bool,
+    /// Entries whose one-entry fetch lost the read connection, and how many
+    /// times; at `max_failed_sends` an entry is dead-lettered by id.
+    failed_sends: HashMap<EntryId, u32>,
+    /// The newest entry id a read brought this loop (new entries, or a
+    /// page of its own PEL): a partition's fenced read checks that the PEL
+    /// holds nothing newer it never received.
+    newest: Option<EntryId>,
+}
+
+impl Reading {
+    pub(super) fn new(reader: Reader, epoch: watch::Receiver<u64>) -> Self {
+        Reading {
+            reader,
+            failover: failover_of(epoch),
+            in_flight: None,
+            on_wire: Rc::new(Cell::new(false)),
+            cursor: Cursor::Pending("-".into()),
+            retry: Retry::default(),
+            delay: None,
+            unblock_at: None,
+            fresh: true,
+            careful: false,
+            failed_sends: HashMap::new(),
+            newest: None,
         }
-        if let Some((id, _)) = fetching.as_ref().filter(|(id, _)| p.in_pieces.contains(id)) {
-            // Too large to be sent whole: claim it without its body, then
-            // read it in pieces.
-            let mut cmd = redis::cmd("XCLAIM");
-            cmd.arg(&*p.stream)
-                .arg(&*p.group)
-                .arg(&*p.consumer)
-                .arg(0)
-                .arg(id)
-                .arg("RETRYCOUNT")
-                .arg(run)
-                .arg("JUSTID");
-            let claimed: Vec<String> = claim(conn, p.fence.as_ref(), &cmd).await?;
-            if !claimed.is_empty() {
-                let fields = chunked::fetch_entry(conn, &p.stream, id.as_str()).await?;
-                out.push(Delivered {
-                    raw: reply::RawEntry {
-                        id: id.clone(),
-                        fields,
-                    },
-                    delivery_count: run,
-                });
+    }
+
+    /// Whether a read is in flight (connecting, backing off or on the wire).
+    pub(super) fn is_reading(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// Whether a read is on the wire: a stop must wait for its reply.
+    pub(super) fn on_wire(&self) -> bool {
+        self.in_flight.is_some() && self.on_wire.get()
+    }
+
+    pub(super) fn cursor(&self) -> &Cursor {
+        &self.cursor
+    }
+
+    /// The next read re-reads this consumer's PEL from the start.
+    pub(super) fn rewind(&mut self) {
+        self.cursor = Cursor::Pending("-".into());
+    }
+
+    /// Idle entries were claimed for this consumer, the first of them
+    /// `first`: the next read fetches them as a re-read of its own PEL from
+    /// there, or from the start if a re-read is under way (it may be past
+    /// them).
+    pub(super) fn claimed(&mut self, first: &EntryId) {
+        self.cursor = match self.cursor {
+            Cursor::New => Cursor::Pending(first.to_string()),
+            Cursor::Pending(_) => Cursor::Pending("-".into()),
+        };
+    }
+
+    /// When to send `CLIENT UNBLOCK` again, while a blocked read is cut
+    /// short.
+    pub(super) fn unblock_at(&self) -> Option<tokio::time::Instant> {
+        self.unblock_at
+    }
+
+    /// Whether a blocked read is being cut short.
+    pub(super) fn unblocking(&self) -> bool {
+        self.unblock_at.is_some()
+    }
+
+    /// Starts `read`; it gives its connection back when it ends.
+    fn start(&mut self, read: Read, sub: &Subscription) {
+        let conn = self.reader.lend();
+        let who = (
+            sub.names.group.clone(),
+            sub.consumer.clone(),
+            sub.opts.block,
+        );
+        let delay = self.delay.take();
+        let on_wire = self.on_wire.clone();
+        self.in_flight = Some(Box::pin(perform(conn, read, delay, on_wire, who)));
+    }
+
+    /// Polls the read once, now: answers it if it is already done. Its
+    /// command is handed to the connection this way before the loop runs
+    /// queued handlers.
+    pub(super) async fn poll_now(&mut self) -> Option<ReadDone> {
+        let read = self.in_flight.as_mut()?;
+        let std::task::Poll::Ready(done) = futures::poll!(read.as_mut()) else {
+            return None;
+        };
+        self.in_flight = None;
+        Some(done)
+    }
+
+    /// The read's result once it is done, or a failover announced (only
+    /// with `failovers`). Pending while neither is. Cancel-safe.
+    pub(super) async fn next(&mut self, failovers: bool) -> ReadEvent {
+        std::future::poll_fn(|cx| {
+            if let Some(read) = self.in_flight.as_mut()
+                && let Poll::Ready(done) = read.as_mut().poll(cx)
+            {
+                self.in_flight = None;
+                return Poll::Ready(ReadEvent::Done(done));
             }
-            *fetching = None;
-            continue;
-        }
-        let mut cmd = redis::cmd("XCLAIM");
-        cmd.arg(&*p.stream)
-            .arg(&*p.group)
-            .arg(&*p.consumer)
-            .arg(0)
-            .arg(&ids)
-            .arg("RETRYCOUNT")
-            .arg(run);
-        let v: Value = claim(conn, p.fence.as_ref(), &cmd).await?;
-        *fetching = None;
-        let entries = reply::entries(v).map_err(|m| Error::unparsable("XCLAIM reply", m))?;
-        out.extend(entries.into_iter().map(|raw| Delivered {
-            raw,
-            delivery_count: run,
-        }));
+            if failovers && let Poll::Ready(epoch) = self.failover.as_mut().poll(cx) {
+                self.failover = failover_of(epoch);
+                return Poll::Ready(ReadEvent::Failover);
+            }
+            Poll::Pending
+        })
+        .await
     }
-    // In stream order, whatever their counts.
-    out.sort_by_key(|d| d.raw.id.parts().unwrap_or_default());
-    Ok((out, last))
-}
 
-impl Loop {
+    /// Stops the read: one on the wire is cut short (`CLIENT UNBLOCK`,
+    /// again every 50 ms while it lasts), one not yet on the wire
+    /// (connecting, backing off) is dropped. Answers the `CLIENT UNBLOCK`
+    /// to await beside the loop.
+    pub(super) fn stop(&mut self, redis: &Addr<RedisActor>) -> Option<LocalBoxFuture<'static, ()>> {
+        if self.in_flight.is_none() {
+            return None;
+        }
+        if self.on_wire.get() {
+            return self.unblock(redis);
+        }
+        self.in_flight = None;
+        None
+    }
+
+    /// Interrupts the blocked read (CLIENT UNBLOCK on a shared connection)
+    /// and schedules another try, in case the read reached the server only
+    /// after this one.
+    ///
+    /// `CLIENT UNBLOCK` is `@admin`, and some managed services refuse it:
+    /// then (one WARN) the read is left to end by itself within `block`.
+    pub(super) fn unblock(
+        &mut self,
+        redis: &Addr<RedisActor>,
+    ) -> Option<LocalBoxFuture<'static, ()>> {
+        if self.reader.unblock_refused() {
+            self.unblock_at = None;
+            return None;
+        }
+        self.unblock_at = Some(tokio::time::Instant::now() + UNBLOCK_EVERY);
+        self.reader.unblock(redis)
+    }
+
+    /// Drops the read in flight, whatever its state (the drain deadline
+    /// passed).
+    pub(super) fn cancel(&mut self) {
+        self.in_flight = None;
+    }
+
     /// Redis answered again (after an outage): a read waiting out its
     /// backoff, or not started for it, starts over now without the delay.
     /// A read on the wire is left alone.
     pub(super) fn retry_now(&mut self) {
-        self.retry_delay = None;
-        self.read_retry.succeeded();
-        if self.read.is_some() && !self.in_read.get() {
-            self.read = None;
+        self.delay = None;
+        self.retry.succeeded();
+        if self.in_flight.is_some() && !self.on_wire.get() {
+            self.in_flight = None;
         }
     }
 
+    /// A read ended: takes its connection back (or forgets it, when the
+    /// read broke it). Answers whether a connection was lost.
+    fn ended(&mut self, conn: Option<ReadConn>) -> bool {
+        self.unblock_at = None;
+        match conn {
+            Some(conn) => self.reader.give_back(Some(conn)),
+            None => self.forget(),
+        }
+    }
+
+    /// Forgets the read connection: the next read opens a new one (to the
+    /// master of the moment) and first re-reads this consumer's own pending
+    /// entries, which a failover or a restart from a snapshot may have put
+    /// back in its PEL. Answers whether one was open.
+    pub(super) fn forget(&mut self) -> bool {
+        self.cursor = Cursor::Pending("-".into());
+        self.reader.forget()
+    }
+
+    /// A failover was announced: a read in flight is dropped (whatever it
+    /// had fetched is in this consumer's PEL and is re-read first), and the
+    /// next read goes to the new master at once. Answers whether a
+    /// connection was lost.
+    fn on_failover(&mut self) -> bool {
+        if self.in_flight.is_some() {
+            self.in_flight = None;
+            self.on_wire.set(false);
+            self.unblock_at = None;
+        }
+        self.delay = None;
+        self.forget()
+    }
+
+    /// A read succeeded with `entries` (for a re-read of its own PEL,
+    /// `pel`: the last pending entry it looked at, `None` past the last):
+    /// the cursor moves on, and the newest id seen is kept.
+    fn advanced(&mut self, entries: &[Delivered], pel: Option<Option<EntryId>>) {
+        self.retry.succeeded();
+        let newest = entries.iter().map(|d| &d.raw.id);
+        let newest = match &pel {
+            Some(Some(last)) => newest
+                .chain(std::iter::once(last))
+                .max_by_key(|id| id.parts()),
+            _ => newest.max_by_key(|id| id.parts()),
+        };
+        if let Some(id) = newest
+            && self.newest.as_ref().is_none_or(|n| n.parts() < id.parts())
+        {
+            self.newest = Some(id.clone());
+        }
+        match pel {
+            Some(Some(last)) => self.cursor = Cursor::Pending(format!("({last}")),
+            Some(None) => {
+                self.cursor = Cursor::New;
+                self.fresh = false;
+                self.careful = false;
+            }
+            None => {}
+        }
+        if !self.failed_sends.is_empty() {
+            for d in entries {
+                self.failed_sends.remove(&d.raw.id);
+            }
+        }
+    }
+
+    /// The server dropped the read connection in the middle of a read:
+    /// re-read its own PEL one entry at a time from now on; if one entry
+    /// was alone on the wire (`fetching`), count it. Answers it and how
+    /// many times it failed so, once that reaches `max`, forgetting it.
+    fn failed_send(
+        &mut self,
+        fetching: Option<(EntryId, u64)>,
+        max: u32,
+    ) -> Option<(EntryId, u64, u32)> {
+        self.careful = true;
+        let (id, run) = fetching?;
+        let times = self.failed_sends.entry(id.clone()).or_default();
+        *times += 1;
+        let times = *times;
+        if times >= max {
+            self.failed_sends.remove(&id);
+        }
+        Some((id, run, times))
+    }
+
+    /// The closing `QUIT`, bounded to 1 s.
+    pub(super) async fn quit(&mut self) {
+        self.reader.quit().await;
+    }
+}
+
+impl Loop {
+    /// Starts a read of up to `count` entries: new ones, or a page of this
+    /// consumer's own PEL.
     pub(super) fn start_read(&mut self, count: usize) {
         let s = &self.sub;
-        let read = match &self.cursor {
+        let r = &self.reading;
+        let read = match r.cursor() {
             Cursor::New if self.fence.is_some() => {
                 let fence = self.fence.clone().expect("checked");
-                Read::Fenced(fence, count, s.opts.block, self.newest.clone())
+                Read::Fenced(fence, count, s.opts.block, r.newest.clone())
             }
             Cursor::New => {
                 let mut cmd = redis::cmd("XREADGROUP");
@@ -252,89 +362,23 @@ impl Loop {
                 // included); on a fresh start count a run for everything (a
                 // crash in an earlier life).
                 held: self.held.clone(),
-                fresh: self.fresh,
-                one_at_a_time: self.careful,
-                in_pieces: self.failed_sends.keys().cloned().collect(),
+                fresh: r.fresh,
+                one_at_a_time: r.careful,
+                in_pieces: r.failed_sends.keys().cloned().collect::<HashSet<_>>(),
                 fence: self.fence.clone(),
             }),
         };
-
-        let conn = self.reader.lend();
-        let (names, consumer) = (s.names.clone(), s.consumer.clone());
-        let block = s.opts.block;
-        let delay = self.retry_delay.take();
-        let in_read = self.in_read.clone();
-        self.read = Some(Box::pin(async move {
-            if let Some(d) = delay {
-                tokio::time::sleep(d).await;
-            }
-            let mut conn = match conn.get().await {
-                Ok(c) => c,
-                Err(e) => {
-                    return ReadDone {
-                        conn: None,
-                        pel: None,
-                        result: Err(e),
-                        late: false,
-                        fetching: None,
-                        strays: false,
-                    };
-                }
-            };
-            // On the wire from here until the reply is complete: a stop now
-            // must wait for it and hand back.
-            in_read.set(true);
-            let sent = tokio::time::Instant::now();
-            let mut fetching = None;
-            let mut strays = false;
-            let (result, pel) = match read {
-                Read::New(cmd) => (read_new(&mut conn, cmd).await, None),
-                Read::Fenced(fence, count, block, newest) => {
-                    let (group, consumer) = (&*names.group, &*consumer);
-                    let newest = newest.as_ref().map(EntryId::as_str);
-                    let read = fence.read_new(&mut conn, group, consumer, count, block, newest);
-                    match read.await {
-                        Ok(FencedRead::Entries(entries)) => (Ok(entries), None),
-                        Ok(FencedRead::Strays) => {
-                            strays = true;
-                            (Ok(Vec::new()), None)
-                        }
-                        Err(e) => (Err(e), None),
-                    }
-                }
-                Read::Pel(p) => match reread_pel(&mut conn, p, &mut fetching).await {
-                    Ok((entries, last)) => (Ok(entries), Some(last)),
-                    Err(e) => (Err(e), None),
-                },
-            };
-            in_read.set(false);
-            let keep = match &result {
-                Err(e) if drops_reader(e) => None,
-                _ => Some(conn),
-            };
-            ReadDone {
-                conn: keep,
-                pel,
-                result,
-                late: late(sent, block),
-                fetching,
-                strays,
-            }
-        }));
+        self.reading.start(read, &self.sub);
     }
 
     pub(super) fn on_read(&mut self, done: ReadDone) {
-        self.unblock_at = None;
         if done.late {
             self.stall.trouble();
         } else if done.result.is_ok() {
             self.stall.answered();
         }
-        match done.conn {
-            Some(conn) => {
-                self.reader.give_back(Some(conn));
-            }
-            None => self.drop_connection(),
+        if self.reading.ended(done.conn) {
+            self.metrics.reconnects.increment(1);
         }
         let entries = match done.result {
             Ok(e) => e,
@@ -345,40 +389,14 @@ impl Loop {
                 return self.on_read_error(e);
             }
         };
-        self.read_retry.succeeded();
         self.sub.board.read_ok();
         if done.strays {
             tracing::warn!(stream = %self.sub.names.name, consumer = %self.sub.consumer, "this consumer's pending entries hold entries it never received (a read of this process that reached Redis late); re-reading them first");
-            self.cursor = Cursor::Pending("-".into());
+            self.reading.rewind();
         }
-        let newest = entries.iter().map(|d| &d.raw.id);
-        let newest = match &done.pel {
-            Some(Some(last)) => newest
-                .chain(std::iter::once(last))
-                .max_by_key(|id| id.parts()),
-            _ => newest.max_by_key(|id| id.parts()),
-        };
-        if let Some(id) = newest
-            && self.newest.as_ref().is_none_or(|n| n.parts() < id.parts())
-        {
-            self.newest = Some(id.clone());
-        }
-        match done.pel {
-            Some(Some(last)) => self.cursor = Cursor::Pending(format!("({last}")),
-            Some(None) => {
-                self.cursor = Cursor::New;
-                self.fresh = false;
-                self.careful = false;
-            }
-            None => {}
-        }
-        if !self.failed_sends.is_empty() {
-            for d in &entries {
-                self.failed_sends.remove(&d.raw.id);
-            }
-        }
+        self.reading.advanced(&entries, done.pel);
         self.enqueue(entries);
-        if self.deadline.is_some() {
+        if self.drain.is_some() {
             self.hand_back();
         }
     }
@@ -390,20 +408,18 @@ impl Loop {
     /// pieces), and at `max_failed_sends` move it to the dead-letter stream
     /// by id.
     fn on_failed_send(&mut self, fetching: Option<(EntryId, u64)>) {
-        self.careful = true;
-        let Some((id, run)) = fetching else { return };
-        let times = self.failed_sends.entry(id.clone()).or_default();
-        *times += 1;
-        let times = *times;
+        let max = self.sub.opts.max_failed_sends;
+        let Some((id, run, times)) = self.reading.failed_send(fetching, max) else {
+            return;
+        };
         let (stream, consumer) = (&self.sub.names.name, &self.sub.consumer);
-        if times < self.sub.opts.max_failed_sends {
+        if times < max {
             tracing::warn!(
                 %stream, %consumer, %id, times,
                 "the server dropped the read connection while sending this entry (larger than it may send one client?); reading it in pieces"
             );
             return;
         }
-        self.failed_sends.remove(&id);
         tracing::error!(
             %stream, %consumer, %id, times, dlq = %self.sub.names.dlq,
             "the server cannot send this entry (larger than its output buffer for a client allows: client-output-buffer-limit normal, maxmemory-clients); moving it to the dead-letter stream by id"
@@ -416,7 +432,8 @@ impl Loop {
 
     pub(super) fn on_read_error(&mut self, e: Error) {
         self.stall.trouble();
-        let (delay, log) = self.read_retry.failed();
+        let (delay, log) = self.reading.retry.failed();
+        let failures = self.reading.retry.failures();
         let mut class = e.class();
         if class == Class::GroupGone && self.connector.is_cluster() && e.code() == Some("UNBLOCKED")
         {
@@ -436,11 +453,11 @@ impl Loop {
             self.begin_drain(Instant::now() + self.sub.drain_timeout);
             return;
         }
-        if self.deadline.is_some() {
+        if self.drain.is_some() {
             return;
         }
         self.sub.board.read_failed(&e.to_string());
-        self.retry_delay = Some(delay);
+        self.reading.delay = Some(delay);
         if class == Class::Routing {
             // The stream's slot moved (a reshard) or is moving: the read
             // connection was dropped; the next one goes to the slot's owner
@@ -449,7 +466,7 @@ impl Loop {
             if log {
                 let (stream, consumer) = (&self.sub.names.name, &self.sub.consumer);
                 tracing::info!(
-                    %stream, %consumer, answer = %e, failures = self.read_retry.failures(),
+                    %stream, %consumer, answer = %e, failures,
                     retry_in_ms = delay.as_millis() as u64,
                     "the stream's hash slot moved or its master changed; reading from its owner now"
                 );
@@ -460,7 +477,7 @@ impl Loop {
             let (stream, consumer) = (&self.sub.names.name, &self.sub.consumer);
             log_wait!(
                 class,
-                %stream, %consumer, error = %e, failures = self.read_retry.failures(),
+                %stream, %consumer, error = %e, failures,
                 retry_in_ms = delay.as_millis() as u64,
                 "read failed; retrying"
             );
@@ -474,50 +491,30 @@ impl Loop {
                 group: names.group.clone(),
                 start_id: "0".into(),
             });
-            self.cursor = Cursor::Pending("-".into());
+            self.reading.rewind();
         }
     }
 
-    /// Interrupts the blocked read (CLIENT UNBLOCK on a shared connection) and
-    /// schedules another try, in case the read reached the server only after
-    /// this one.
-    ///
-    /// `CLIENT UNBLOCK` is `@admin`, and some managed services refuse it: then
-    /// (one WARN) the read is left to end by itself within `block`.
+    /// Cuts the blocked read short (see [`Reading::unblock`]).
     pub(super) fn unblock(&mut self) {
-        if self.reader.unblock_refused() {
-            self.unblock_at = None;
-            return;
-        }
-        if let Some(sent) = self.reader.unblock(&self.redis) {
+        if let Some(sent) = self.reading.unblock(&self.redis) {
             self.side.push(sent);
         }
-        self.unblock_at = Some(tokio::time::Instant::now() + UNBLOCK_EVERY);
     }
 
-    /// Forgets the read connection: the next read opens a new one (to the
-    /// master of the moment) and first re-reads this consumer's own pending
-    /// entries, which a failover or a restart from a snapshot may have put
-    /// back in its PEL.
-    pub(super) fn drop_connection(&mut self) {
-        if self.reader.forget() {
-            self.metrics.reconnects.increment(1);
+    /// Stops the read at a drain or a pause (see [`Reading::stop`]).
+    pub(super) fn stop_read(&mut self) {
+        if let Some(sent) = self.reading.stop(&self.redis) {
+            self.side.push(sent);
         }
-        self.cursor = Cursor::Pending("-".into());
     }
 
     /// A failover was announced: cut the read short and move to the new
     /// master.
     pub(super) fn on_failover(&mut self) {
         tracing::info!(stream = %self.sub.names.name, consumer = %self.sub.consumer, "failover announced; moving the read connection to the new master");
-        if self.read.is_some() {
-            // Whatever the dropped read had fetched is in this consumer's PEL
-            // and is re-read first.
-            self.read = None;
-            self.in_read.set(false);
-            self.unblock_at = None;
+        if self.reading.on_failover() {
+            self.metrics.reconnects.increment(1);
         }
-        self.retry_delay = None;
-        self.drop_connection();
     }
 }

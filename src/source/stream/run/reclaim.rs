@@ -1,74 +1,168 @@
 //! Taking over idle entries of the group through the `ReclaimerActor`
-//! (one at a time, only when this consumer is idle), and keeping every
-//! entry this consumer holds fresh in the PEL so nobody takes it over.
+//! (one at a time, only when this consumer is idle). [`Reclaim`] keeps the
+//! check's own state (when it is due, the page in flight, whether an idle
+//! entry waits for room); the loop decides when it may run and what a
+//! claimed page means for its reads.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use futures::FutureExt;
+use actix::Addr;
 use futures::future::LocalBoxFuture;
-use redis::Value;
 
-use super::read::Cursor;
-use super::{ClaimDone, Loop};
-use crate::error::{Class, Error};
-use crate::reclaimer::Claim;
-use crate::redis::Query;
+use super::{Loop, maybe};
+use crate::error::Error;
+use crate::reclaimer::{self, Claim, ReclaimerActor};
+use crate::stream::EntryId;
 use crate::util::log_wait;
 
-impl Loop {
+/// A reclaim page that came back: the claimed entries and whether the page
+/// was full.
+type ClaimDone = Result<(Vec<EntryId>, bool), Error>;
+
+/// What a reclaim check found.
+pub(super) enum Checked {
+    /// The reclaimer is gone (it panicked).
+    ReclaimerDied,
+    /// A peek: whether an idle entry waits (then the consumer makes room
+    /// and the claim is due at once).
+    Peeked { waits: bool },
+    /// A claim: the entries now this consumer's, or why none.
+    Claimed(Result<Vec<EntryId>, Error>),
+}
+
+pub(super) struct Reclaim {
+    reclaimer: Addr<ReclaimerActor>,
+    consumer: Arc<str>,
+    /// How long an entry is idle before another consumer takes it.
+    min_idle: Duration,
+    /// The check in flight, and whether it only peeks.
+    in_flight: Option<(LocalBoxFuture<'static, Option<ClaimDone>>, bool)>,
+    /// When to ask the reclaimer next.
+    due: tokio::time::Instant,
+    interval: Duration,
+    /// An idle entry waits to be claimed: fetch nothing until the handlers
+    /// finished and the claim is done.
+    make_room: bool,
+}
+
+impl Reclaim {
+    pub(super) fn new(
+        reclaimer: Addr<ReclaimerActor>,
+        consumer: Arc<str>,
+        min_idle: Duration,
+    ) -> Self {
+        Reclaim {
+            reclaimer,
+            consumer,
+            min_idle,
+            in_flight: None,
+            due: tokio::time::Instant::now(),
+            interval: reclaimer::interval(min_idle),
+            make_room: false,
+        }
+    }
+
+    /// Whether no check is in flight.
+    pub(super) fn is_idle(&self) -> bool {
+        self.in_flight.is_none()
+    }
+
+    /// Whether a claim (not a peek) is on its way: what it brings is a
+    /// redelivery, which must run alone, before anything newly fetched.
+    pub(super) fn claiming(&self) -> bool {
+        self.in_flight.as_ref().is_some_and(|(_, peek)| !peek)
+    }
+
+    /// Whether an idle entry waits for this consumer to make room.
+    pub(super) fn makes_room(&self) -> bool {
+        self.make_room
+    }
+
+    /// When the next check is due.
+    pub(super) fn due(&self) -> tokio::time::Instant {
+        self.due
+    }
+
     /// Asks the reclaimer for one page of entries idle for `claim_idle`,
-    /// claimed for this consumer.
+    /// claimed for this consumer, or, while it is busy (`peek`), only
+    /// whether one waits.
+    pub(super) fn start(&mut self, peek: bool) {
+        let req = self.reclaimer.send(Claim {
+            consumer: self.consumer.clone(),
+            min_idle: self.min_idle,
+            count: 1,
+            peek,
+        });
+        self.in_flight = Some((Box::pin(async move { req.await.ok() }), peek));
+    }
+
+    /// Forgets the check in flight (the drain deadline passed).
+    pub(super) fn cancel(&mut self) {
+        self.in_flight = None;
+    }
+
+    /// What the check in flight found (pending while none is). Schedules
+    /// the next check. Cancel-safe.
+    pub(super) async fn checked(&mut self) -> Checked {
+        let claimed = maybe(&mut self.in_flight.as_mut().map(|(f, _)| f)).await;
+        let peek = self.in_flight.take().is_some_and(|(_, peek)| peek);
+        let now = tokio::time::Instant::now();
+        self.due = now + self.interval;
+        let Some(claimed) = claimed else {
+            return Checked::ReclaimerDied;
+        };
+        if peek {
+            let waits = matches!(claimed, Ok((_, true)));
+            if waits {
+                self.make_room = true;
+                self.due = now;
+            }
+            return Checked::Peeked { waits };
+        }
+        self.make_room = false;
+        Checked::Claimed(claimed.map(|(claimed, full)| {
+            if full {
+                // More idle entries may be waiting: ask again as soon as
+                // there is room.
+                self.due = now;
+            }
+            claimed
+        }))
+    }
+}
+
+impl Loop {
+    /// Starts a reclaim check.
     ///
     /// A claimed entry is a redelivery and runs alone, so it is claimed only
     /// when this consumer is idle (nothing running, queued or being read).
     /// While busy, the check only peeks; when an idle entry waits, the consumer
     /// stops fetching, lets its handlers finish, then claims it.
     pub(super) fn start_reclaim(&mut self) {
-        let idle = self.running.is_empty() && self.queue.is_empty() && self.read.is_none();
-        let peek = !idle;
-        self.reclaim_peek = peek;
-        let req = self.reclaimer.send(Claim {
-            consumer: self.sub.consumer.clone(),
-            min_idle: self.sub.opts.claim_idle,
-            count: 1,
-            peek,
-        });
-        self.reclaim = Some(Box::pin(async move { req.await.ok() }));
+        let idle = self.running.is_empty() && self.queue.is_empty() && !self.reading.is_reading();
+        self.reclaim.start(!idle);
     }
 
-    pub(super) fn on_claimed(&mut self, claimed: Option<ClaimDone>) {
-        let now = tokio::time::Instant::now();
-        self.reclaim_due = now + self.reclaim_interval;
-        let Some(claimed) = claimed else {
-            // The reclaimer lives as long as its consumers hold its address:
-            // gone means it panicked. Without it retries would silently stop,
-            // so this consumer fails too and its restart brings a new one.
-            tracing::error!(stream = %self.sub.names.name, "the reclaimer actor died; consumer ends");
-            self.report.panic = Some("the reclaimer actor died".into());
-            self.begin_drain(Instant::now() + self.sub.drain_timeout);
-            return;
-        };
-        if self.reclaim_peek {
-            if let Ok((_, true)) = claimed {
-                // An idle entry waits: make room, then claim it.
-                self.make_room = true;
-                self.reclaim_due = now;
-                if self.read.is_some() && self.in_read.get() {
+    pub(super) fn on_checked(&mut self, checked: Checked) {
+        match checked {
+            Checked::ReclaimerDied => {
+                // The reclaimer lives as long as its consumers hold its
+                // address: gone means it panicked. Without it retries would
+                // silently stop, so this consumer fails too and its restart
+                // brings a new one.
+                tracing::error!(stream = %self.sub.names.name, "the reclaimer actor died; consumer ends");
+                self.report.panic = Some("the reclaimer actor died".into());
+                self.begin_drain(Instant::now() + self.sub.drain_timeout);
+            }
+            Checked::Peeked { waits } => {
+                if waits && self.reading.on_wire() {
                     // Cut a blocked read short rather than wait `block`.
                     self.unblock();
                 }
             }
-            return;
-        }
-        self.make_room = false;
-        match claimed {
-            Ok((claimed, full)) => {
+            Checked::Claimed(Ok(claimed)) => {
                 self.stall.answered();
-                if full {
-                    // More idle entries may be waiting: ask again as soon as
-                    // there is room.
-                    self.reclaim_due = now;
-                }
                 if let Some(first) = claimed.first() {
                     tracing::info!(
                         stream = %self.sub.names.name, consumer = %self.sub.consumer, entries = claimed.len(),
@@ -80,82 +174,13 @@ impl Loop {
                     // start if a re-read is under way (it may be past them).
                     // (At a drain they stay pending, claimable again after
                     // `claim_idle`.)
-                    self.cursor = match self.cursor {
-                        Cursor::New => Cursor::Pending(first.to_string()),
-                        Cursor::Pending(_) => Cursor::Pending("-".into()),
-                    };
+                    self.reading.claimed(first);
                 }
             }
-            Err(Error::ShutDown) => {}
-            Err(e) => {
+            Checked::Claimed(Err(Error::ShutDown)) => {}
+            Checked::Claimed(Err(e)) => {
                 self.stall.trouble();
                 log_wait!(e.class(), stream = %self.sub.names.name, error = %e, "reclaim failed; trying again later");
-            }
-        }
-    }
-
-    /// Keeps the entries this consumer holds (running and queued) fresh in the
-    /// PEL, so no reclaimer takes them over however long a handler runs:
-    /// `XCLAIM … <self> 0 <ids> JUSTID` resets their idle time without
-    /// touching the delivery count.
-    ///
-    /// One refresh at a time (the liveness rule schedules the next): while
-    /// the shared connections reconnect, a refresh waits for them.
-    pub(super) fn heartbeat(&mut self) {
-        if self.refreshing.is_some() {
-            return;
-        }
-        self.refresh.sending();
-        let s = &self.sub;
-        let mut cmd = redis::cmd("XCLAIM");
-        cmd.arg(&*s.names.name)
-            .arg(&*s.names.group)
-            .arg(&*s.consumer)
-            .arg(0);
-        for id in &self.held {
-            cmd.arg(id);
-        }
-        cmd.arg("JUSTID");
-        self.refreshing = Some(self.claim(cmd));
-    }
-
-    /// Sends `cmd`, an `XCLAIM` to this consumer, on a shared connection;
-    /// in a partition, fenced by its lease (see
-    /// [`Fence`](crate::source::stream::ordered::Fence)).
-    pub(super) fn claim(&self, cmd: redis::Cmd) -> LocalBoxFuture<'static, Result<Value, Error>> {
-        match &self.fence {
-            Some(fence) => {
-                let req = self.redis.send(fence.eval(&cmd));
-                async move { req.await.unwrap_or(Err(Error::ShutDown)) }.boxed_local()
-            }
-            None => {
-                let req = self.redis.send(Query("xclaim", cmd));
-                async move { req.await.unwrap_or(Err(Error::ShutDown)) }.boxed_local()
-            }
-        }
-    }
-
-    /// What a refresh answered.
-    pub(super) fn on_refreshed(&mut self, res: Result<Value, Error>) {
-        let stream = &self.sub.names.name;
-        match res {
-            Ok(_) => {
-                if self.refresh.confirmed().after_failures > 0 {
-                    tracing::info!(stream = %stream, "refreshing held entries works again");
-                }
-            }
-            Err(Error::ShutDown) => {
-                self.refresh.failed();
-            }
-            Err(e) if e.class() == Class::LeaseLost => {
-                self.refresh.failed();
-                self.give_up(&e.to_string());
-            }
-            Err(e) => {
-                let failed = self.refresh.failed();
-                if failed.log {
-                    log_wait!(e.class(), stream = %stream, error = %e, "refreshing held entries failed; trying again shortly");
-                }
             }
         }
     }

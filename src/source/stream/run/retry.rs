@@ -132,7 +132,7 @@ impl Loop {
         for q in ahead {
             self.queue.push_front(q);
         }
-        if self.deadline.is_some() {
+        if self.drain.is_some() {
             self.hand_back();
         }
     }

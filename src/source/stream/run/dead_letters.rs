@@ -1,0 +1,153 @@
+//! Dead-letter moves in flight: one script each (it checks the entry is
+//! still this consumer's, `XADD`s the copy to the dead-letter stream and
+//! `XACK`s it), retried with backoff until Redis answers, so nothing is
+//! copied twice. Its state is its own: the loop sends a move and gets back
+//! how it ended; the entry stays held until then.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::Addr;
+use futures::future::{LocalBoxFuture, pending};
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use crate::error::Error;
+use crate::redis::{DeadLetter, DeadLetterEntry, MoveAnswer, RedisActor};
+use crate::status::Board;
+use crate::telemetry::ConsumerMetrics;
+use crate::util::{Retry, log_wait};
+
+/// A dead-letter move that came back: the entry and what Redis said.
+type Done = (Arc<DeadLetterEntry>, Result<MoveAnswer, Error>);
+
+/// How a move ended.
+pub(super) enum Moved {
+    /// The copy is in the dead-letter stream and the entry acked.
+    Moved,
+    /// A move because of its key's `fail_rest` mark found the mark gone:
+    /// nothing moved, the entry is to run instead.
+    Unmarked,
+    /// Nothing moved and nothing will: the entry was no longer this
+    /// consumer's, or the broker shut down (it stays pending).
+    Dropped,
+}
+
+pub(super) struct DeadLetters {
+    redis: Addr<RedisActor>,
+    metrics: ConsumerMetrics,
+    board: Arc<Board>,
+    in_flight: FuturesUnordered<LocalBoxFuture<'static, Done>>,
+    /// Failed moves in a row, with their backoff.
+    retry: Retry,
+}
+
+impl DeadLetters {
+    pub(super) fn new(
+        redis: Addr<RedisActor>,
+        metrics: ConsumerMetrics,
+        board: Arc<Board>,
+    ) -> Self {
+        DeadLetters {
+            redis,
+            metrics,
+            board,
+            in_flight: FuturesUnordered::new(),
+            retry: Retry::default(),
+        }
+    }
+
+    /// Moves in flight.
+    pub(super) fn len(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.in_flight.is_empty()
+    }
+
+    /// Sends the move of `entry` (after `delay`, when retrying).
+    pub(super) fn send(&mut self, entry: Arc<DeadLetterEntry>, delay: Option<Duration>) {
+        let redis = self.redis.clone();
+        self.in_flight.push(Box::pin(async move {
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+            let res = redis
+                .send(DeadLetter(entry.clone()))
+                .await
+                .unwrap_or(Err(Error::ShutDown));
+            (entry, res)
+        }));
+    }
+
+    /// The next move that ended, counted and logged (pending while none is
+    /// in flight). A move Redis did not answer is sent again after its
+    /// backoff and does not end here. Cancel-safe.
+    pub(super) async fn ended(&mut self) -> (Arc<DeadLetterEntry>, Moved) {
+        loop {
+            let Some((entry, res)) = self.in_flight.next().await else {
+                return pending().await;
+            };
+            if let Some(moved) = self.answered(&entry, res) {
+                return (entry, moved);
+            }
+        }
+    }
+
+    fn answered(
+        &mut self,
+        entry: &Arc<DeadLetterEntry>,
+        res: Result<MoveAnswer, Error>,
+    ) -> Option<Moved> {
+        let moved = match res {
+            Ok(MoveAnswer::Moved(moved)) => {
+                self.metrics.dead_lettered.increment(1);
+                self.board.dead_lettered();
+                if moved.trimmed > 0 {
+                    self.metrics.dead_letters_trimmed.increment(moved.trimmed);
+                    tracing::warn!(
+                        stream = %entry.stream, dlq = %entry.dlq, dlq_id = %moved.id, removed = moved.trimmed,
+                        cap = entry.dlq_max_len.unwrap_or(0),
+                        "the dead-letter stream is at its cap: its oldest dead letters were removed"
+                    )
+                } else if let Some(bytes) = moved.entry_bytes {
+                    tracing::warn!(stream = %entry.stream, id = %entry.id, dlq_id = %moved.id, entry_bytes = bytes, "dead-lettered by id, copied on the server")
+                } else {
+                    tracing::debug!(stream = %entry.stream, id = %entry.id, dlq_id = %moved.id, "dead-lettered")
+                }
+                Moved::Moved
+            }
+            Ok(MoveAnswer::Unmarked) => Moved::Unmarked,
+            Ok(MoveAnswer::NotPending) => {
+                tracing::warn!(
+                    stream = %entry.stream, id = %entry.id,
+                    "entry was no longer pending for this consumer; not dead-lettered here"
+                );
+                Moved::Dropped
+            }
+            Err(Error::ShutDown) => {
+                tracing::error!(
+                    stream = %entry.stream, id = %entry.id,
+                    "dead-letter move abandoned: broker shut down; the entry stays pending"
+                );
+                return Some(Moved::Dropped);
+            }
+            Err(e) => {
+                let (delay, log) = self.retry.failed();
+                if log {
+                    log_wait!(
+                        e.class(),
+                        stream = %entry.stream, id = %entry.id, dlq = %entry.dlq, error = %e,
+                        failures = self.retry.failures(),
+                        retry_in_ms = delay.as_millis() as u64,
+                        "dead-letter move failed; retrying, the entry stays pending and held"
+                    );
+                }
+                self.send(entry.clone(), Some(delay));
+                return None;
+            }
+        };
+        self.retry.succeeded();
+        Some(moved)
+    }
+}
