@@ -18,6 +18,7 @@ mod batch;
 mod dead_letters;
 mod drain;
 mod handle;
+mod handlers;
 mod hygiene;
 mod lease;
 mod order;
@@ -35,7 +36,6 @@ use crate::delivery::drain::Drain;
 use crate::delivery::handler::Run;
 use crate::delivery::liveness::Stall;
 use crate::delivery::reader::Reader;
-use crate::delivery::retry::RetryQueue;
 use crate::delivery::until_stopped;
 use crate::error::Class;
 use crate::error::Error;
@@ -50,10 +50,12 @@ use crate::telemetry::ConsumerMetrics;
 use crate::util::{Alarm, log_wait};
 use acks::Acks;
 use dead_letters::DeadLetters;
+use handlers::Handlers;
 use lease::Keeper;
 use read::{Cursor, ReadEvent, Reading};
 use reclaim::Reclaim;
 use refresh::Refresh;
+use retry::Retries;
 
 struct Queued {
     id: EntryId,
@@ -95,6 +97,7 @@ pub(crate) async fn consume(
     let (stream, group) = (sub.names.name.clone(), sub.names.group.clone());
     let acks = Acks::new(stream, group, redis.clone(), metrics.ack_round_trip.clone());
     let dead_letters = DeadLetters::new(redis.clone(), metrics.clone(), sub.board.clone());
+    let handlers = Handlers::new(metrics.in_flight.clone());
     let names = (sub.names.name.clone(), sub.consumer.clone());
     let lease = Keeper::new(
         sub.lease.clone(),
@@ -106,8 +109,7 @@ pub(crate) async fn consume(
     let mut lp = Loop {
         reclaim: Reclaim::new(reclaimer, sub.consumer.clone(), sub.opts.claim_idle),
         held: HashSet::new(),
-        waiting: RetryQueue::default(),
-        retry_claims: FuturesUnordered::new(),
+        retries: Retries::default(),
         lease,
         prune_at: sub.opts.prune_idle.map(|_| now),
         refresh: Refresh::new(sub.names.name.clone(), sub.opts.claim_idle, stall.clone()),
@@ -119,28 +121,20 @@ pub(crate) async fn consume(
                 &[&sub.names.group, &sub.consumer, "reader"],
                 sub.opts.block,
             ),
-            connector.epoch(),
+            connector,
         ),
         sub,
-        connector,
         metrics,
         redis,
         queue: VecDeque::new(),
-        running: FuturesUnordered::new(),
         acks,
-        last_progress: tokio::time::Instant::now(),
+        handlers,
         dead_letters,
         side: FuturesUnordered::new(),
-        isolated: false,
-        handler_time: Ewma::default(),
         drain: None,
         report: ConsumerReport::default(),
-        in_flight_shown: 0,
         gate: None,
-        marks: None,
-        gathering: Default::default(),
         fence,
-        given_up: false,
     };
     let mut stop = stop;
     if let Some(lease) = &lp.sub.lease {
@@ -222,7 +216,6 @@ pub(crate) async fn consume(
 
 struct Loop {
     sub: Arc<Subscription>,
-    connector: Connector,
     /// This subscription's metrics series.
     metrics: ConsumerMetrics,
     redis: Addr<RedisActor>,
@@ -246,44 +239,29 @@ struct Loop {
     /// whole `claim_idle` (a stall is not a death).
     stall: Stall,
     /// Entries whose handler failed here, held while they wait out their
-    /// retry backoff (see `retry.rs`).
-    waiting: RetryQueue<Message>,
-    /// Waiting entries on their way back (XCLAIM … RETRYCOUNT).
-    retry_claims: FuturesUnordered<LocalBoxFuture<'static, retry::ClaimedBack>>,
-    /// A redelivered entry is running alone.
-    isolated: bool,
-    /// How long a handler runs, on average.
-    handler_time: Ewma,
+    /// retry backoff.
+    retries: Retries,
     /// Fetched, not started.
     queue: VecDeque<Queued>,
-    running: FuturesUnordered<LocalBoxFuture<'static, batch::Ended>>,
+    /// The handler runs in flight.
+    handlers: Handlers,
     /// The XACK batch.
     acks: Acks,
-    /// When a handler last finished: handlers that have not finished for
-    /// longer than the fetch window are stalled (a slow entry), and no read
-    /// fetches ahead of them.
-    last_progress: tokio::time::Instant,
     /// Dead-letter moves in flight; their entries stay held until done.
     dead_letters: DeadLetters,
     /// Hand-backs and refreshes in flight (fire and forget, awaited on exit).
     side: FuturesUnordered<LocalBoxFuture<'static, ()>>,
     /// The drain, once draining.
     drain: Option<Drain>,
+    /// What the loop ends with. `lease_lost`: the partition was given up
+    /// (its lease lapsed or is held elsewhere), and the loop ends without a
+    /// drain.
     report: ConsumerReport,
-    /// Handlers in flight as last added to the in-flight gauge.
-    in_flight_shown: usize,
     /// In a partition of a stream ordered by key: which keys are taken.
     gate: Option<order::Gate>,
-    /// A reload of the keys marked failed, in flight.
-    marks: Option<LocalBoxFuture<'static, order::Marks>>,
-    /// A batch handler's next batch, gathering in the queue.
-    gathering: batch::Gathering,
     /// In a partition of a stream ordered by key: its lease, which fences
     /// every command that takes entries into this consumer's PEL.
     fence: Option<Fence>,
-    /// The partition was given up (its lease lapsed or is held elsewhere):
-    /// the loop ends without a drain.
-    given_up: bool,
 }
 
 impl Loop {
@@ -296,7 +274,7 @@ impl Loop {
             (Alarm::new(), Alarm::new(), Alarm::new());
         let mut pause = self.sub.board.pause_watch();
         loop {
-            if self.fence.is_some() && !self.given_up && !self.lease.holds() {
+            if self.fence.is_some() && !self.report.lease_lost && !self.lease.holds() {
                 self.give_up("no renewal of the lease was confirmed within its TTL");
             }
             if self.drain.is_none() {
@@ -325,7 +303,7 @@ impl Loop {
             let ack_now = self.queue.is_empty()
                 // Nothing runs although entries wait (a redelivery
                 // that must run alone, a lapsed lease): send now.
-                || self.running.is_empty()
+                || self.handlers.is_empty()
                 // Keys wait for their entries' acks (a key's next
                 // entry starts once its XACK landed): send now.
                 || self.gate.as_ref().is_some_and(order::Gate::waits)
@@ -336,28 +314,28 @@ impl Loop {
             let ack_due = self.acks.turn(ack_now, self.sub.opts.count);
             if self.drain.is_some()
                 && !self.reading.is_reading()
-                && self.running.is_empty()
+                && self.handlers.is_empty()
                 && self.reclaim.is_idle()
                 && self.acks.is_settled()
                 && self.dead_letters.is_empty()
                 && self.side.is_empty()
-                && self.retry_claims.is_empty()
+                && self.retries.is_idle()
             {
-                self.sync_in_flight();
+                self.handlers.show();
                 return;
             }
-            self.sync_in_flight();
+            self.handlers.show();
 
             let deadline = self.drain.as_ref().map(Drain::until);
             let unblock_at = self.reading.unblock_at();
             let progress_due = self.drain.as_ref().map(Drain::progress_due);
-            let retry_at = self.waiting.next_due().filter(|_| self.drain.is_none());
+            let retry_at = self.retries.next_due().filter(|_| self.drain.is_none());
             let renew_at = self.lease.renew_at();
             // A partition is given up the moment its lease lapses here.
             let lapse_at = self
                 .lease
                 .lapses_at()
-                .filter(|_| self.fence.is_some() && !self.given_up);
+                .filter(|_| self.fence.is_some() && !self.report.lease_lost);
             let prune_at = self.prune_at.filter(|_| self.drain.is_none());
             let slot_wait = self
                 .sub
@@ -371,7 +349,7 @@ impl Loop {
                     ReadEvent::Done(done) => self.on_read(done),
                     ReadEvent::Failover => self.on_failover(),
                 },
-                Some(fin) = self.running.next(), if !self.running.is_empty() => {
+                fin = self.handlers.ended() => {
                     self.slots_ended(1);
                     self.on_ended(fin);
                 }
@@ -382,7 +360,7 @@ impl Loop {
                 () = retry_alarm.until(retry_at), if retry_at.is_some() => {
                     self.retry_due();
                 }
-                Some(back) = self.retry_claims.next(), if !self.retry_claims.is_empty() => self.on_retry_claimed(back),
+                back = self.retries.claimed_back() => self.on_retry_claimed(back),
                 checked = self.reclaim.checked() => self.on_checked(checked),
                 () = reclaim_alarm.until(Some(reclaim_due)), if may_reclaim => {}
                 () = heartbeat_alarm.until(refresh_at), if refresh_at.is_some() => {
@@ -402,10 +380,7 @@ impl Loop {
                     self.lease.renew();
                     self.reload_marks();
                 }
-                marks = maybe(&mut self.marks) => {
-                    self.marks = None;
-                    self.on_marks(marks);
-                }
+                marks = order::Gate::reloaded(&mut self.gate) => self.on_marks(marks),
                 renewed = self.lease.renewed() => self.on_lease_renewed(renewed),
                 () = prune_alarm.until(prune_at), if prune_at.is_some() => {
                     self.prune_idle();
@@ -426,29 +401,15 @@ impl Loop {
                 }
                 () = progress_alarm.until(progress_due), if progress_due.is_some() => {
                     if let Some(drain) = self.drain.as_mut() {
-                        drain.tell(self.running.len());
+                        drain.tell(self.handlers.len());
                     }
                 }
                 () = deadline_alarm.until(deadline), if deadline.is_some() => {
                     self.abandon();
-                    self.sync_in_flight();
+                    self.handlers.show();
                     return;
                 }
             }
-        }
-    }
-
-    /// Brings the in-flight gauge to the number of running handlers, once
-    /// per turn of the loop (a gauge shared by the consumers of one
-    /// stream and group in the process, so by the difference). Fast
-    /// handlers that finish and start within one turn cost it nothing.
-    fn sync_in_flight(&mut self) {
-        let n = self.running.len();
-        if n != self.in_flight_shown {
-            self.metrics
-                .in_flight
-                .increment(n as f64 - self.in_flight_shown as f64);
-            self.in_flight_shown = n;
         }
     }
 
@@ -488,18 +449,16 @@ impl Loop {
         if self.sub.batch.is_some() {
             return self.start_batches();
         }
-        while self.running.len() < self.sub.opts.concurrency && !self.isolated {
+        while self.handlers.len() < self.sub.opts.concurrency && !self.handlers.alone() {
             let Some(front) = self.queue.front() else {
                 break;
             };
             let alone = front.delivery_count > 1 && !front.retried_here;
-            if alone && !self.running.is_empty() {
+            if alone && !self.handlers.is_empty() {
                 break;
             }
             let d = self.queue.pop_front().expect("front exists");
-            let before = self.running.len();
-            self.start(d);
-            self.isolated = alone && self.running.len() > before;
+            self.start(d, alone);
         }
     }
 
@@ -522,7 +481,7 @@ impl Loop {
             || !self.lease.holds()
             || self.sub.board.paused()
             || self.reading.is_reading()
-            || self.isolated
+            || self.handlers.alone()
             || self.reclaim.makes_room()
             // A claim is on its way: what it brings is a redelivery, which
             // must run alone, before anything newly fetched.
@@ -530,11 +489,11 @@ impl Loop {
         {
             return None;
         }
-        let free = o.concurrency - self.running.len();
+        let free = o.concurrency - self.handlers.len();
         match self.reading.cursor() {
             // What it holds now awaits an XACK or a dead-letter move: the
             // re-read skips those and takes the next one.
-            Cursor::Pending(_) => (self.running.is_empty() && self.queue.is_empty())
+            Cursor::Pending(_) => (self.handlers.is_empty() && self.queue.is_empty())
                 .then_some(self.held.len().min(o.count.max(100)) + 1),
             Cursor::New if self.sub.batch.is_some() => self.batch_read_count(),
             Cursor::New => {
@@ -551,10 +510,7 @@ impl Loop {
                 // the fetch window are stalled on a slow entry: fetch
                 // nothing more ahead of them for another consumer to wait
                 // on.
-                if self.startable() > 0
-                    && !self.running.is_empty()
-                    && self.last_progress.elapsed() > self.fetch_window()
-                {
+                if self.startable() > 0 && self.handlers.stalled(self.fetch_window()) {
                     return None;
                 }
                 let room = free + ahead;
@@ -571,7 +527,7 @@ impl Loop {
     /// handlers get none; fast ones get whole batches. 0 until both times are
     /// measured.
     fn prefetch(&self) -> usize {
-        let (Some(handler), Some(_)) = (self.handler_time.get(), self.acks.round_trip()) else {
+        let (Some(handler), Some(_)) = (self.handlers.took(), self.acks.round_trip()) else {
             return 0;
         };
         // The time to cover is at least FETCH_WINDOW: an XACK round trip on
@@ -595,14 +551,14 @@ impl Loop {
     /// while a redelivery runs alone, and, once an idle entry is known to wait,
     /// only when this consumer is idle (the claim itself).
     fn may_reclaim(&self) -> bool {
-        let idle = self.running.is_empty() && self.queue.is_empty() && !self.reading.is_reading();
+        let idle = self.handlers.is_empty() && self.queue.is_empty() && !self.reading.is_reading();
         self.drain.is_none()
             // A partition's entries change hands only with its lease.
             && self.fence.is_none()
             && !self.sub.board.paused()
             && self.reclaim.is_idle()
             && matches!(self.reading.cursor(), Cursor::New)
-            && !self.isolated
+            && !self.handlers.alone()
             && (idle || !self.reclaim.makes_room())
             && self.stall.quiet()
     }

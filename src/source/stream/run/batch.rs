@@ -39,14 +39,6 @@ pub(super) struct BatchDone {
     run: BatchRun,
 }
 
-/// The next batch, gathering in the queue.
-#[derive(Default)]
-pub(super) struct Gathering {
-    /// Since when its first entry waits (about: after a batch started, the
-    /// rest of the queue counts from then).
-    since: Option<tokio::time::Instant>,
-}
-
 /// Whether a queued entry must run alone (see [`Loop::start_queued`]).
 fn alone(q: &Queued) -> bool {
     q.delivery_count > 1 && !q.retried_here
@@ -70,12 +62,12 @@ impl Loop {
         let b = self.sub.batch.as_ref()?;
         if self.queue.is_empty()
             || self.drain.is_some()
-            || self.isolated
-            || self.running.len() >= b.concurrency
+            || self.handlers.alone()
+            || self.handlers.len() >= b.concurrency
         {
             return None;
         }
-        let due = self.gathering.since? + b.max_wait;
+        let due = self.handlers.gathering()? + b.max_wait;
         (due > tokio::time::Instant::now()).then_some(due)
     }
 
@@ -84,7 +76,7 @@ impl Loop {
     /// `max_wait` (or a redelivery that runs alone cuts it short).
     pub(super) fn start_batches(&mut self) {
         if self.queue.is_empty() {
-            self.gathering.since = None;
+            self.handlers.gather_since(None);
             return;
         }
         let (max, wait, slots) = {
@@ -92,20 +84,18 @@ impl Loop {
             (b.max_entries, b.max_wait, b.concurrency)
         };
         let now = tokio::time::Instant::now();
-        let since = *self.gathering.since.get_or_insert(now);
+        let since = self.handlers.gathering().unwrap_or(now);
         let mut started = false;
-        while self.running.len() < slots && !self.isolated {
+        while self.handlers.len() < slots && !self.handlers.alone() {
             let Some(front) = self.queue.front() else {
                 break;
             };
             if alone(front) {
-                if !self.running.is_empty() {
+                if !self.handlers.is_empty() {
                     break;
                 }
                 let q = self.queue.pop_front().expect("front exists");
-                let before = self.running.len();
-                self.start_batch(vec![q]);
-                self.isolated = self.running.len() > before;
+                self.start_batch(vec![q], true);
                 started = true;
                 continue;
             }
@@ -127,20 +117,21 @@ impl Loop {
                 break;
             }
             let batch: Vec<Queued> = self.queue.drain(..ready).collect();
-            self.start_batch(batch);
+            self.start_batch(batch, false);
             started = true;
         }
-        self.gathering.since = match (self.queue.is_empty(), started) {
-            (true, _) => None,
-            (false, true) => Some(now),
-            (false, false) => Some(since),
-        };
+        self.handlers
+            .gather_since(match (self.queue.is_empty(), started) {
+                (true, _) => None,
+                (false, true) => Some(now),
+                (false, false) => Some(since),
+            });
     }
 
     /// Decodes a batch's entries and starts its handler (one future);
     /// entries out of runs or that do not decode go to the dead-letter
-    /// stream first.
-    fn start_batch(&mut self, entries: Vec<Queued>) {
+    /// stream first. `alone`: a redelivery that runs alone.
+    fn start_batch(&mut self, entries: Vec<Queued>, alone: bool) {
         let max_runs = self.sub.opts.max_retries.saturating_add(1);
         let mut entries = entries;
         if entries.iter().any(|q| q.delivery_count > max_runs) {
@@ -244,20 +235,17 @@ impl Loop {
             s.opts.trace_linking,
         );
         let running = handler::start_batch(span, call);
-        self.running.push(Box::pin(
-            running.map(move |run| Ended::Batch(BatchDone { entries, run })),
-        ));
+        let running = running.map(move |run| Ended::Batch(BatchDone { entries, run }));
+        self.handlers.push(Box::pin(running), alone);
     }
 
     /// A batch ended: each entry settled by its own result.
     fn on_batch_done(&mut self, BatchDone { entries, run }: BatchDone) {
-        if let Some(ended) = run.ended {
-            self.last_progress = tokio::time::Instant::from_std(ended);
+        if run.ended.is_some() {
             self.metrics.handler_duration.record(run.took.as_secs_f64());
         }
-        self.handler_time.add(run.took);
         // A redelivery that ran alone is done (nothing ran beside it).
-        self.isolated = false;
+        self.handlers.finished(run.ended, run.took);
         let mut results = match run.results {
             Ok(results) => results.into_iter(),
             Err(panic) => {
@@ -312,14 +300,11 @@ impl Loop {
     pub(super) fn batch_read_count(&self) -> Option<usize> {
         let (b, count) = (self.batching(), self.sub.opts.count);
         let queued = self.queue.len();
-        if queued > 0
-            && !self.running.is_empty()
-            && self.last_progress.elapsed() > self.fetch_window()
-        {
+        if queued > 0 && self.handlers.stalled(self.fetch_window()) {
             // Stalled on a slow batch: fetch nothing more ahead of it.
             return None;
         }
-        let free = b.concurrency.saturating_sub(self.running.len());
+        let free = b.concurrency.saturating_sub(self.handlers.len());
         let room = (free * b.max_entries + self.batch_prefetch()).saturating_sub(queued);
         let low_water = if free > 0 {
             1
@@ -333,7 +318,7 @@ impl Loop {
     /// round trip (or [`FETCH_WINDOW`]), at most `count` entries; none for
     /// slow batches, and none until both times are measured.
     fn batch_prefetch(&self) -> usize {
-        let (Some(handler), Some(_)) = (self.handler_time.get(), self.acks.round_trip()) else {
+        let (Some(handler), Some(_)) = (self.handlers.took(), self.acks.round_trip()) else {
             return 0;
         };
         let b = self.batching();

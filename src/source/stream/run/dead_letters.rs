@@ -21,9 +21,9 @@ use crate::util::{Retry, log_wait};
 type Done = (Arc<DeadLetterEntry>, Result<MoveAnswer, Error>);
 
 /// How a move ended.
-pub(super) enum Moved {
+pub(super) enum MoveEnd {
     /// The copy is in the dead-letter stream and the entry acked.
-    Moved,
+    Copied,
     /// A move because of its key's `fail_rest` mark found the mark gone:
     /// nothing moved, the entry is to run instead.
     Unmarked,
@@ -83,7 +83,7 @@ impl DeadLetters {
     /// The next move that ended, counted and logged (pending while none is
     /// in flight). A move Redis did not answer is sent again after its
     /// backoff and does not end here. Cancel-safe.
-    pub(super) async fn ended(&mut self) -> (Arc<DeadLetterEntry>, Moved) {
+    pub(super) async fn ended(&mut self) -> (Arc<DeadLetterEntry>, MoveEnd) {
         loop {
             let Some((entry, res)) = self.in_flight.next().await else {
                 return pending().await;
@@ -98,7 +98,7 @@ impl DeadLetters {
         &mut self,
         entry: &Arc<DeadLetterEntry>,
         res: Result<MoveAnswer, Error>,
-    ) -> Option<Moved> {
+    ) -> Option<MoveEnd> {
         let moved = match res {
             Ok(MoveAnswer::Moved(moved)) => {
                 self.metrics.dead_lettered.increment(1);
@@ -115,22 +115,22 @@ impl DeadLetters {
                 } else {
                     tracing::debug!(stream = %entry.stream, id = %entry.id, dlq_id = %moved.id, "dead-lettered")
                 }
-                Moved::Moved
+                MoveEnd::Copied
             }
-            Ok(MoveAnswer::Unmarked) => Moved::Unmarked,
+            Ok(MoveAnswer::Unmarked) => MoveEnd::Unmarked,
             Ok(MoveAnswer::NotPending) => {
                 tracing::warn!(
                     stream = %entry.stream, id = %entry.id,
                     "entry was no longer pending for this consumer; not dead-lettered here"
                 );
-                Moved::Dropped
+                MoveEnd::Dropped
             }
             Err(Error::ShutDown) => {
                 tracing::error!(
                     stream = %entry.stream, id = %entry.id,
                     "dead-letter move abandoned: broker shut down; the entry stays pending"
                 );
-                return Some(Moved::Dropped);
+                return Some(MoveEnd::Dropped);
             }
             Err(e) => {
                 let (delay, log) = self.retry.failed();

@@ -86,16 +86,16 @@ impl Loop {
     /// The drain deadline passed: drop running handlers (their entries stay
     /// pending and are redelivered) and whatever is still in flight.
     pub(super) fn abandon(&mut self) {
-        if self.given_up {
+        if self.report.lease_lost {
             // Dropped on purpose (see `give_up`), not a drain that ran late.
-        } else if !self.running.is_empty() {
+        } else if !self.handlers.is_empty() {
             tracing::warn!(
-                stream = %self.sub.names.name, consumer = %self.sub.consumer, handlers = self.running.len(),
+                stream = %self.sub.names.name, consumer = %self.sub.consumer, handlers = self.handlers.len(),
                 "drain deadline passed; abandoning running handlers, their entries stay pending"
             );
             self.report.timed_out = true;
         }
-        if !self.given_up && (!self.acks.is_settled() || !self.dead_letters.is_empty()) {
+        if !self.report.lease_lost && (!self.acks.is_settled() || !self.dead_letters.is_empty()) {
             let acks = self.acks.outstanding();
             tracing::warn!(
                 stream = %self.sub.names.name, consumer = %self.sub.consumer,
@@ -104,10 +104,9 @@ impl Loop {
             );
             self.report.timed_out = true;
         }
-        self.slots_ended(self.running.len());
-        self.running.clear();
+        let abandoned = self.handlers.abandon();
+        self.slots_ended(abandoned);
         self.held.clear();
-        self.isolated = false;
         self.reading.cancel();
         self.reclaim.cancel();
     }

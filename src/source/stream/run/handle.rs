@@ -11,8 +11,10 @@ use crate::delivery::liveness::WhileHeld;
 use crate::handler::{Message, Prepared};
 
 impl Loop {
-    /// Runs one entry's handler, or sends it to the DLQ if it cannot run.
-    pub(super) fn start(&mut self, q: Queued) {
+    /// Runs one entry's handler (`alone`: nothing else starts until it
+    /// ends), or sends it to the DLQ if it cannot run. Answers whether a
+    /// handler started.
+    pub(super) fn start(&mut self, q: Queued, alone: bool) -> bool {
         let Queued {
             id,
             fields,
@@ -33,7 +35,7 @@ impl Loop {
         if let Some(why) = self.key_marked(&msg.id) {
             tracing::warn!(stream = %msg.stream, id = %msg.id, reason = %why, "an earlier entry of this key was dead-lettered; moving this one after it");
             self.dead_letter_for_mark(msg, why);
-            return;
+            return false;
         }
         let s = &self.sub;
         let max_runs = s.opts.max_retries.saturating_add(1);
@@ -48,7 +50,7 @@ impl Loop {
                 "entry had all its runs without finishing; moving it to the dead-letter stream"
             );
             self.dead_letter(msg, err);
-            return;
+            return false;
         }
         // The handler runs inside a span carrying the delivery, so the
         // application's own log lines in it name the entry; `otel.*` and
@@ -104,10 +106,11 @@ impl Loop {
                     // A partition's handler runs only while its lease holds.
                     let until = self.lease.until();
                     let guarded = WhileHeld::new(running.boxed_local(), until);
-                    self.running.push(Box::pin(guarded));
+                    self.handlers.push(Box::pin(guarded), alone);
                 } else {
-                    self.running.push(Box::pin(running));
+                    self.handlers.push(Box::pin(running), alone);
                 }
+                true
             }
             Err(Run {
                 ran: Ran::Undecodable(why),
@@ -115,21 +118,19 @@ impl Loop {
             }) => {
                 tracing::warn!(stream = %msg.stream, id = %msg.id, reason = %why, "entry cannot be handled; moving it to the dead-letter stream");
                 self.dead_letter(msg, why);
+                false
             }
-            Err(run) => self.on_finished(Finished { msg, run }),
+            Err(run) => {
+                self.on_finished(Finished { msg, run });
+                false
+            }
         }
     }
 
     pub(super) fn on_finished(&mut self, Finished { msg, run }: Finished) {
-        if let Some(ended) = run.ended {
-            self.last_progress = tokio::time::Instant::from_std(ended);
-        }
-        self.handler_time.add(run.took);
+        // A redelivery that ran alone is done (nothing runs beside it).
+        self.handlers.finished(run.ended, run.took);
         handler::tally(&self.metrics, &self.sub.board, &run);
-        if self.isolated {
-            // The redelivery that ran alone is done (nothing runs beside it).
-            self.isolated = false;
-        }
         let error = match run.ran {
             Ran::Ok => {
                 self.metrics.record_end_to_end(&msg.id);

@@ -112,13 +112,12 @@ impl Loop {
     /// consumer takes the partition again if its share-out still gives it
     /// here.
     pub(super) fn give_up(&mut self, why: &str) {
-        if self.given_up {
+        if self.report.lease_lost {
             return;
         }
-        self.given_up = true;
         tracing::warn!(
             stream = %self.sub.names.name, consumer = %self.sub.consumer,
-            handlers = self.running.len(), queued = self.queue.len(), reason = %why,
+            handlers = self.handlers.len(), queued = self.queue.len(), reason = %why,
             "the partition's lease lapsed or is held elsewhere: this consumer gives the partition up, drops its running handlers and starts nothing more of it (their entries stay pending for the next owner)"
         );
         self.report.lease_lost = true;
@@ -126,7 +125,7 @@ impl Loop {
             self.release_key(&q.id);
         }
         // Entries waiting for their retry stay pending too.
-        drop(self.waiting.take_all());
+        self.retries.forget_waiting();
         let name = self.sub.names.name.clone();
         self.drain = Some(Drain::new("stream", name, Instant::now()));
         self.abandon();

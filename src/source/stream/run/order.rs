@@ -19,6 +19,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use futures::future::LocalBoxFuture;
+
 use super::{Loop, Queued};
 use crate::order::OnKeyFailure;
 use crate::redis::DeadLetterOrder;
@@ -38,11 +40,13 @@ pub(super) struct Gate {
     /// Counts the marks this loop added, so a reload sent before one was
     /// added does not drop it.
     marked: u64,
+    /// A reload of the keys marked failed, in flight.
+    reload: Option<LocalBoxFuture<'static, Marks>>,
 }
 
 /// A reload of the keys marked failed: the count of marks added when it
 /// was sent, and what Redis answered.
-pub(super) type Marks = (u64, Result<HashMap<Vec<u8>, String>, crate::error::Error>);
+type Marks = (u64, Result<HashMap<Vec<u8>, String>, crate::error::Error>);
 
 impl Gate {
     pub(super) fn new(failed: HashMap<Vec<u8>, String>) -> Self {
@@ -52,7 +56,21 @@ impl Gate {
             failed,
             blocked: 0,
             marked: 0,
+            reload: None,
         }
+    }
+
+    /// The reload of the marks in flight, once Redis answered it (pending
+    /// while there is no gate or no reload). Cancel-safe.
+    pub(super) async fn reloaded(gate: &mut Option<Gate>) -> Marks {
+        let Some(reload) = gate.as_mut().and_then(|g| g.reload.as_mut()) else {
+            return std::future::pending().await;
+        };
+        let marks = reload.await;
+        if let Some(g) = gate.as_mut() {
+            g.reload = None;
+        }
+        marks
     }
 }
 
@@ -104,7 +122,7 @@ impl Loop {
         let mut blocked = 0;
         let mut i = 0;
         while i < self.queue.len() {
-            if !self.slot_free() || self.isolated {
+            if !self.slot_free() || self.handlers.alone() {
                 break;
             }
             let q = &self.queue[i];
@@ -119,7 +137,7 @@ impl Loop {
                 }
             }
             let alone = q.delivery_count > 1 && !q.retried_here;
-            if alone && !self.running.is_empty() {
+            if alone && !self.handlers.is_empty() {
                 break;
             }
             let q: Queued = self.queue.remove(i).expect("in range");
@@ -128,12 +146,9 @@ impl Loop {
                 gate.taken.insert(key.clone(), q.id.clone());
                 gate.key_of.insert(q.id.clone(), key.clone());
             }
-            let before = self.running.len();
-            self.start(q);
-            if self.running.len() > before {
+            if self.start(q, alone) {
                 self.slots().take();
             }
-            self.isolated = alone && self.running.len() > before;
         }
         if let Some(g) = self.gate.as_mut() {
             // What was not looked at counts as startable: fewer reads, never
@@ -200,14 +215,14 @@ impl Loop {
     /// Reads the keys marked failed again (`HGETALL`), with each lease
     /// renewal: a mark an operator deleted lets its key run again.
     pub(super) fn reload_marks(&mut self) {
-        let (Some(k), Some(gate)) = (self.key_order(), self.gate.as_ref()) else {
+        let (Some(k), Some(gate)) = (self.sub.key_order.as_ref(), self.gate.as_mut()) else {
             return;
         };
-        if self.marks.is_some() || k.on_failure != OnKeyFailure::FailRest {
+        if gate.reload.is_some() || k.on_failure != OnKeyFailure::FailRest {
             return;
         }
         let (redis, hash, sent) = (self.redis.clone(), k.failed_keys.clone(), gate.marked);
-        self.marks = Some(Box::pin(async move {
+        gate.reload = Some(Box::pin(async move {
             let res = crate::source::stream::ordered::failed_keys(&redis, &hash).await;
             (sent, res)
         }));

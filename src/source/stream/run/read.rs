@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use super::pel::{PelRead, Read, ReadDone, perform};
 use super::{Loop, Subscription};
+use crate::connection::Connector;
 use crate::delivery::reader::{ReadConn, Reader, UNBLOCK_EVERY};
 use crate::error::{Class, Error};
 use crate::redis::reply::Delivered;
@@ -34,7 +35,9 @@ pub(super) enum Cursor {
     New,
 }
 
-/// What [`Reading::next`] saw.
+/// What [`Reading::next`] saw. (Moved once per read: boxing the read's
+/// result would cost an allocation per read instead.)
+#[allow(clippy::large_enum_variant)]
 pub(super) enum ReadEvent {
     Done(ReadDone),
     Failover,
@@ -53,6 +56,8 @@ fn failover_of(mut epoch: watch::Receiver<u64>) -> LocalBoxFuture<'static, watch
 
 pub(super) struct Reading {
     reader: Reader,
+    /// Where Redis is: a failed read may say the stream's slot moved.
+    connector: Connector,
     /// Resolves when a failover is announced (the read connection moves),
     /// with the receiver to watch for the next one.
     failover: LocalBoxFuture<'static, watch::Receiver<u64>>,
@@ -83,10 +88,11 @@ pub(super) struct Reading {
 }
 
 impl Reading {
-    pub(super) fn new(reader: Reader, epoch: watch::Receiver<u64>) -> Self {
+    pub(super) fn new(reader: Reader, connector: Connector) -> Self {
         Reading {
             reader,
-            failover: failover_of(epoch),
+            failover: failover_of(connector.epoch()),
+            connector,
             in_flight: None,
             on_wire: Rc::new(Cell::new(false)),
             cursor: Cursor::Pending("-".into()),
@@ -190,9 +196,7 @@ impl Reading {
     /// (connecting, backing off) is dropped. Answers the `CLIENT UNBLOCK`
     /// to await beside the loop.
     pub(super) fn stop(&mut self, redis: &Addr<RedisActor>) -> Option<LocalBoxFuture<'static, ()>> {
-        if self.in_flight.is_none() {
-            return None;
-        }
+        self.in_flight.as_ref()?;
         if self.on_wire.get() {
             return self.unblock(redis);
         }
@@ -435,7 +439,9 @@ impl Loop {
         let (delay, log) = self.reading.retry.failed();
         let failures = self.reading.retry.failures();
         let mut class = e.class();
-        if class == Class::GroupGone && self.connector.is_cluster() && e.code() == Some("UNBLOCKED")
+        if class == Class::GroupGone
+            && self.reading.connector.is_cluster()
+            && e.code() == Some("UNBLOCKED")
         {
             // In a cluster a blocked read is cut short this way when a slot
             // migration takes its key away (MIGRATE deletes it here): find
@@ -462,7 +468,7 @@ impl Loop {
             // The stream's slot moved (a reshard) or is moving: the read
             // connection was dropped; the next one goes to the slot's owner
             // and re-reads this consumer's pending entries first.
-            self.connector.redirected(&e);
+            self.reading.connector.redirected(&e);
             if log {
                 let (stream, consumer) = (&self.sub.names.name, &self.sub.consumer);
                 tracing::info!(

@@ -140,7 +140,7 @@ impl Loop {
     /// While busy, the check only peeks; when an idle entry waits, the consumer
     /// stops fetching, lets its handlers finish, then claims it.
     pub(super) fn start_reclaim(&mut self) {
-        let idle = self.running.is_empty() && self.queue.is_empty() && !self.reading.is_reading();
+        let idle = self.handlers.is_empty() && self.queue.is_empty() && !self.reading.is_reading();
         self.reclaim.start(!idle);
     }
 

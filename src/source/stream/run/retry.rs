@@ -15,10 +15,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::future::LocalBoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
 use tokio::time::Instant;
 
 use super::Loop;
+use crate::delivery::retry::RetryQueue;
 use crate::error::{Class, Error};
 use crate::handler::Message;
 use crate::stream::EntryId;
@@ -30,20 +33,56 @@ pub(super) type ClaimedBack = (Vec<Message>, Result<Value, Error>);
 /// After a failed take-back, how long before trying again.
 const TAKE_BACK_RETRY: Duration = Duration::from_millis(500);
 
+/// Entries waiting out their retry backoff, and those on their way back.
+#[derive(Default)]
+pub(super) struct Retries {
+    /// By due instant.
+    waiting: RetryQueue<Message>,
+    /// Waiting entries on their way back (`XCLAIM … RETRYCOUNT`).
+    claims: FuturesUnordered<LocalBoxFuture<'static, ClaimedBack>>,
+}
+
+impl Retries {
+    /// When the next waiting entry is due.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        self.waiting.next_due()
+    }
+
+    /// Whether no take-back is in flight.
+    pub(super) fn is_idle(&self) -> bool {
+        self.claims.is_empty()
+    }
+
+    /// Forgets every waiting entry (it stays pending).
+    pub(super) fn forget_waiting(&mut self) {
+        drop(self.waiting.take_all());
+    }
+
+    /// The next take-back Redis answered (pending while none is in
+    /// flight). Cancel-safe.
+    pub(super) async fn claimed_back(&mut self) -> ClaimedBack {
+        match self.claims.next().await {
+            Some(back) => back,
+            None => std::future::pending().await,
+        }
+    }
+}
+
 impl Loop {
     /// The handler of `msg` failed before its last run: keep it held and
     /// bring it back after its backoff. Answers the wait.
     pub(super) fn schedule_retry(&mut self, msg: Message) -> Duration {
         let o = &self.sub.opts;
         self.held.insert(msg.id.clone());
-        self.waiting
+        self.retries
+            .waiting
             .schedule(&o.retry_backoff, msg.delivery_count, o.claim_idle, msg)
     }
 
     /// Takes the entries whose wait is over back with `XCLAIM … RETRYCOUNT
     /// <the coming run> JUSTID`, one command per count.
     pub(super) fn retry_due(&mut self) {
-        let due = self.waiting.take_due(Instant::now());
+        let due = self.retries.waiting.take_due(Instant::now());
         let mut by_count: BTreeMap<u64, Vec<Message>> = BTreeMap::new();
         for m in due {
             by_count.entry(m.delivery_count + 1).or_default().push(m);
@@ -60,7 +99,8 @@ impl Loop {
                 .arg(run)
                 .arg("JUSTID");
             let req = self.claim(cmd);
-            self.retry_claims
+            self.retries
+                .claims
                 .push(Box::pin(async move { (msgs, req.await) }));
         }
     }
@@ -91,7 +131,7 @@ impl Loop {
                 );
                 let due = Instant::now() + TAKE_BACK_RETRY;
                 for m in msgs {
-                    self.waiting.requeue(due, m);
+                    self.retries.waiting.requeue(due, m);
                 }
                 return;
             }
@@ -142,7 +182,7 @@ impl Loop {
     /// <claim_idle − remaining> JUSTID`, the count unchanged).
     pub(super) fn hand_back_waiting(&mut self) {
         let now = Instant::now();
-        for (due, msgs) in self.waiting.take_all() {
+        for (due, msgs) in self.retries.waiting.take_all() {
             let remaining = due.saturating_duration_since(now);
             let idle = self.sub.opts.claim_idle.saturating_sub(remaining);
             let ids: Vec<EntryId> = msgs.into_iter().map(|m| m.id).collect();

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::dead_letters::Moved;
+use super::dead_letters::MoveEnd;
 use super::{Loop, Queued};
 use crate::handler::Message;
 use crate::redis::DeadLetterEntry;
@@ -66,15 +66,15 @@ impl Loop {
         self.dead_letters.send(entry, None);
     }
 
-    pub(super) fn on_dead_lettered(&mut self, (entry, moved): (Arc<DeadLetterEntry>, Moved)) {
+    pub(super) fn on_dead_lettered(&mut self, (entry, moved): (Arc<DeadLetterEntry>, MoveEnd)) {
         match moved {
-            Moved::Unmarked => return self.run_unmarked(&entry),
-            Moved::Moved => {
+            MoveEnd::Unmarked => return self.run_unmarked(&entry),
+            MoveEnd::Copied => {
                 if let Some(o) = entry.order.as_ref().filter(|o| o.mark.is_some()) {
                     self.key_failed(&o.key, &entry.id);
                 }
             }
-            Moved::Dropped => {}
+            MoveEnd::Dropped => {}
         }
         self.release_key(&entry.id);
         self.held.remove(&entry.id);
