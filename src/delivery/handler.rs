@@ -109,6 +109,12 @@ pub(crate) fn start(
     .instrument(span))
 }
 
+/// Decodes a batch's entries for its handler (`decode`, a codec's work),
+/// its panic caught: what it made, or the panic's message.
+pub(crate) fn decode<T>(decode: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(decode)).map_err(|p| crate::util::panic_message(&*p))
+}
+
 /// One batch handler run: each entry's result, in the order the handler
 /// got them, or the panic that ended the run; how long it took and when it
 /// ended (`None`: making its future panicked).

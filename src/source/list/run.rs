@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use actix::Addr;
 use futures::StreamExt;
@@ -21,22 +21,21 @@ use tokio::sync::{oneshot, watch};
 mod drain;
 mod heartbeat;
 mod pause;
+mod read;
 
 use heartbeat::{Beat, recover_dead};
 
-use super::scripts::{DEAD_LETTER, DONE, ITEM_PIECE, POP_COUNTED, PUT_BACK_UNHELD, RETURN_OWN};
+use super::scripts::{DEAD_LETTER, DONE, PUT_BACK_UNHELD, RETURN_OWN};
 use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
 use crate::delivery::handler::{self, Ran, Run};
 use crate::delivery::liveness::{Liveness, Stall};
-use crate::delivery::reader::{ReadConn, Reader, drops_reader, late};
+use crate::delivery::reader::{ReadConn, Reader};
 use crate::delivery::retry::RetryQueue;
 use crate::delivery::until_done;
-use crate::error::Class;
 use crate::error::Error;
 use crate::handler::ItemMeta;
-use crate::redis::chunked::{self, CHUNK_BYTES};
 use crate::redis::{Eval, RedisActor};
 use crate::status::SubscriptionState;
 use crate::telemetry::ConsumerMetrics;
@@ -294,95 +293,6 @@ impl Loop {
         }
     }
 
-    fn start_read(&mut self) {
-        let sub = self.sub.clone();
-        // As many as the free handler slots (the pop counts as one).
-        let room = self.sub.opts.concurrency - self.running.len();
-        let conn = self.reader.lend();
-        // While a failed item waits, a pop waits no longer than until it is
-        // due (a blocking pop's timeout of 0 would wait forever).
-        let block = match self.next_due() {
-            Some(due) => due
-                .saturating_duration_since(tokio::time::Instant::now())
-                .clamp(Duration::from_millis(10), sub.opts.block),
-            None => sub.opts.block,
-        };
-        self.read = Some(Box::pin(async move {
-            let mut conn = match conn.get().await {
-                Ok(c) => c,
-                Err(e) => return (None, Err(e), false),
-            };
-            let sent = tokio::time::Instant::now();
-            let item = if sub.opts.at_most_once {
-                redis::cmd("BRPOP")
-                    .arg(&*sub.keys.list)
-                    .arg(block.as_secs_f64())
-                    .query_async::<Option<(Vec<u8>, Vec<u8>)>>(&mut conn)
-                    .await
-                    .map(|popped| {
-                        popped
-                            .map(|(_, item)| (item, Some(1)))
-                            .into_iter()
-                            .collect()
-                    })
-                    .map_err(Error::from_redis)
-            } else {
-                pop_counted(&mut conn, &sub, block, room).await
-            };
-            (Some(conn), item, late(sent, block))
-        }));
-    }
-
-    fn on_read(&mut self, (conn, r, late): ReadDone) {
-        self.reader.give_back(conn);
-        if late {
-            self.liveness.stall().trouble();
-        } else if r.is_ok() {
-            self.liveness.stall().answered();
-        }
-        match r {
-            Ok(item) => {
-                self.read_down = false;
-                if self.retry.succeeded() > 0 {
-                    tracing::info!(list = %self.sub.keys.list, "list reads work again");
-                }
-                self.sub.board.read_ok();
-                for (item, counted) in item {
-                    self.run(item, 0, counted);
-                }
-            }
-            Err(e) => self.on_read_error(e),
-        }
-    }
-
-    fn on_read_error(&mut self, e: Error) {
-        let class = e.class();
-        if class == Class::Fatal {
-            tracing::error!(list = %self.sub.keys.list, error = %e, "the list cannot be read; the consumer ends");
-            self.fatal = Some(e);
-            return;
-        }
-        if drops_reader(&e) {
-            self.reader.forget();
-            self.reconcile_due = self.reliable();
-            self.read_down = true;
-            if class == Class::Routing {
-                self.connector.redirected(&e);
-            }
-        }
-        self.liveness.stall().trouble();
-        self.sub.board.read_failed(&e.to_string());
-        let (delay, log) = self.retry.failed();
-        if log {
-            if class.is_configuration() {
-                tracing::error!(list = %self.sub.keys.list, error = %e, retry_in_ms = delay.as_millis() as u64, failures = self.retry.failures(), "list read refused; retrying");
-            } else {
-                tracing::warn!(list = %self.sub.keys.list, error = %e, retry_in_ms = delay.as_millis() as u64, failures = self.retry.failures(), "list read failed; retrying");
-            }
-        }
-        self.retry_at = Some(tokio::time::Instant::now() + delay);
-    }
-
     /// Starts a handler run of `item`. In reliable mode `attempts` is the
     /// count before this run (0 for a fresh pop): the run first adds one to
     /// the item's count in Redis, which is what the dead-letter decision
@@ -564,87 +474,5 @@ impl Loop {
                 self.retry_at = Some(tokio::time::Instant::now() + delay);
             }
         }
-    }
-}
-
-/// One reliable pop: `POP_COUNTED` (up to `room` items moved and counted
-/// in one script) while the list has items; on an empty list, `BLMOVE` for
-/// up to `block`, then the count (`HINCRBY`) on the same connection. A count
-/// that fails is left to the run (`None`).
-async fn pop_counted(
-    conn: &mut ReadConn,
-    sub: &ListSub,
-    block: Duration,
-    room: usize,
-) -> Result<Vec<(Vec<u8>, Option<u64>)>, Error> {
-    let k = &sub.keys;
-    let ready: Vec<Value> = POP_COUNTED
-        .key(&*k.list)
-        .key(&k.processing)
-        .key(&k.attempts)
-        .arg(room.max(1))
-        .arg(CHUNK_BYTES)
-        .invoke_async(conn)
-        .await
-        .map_err(Error::from_redis)?;
-    if !ready.is_empty() {
-        let mut items = Vec::with_capacity(ready.len() / 2);
-        let mut it = ready.into_iter();
-        while let (Some(item), Some(n)) = (it.next(), it.next()) {
-            let item: Vec<u8> = match item {
-                // Too large to be sent whole: at the head of the
-                // processing list, read in pieces.
-                Value::Array(len) => {
-                    let len: Vec<usize> = redis::from_redis_value(Value::Array(len))
-                        .map_err(|e| Error::unparsable("a list pop", e.to_string()))?;
-                    read_in_pieces(conn, &k.processing, len.first().copied().unwrap_or(0)).await?
-                }
-                item => redis::from_redis_value(item)
-                    .map_err(|e| Error::unparsable("a list pop", e.to_string()))?,
-            };
-            items.push((item, redis::from_redis_value::<u64>(n).ok()));
-        }
-        return Ok(items);
-    }
-    let item: Option<Vec<u8>> = redis::cmd("BLMOVE")
-        .arg(&*k.list)
-        .arg(&k.processing)
-        .arg("RIGHT")
-        .arg("LEFT")
-        .arg(block.as_secs_f64())
-        .query_async(conn)
-        .await
-        .map_err(Error::from_redis)?;
-    let Some(item) = item else {
-        return Ok(Vec::new());
-    };
-    let n: Option<u64> = redis::cmd("HINCRBY")
-        .arg(&k.attempts)
-        .arg(item.as_slice())
-        .arg(1)
-        .query_async(conn)
-        .await
-        .ok();
-    Ok(vec![(item, n)])
-}
-
-/// The item at the head of `processing` (`len` bytes), read in pieces.
-///
-/// # Errors
-/// What the server answered, or an item that is gone or changed meanwhile
-/// (only this loop pushes onto its processing list, so neither happens
-/// unless someone else touches it).
-async fn read_in_pieces(
-    conn: &mut ReadConn,
-    processing: &str,
-    len: usize,
-) -> Result<Vec<u8>, Error> {
-    let what = format!("the item at the head of {processing} ({len} bytes)");
-    match chunked::read_in_pieces(conn, &ITEM_PIECE, processing, "0", &what).await? {
-        Some((lens, item)) if lens == [len] => Ok(item),
-        _ => Err(Error::unparsable(
-            "a list item piece",
-            format!("{what} changed or went while it was read"),
-        )),
     }
 }

@@ -170,14 +170,14 @@ impl Loop {
             })
             .collect();
         let prepare = self.batching().handler.clone();
-        let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| prepare(&inputs)));
+        let prepared = handler::decode(|| prepare(&inputs));
         drop(inputs);
         let prepared = match prepared {
             Ok(p) => p,
-            Err(payload) => {
+            Err(panic) => {
                 // Decoding panicked (a codec's bug): the batch failed.
                 let run = BatchRun {
-                    results: Err(crate::util::panic_message(&*payload)),
+                    results: Err(panic),
                     took: Duration::ZERO,
                     ended: None,
                 };
