@@ -52,6 +52,62 @@ impl Ran {
     }
 }
 
+/// What becomes of an entry or item after a run: one decision for every
+/// source.
+pub(crate) enum Verdict {
+    /// It succeeded: settle it (`XACK`, `LREM`).
+    Settle,
+    /// It failed before its last run: it runs again after its backoff.
+    Retry { error: String },
+    /// To the dead-letter stream or list, with what the dead letter says.
+    DeadLetter { error: String, why: Why },
+}
+
+/// Why an entry or item goes to the dead letters.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Why {
+    /// The handler rejected it ([`HandlerError::Reject`]).
+    Rejected,
+    /// Its value did not decode: the handler never saw it.
+    Undecodable,
+    /// It failed on its last run (`max_retries + 1`).
+    LastRun,
+    /// It failed where nothing is retried (a list read at most once).
+    NoRetry,
+}
+
+impl Ran {
+    /// The decision after run number `run` (1 for the first) of at most
+    /// `max_retries + 1`; `retries`: whether the source can run it again.
+    pub(crate) fn verdict(self, run: u64, max_retries: u64, retries: bool) -> Verdict {
+        let (error, why) = match self {
+            Ran::Ok => return Verdict::Settle,
+            Ran::Undecodable(why) => (why, Why::Undecodable),
+            Ran::Failed {
+                error,
+                reject: true,
+                ..
+            } => (error, Why::Rejected),
+            Ran::Failed { error, .. } if run > max_retries => (error, Why::LastRun),
+            Ran::Failed { error, .. } if !retries => (error, Why::NoRetry),
+            Ran::Failed { error, .. } => return Verdict::Retry { error },
+        };
+        Verdict::DeadLetter { error, why }
+    }
+}
+
+/// Why an entry delivered `delivery_count` times must not run again: more
+/// deliveries than runs allowed (`max_retries + 1`), so earlier runs never
+/// finished (the process died each time). `None`: it may run.
+pub(crate) fn out_of_runs(delivery_count: u64, max_retries: u64) -> Option<String> {
+    let max_runs = max_retries.saturating_add(1);
+    (delivery_count > max_runs).then(|| {
+        format!(
+            "delivered {delivery_count} times, more than max_retries + 1 = {max_runs} runs; earlier runs never finished"
+        )
+    })
+}
+
 /// One handler run: how it ended, how long it took, and when it ended
 /// (`None`: it never ran).
 pub(crate) struct Run {
@@ -178,3 +234,6 @@ pub(crate) fn tally(metrics: &ConsumerMetrics, board: &Board, run: &Run) {
         Ran::Failed { reject: true, .. } | Ran::Undecodable(_) => {}
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -29,7 +29,7 @@ use super::scripts::{DEAD_LETTER, DONE, PUT_BACK_UNHELD, RETURN_OWN};
 use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
-use crate::delivery::handler::{self, Ran, Run};
+use crate::delivery::handler::{self, Run, Verdict, Why};
 use crate::delivery::liveness::{Liveness, Stall};
 use crate::delivery::reader::{ReadConn, Reader};
 use crate::delivery::retry::RetryQueue;
@@ -343,12 +343,9 @@ impl Loop {
     fn finished(&mut self, (item, attempt, run): Finished) {
         let list = &self.sub.keys.list;
         handler::tally(&self.metrics, &self.sub.board, &run);
-        match run.ran {
-            Ran::Undecodable(error) => {
-                tracing::warn!(list = %list, consumer = %self.sub.consumer, error = %error, "item goes to the dead-letter list");
-                self.dead_letter(item, &error, attempt);
-            }
-            Ran::Ok => {
+        let (max_retries, reliable) = (self.sub.opts.max_retries, self.reliable());
+        match run.ran.verdict(attempt, max_retries, reliable) {
+            Verdict::Settle => {
                 if self.reliable() {
                     let k = &self.sub.keys;
                     let done = Eval {
@@ -359,20 +356,23 @@ impl Loop {
                     self.settle(done, "LREM of a handled item", Some(item));
                 }
             }
-            Ran::Failed { error, reject, .. } => {
-                let exhausted = attempt > self.sub.opts.max_retries;
-                if reject || exhausted || !self.reliable() {
-                    tracing::warn!(list = %list, consumer = %self.sub.consumer, attempt, error = %error, "item goes to the dead-letter list");
-                    self.dead_letter(item, &error, attempt);
+            Verdict::DeadLetter { error, why } => {
+                let consumer = &self.sub.consumer;
+                if why == Why::Undecodable {
+                    tracing::warn!(%list, %consumer, %error, "item goes to the dead-letter list");
                 } else {
-                    let wait = self.waiting.schedule(
-                        &self.sub.opts.retry_backoff,
-                        attempt,
-                        MAX_RETRY_WAIT,
-                        (item, attempt),
-                    );
-                    tracing::debug!(list = %list, attempt, error = %error, retry_in_ms = wait.as_millis() as u64, "item failed; it runs again after its backoff");
+                    tracing::warn!(%list, %consumer, attempt, %error, "item goes to the dead-letter list");
                 }
+                self.dead_letter(item, &error, attempt);
+            }
+            Verdict::Retry { error } => {
+                let wait = self.waiting.schedule(
+                    &self.sub.opts.retry_backoff,
+                    attempt,
+                    MAX_RETRY_WAIT,
+                    (item, attempt),
+                );
+                tracing::debug!(%list, attempt, %error, retry_in_ms = wait.as_millis() as u64, "item failed; it runs again after its backoff");
             }
         }
     }

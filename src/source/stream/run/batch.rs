@@ -132,16 +132,14 @@ impl Loop {
     /// entries out of runs or that do not decode go to the dead-letter
     /// stream first. `alone`: a redelivery that runs alone.
     fn start_batch(&mut self, entries: Vec<Queued>, alone: bool) {
-        let max_runs = self.sub.opts.max_retries.saturating_add(1);
+        let max_retries = self.sub.opts.max_retries;
+        let out_of_runs = |q: &Queued| handler::out_of_runs(q.delivery_count, max_retries);
         let mut entries = entries;
-        if entries.iter().any(|q| q.delivery_count > max_runs) {
+        if entries.iter().any(|q| out_of_runs(q).is_some()) {
             let all = std::mem::take(&mut entries);
             for q in all {
-                if q.delivery_count > max_runs {
+                if let Some(err) = out_of_runs(&q) {
                     let count = q.delivery_count;
-                    let err = format!(
-                        "delivered {count} times, more than max_retries + 1 = {max_runs} runs; earlier runs never finished"
-                    );
                     tracing::warn!(
                         stream = %self.sub.names.name, id = %q.id, delivery_count = count, error = %err,
                         "entry had all its runs without finishing; moving it to the dead-letter stream"

@@ -6,7 +6,7 @@ use futures::FutureExt;
 
 use super::{Finished, Loop, Queued};
 use crate::delivery::handler;
-use crate::delivery::handler::{Ran, Run};
+use crate::delivery::handler::{Ran, Run, Verdict, Why};
 use crate::delivery::liveness::WhileHeld;
 use crate::handler::{Message, Prepared};
 
@@ -38,13 +38,7 @@ impl Loop {
             return false;
         }
         let s = &self.sub;
-        let max_runs = s.opts.max_retries.saturating_add(1);
-        if delivery_count > max_runs {
-            // Delivered more often than it may run: earlier runs never
-            // finished (the process died each time).
-            let err = format!(
-                "delivered {delivery_count} times, more than max_retries + 1 = {max_runs} runs; earlier runs never finished"
-            );
+        if let Some(err) = handler::out_of_runs(delivery_count, s.opts.max_retries) {
             tracing::warn!(
                 stream = %msg.stream, id = %msg.id, delivery_count, error = %err,
                 "entry had all its runs without finishing; moving it to the dead-letter stream"
@@ -131,54 +125,48 @@ impl Loop {
         // A redelivery that ran alone is done (nothing runs beside it).
         self.handlers.finished(run.ended, run.took);
         handler::tally(&self.metrics, &self.sub.board, &run);
-        let error = match run.ran {
-            Ran::Ok => {
+        if let Ran::Failed {
+            error,
+            panicked: true,
+            ..
+        } = &run.ran
+        {
+            tracing::error!(stream = %msg.stream, id = %msg.id, error = %error, "handler panicked");
+        }
+        let (count, max_retries) = (msg.delivery_count, self.sub.opts.max_retries);
+        match run.ran.verdict(count, max_retries, true) {
+            Verdict::Settle => {
                 self.metrics.record_end_to_end(&msg.id);
                 // Stays held, and keeps its key, until the XACK is done
                 // (see `on_acked`): a crash before that runs it again, and
                 // that run must come before its key's next entry.
                 self.acks.push(msg.id);
-                return;
             }
-            Ran::Failed {
-                error,
-                reject: true,
-                ..
-            } => {
-                tracing::warn!(stream = %msg.stream, id = %msg.id, error = %error, "handler rejected entry; moving it to the dead-letter stream");
+            Verdict::DeadLetter { error, why } => {
+                let (stream, id) = (&msg.stream, &msg.id);
+                match why {
+                    Why::Rejected => {
+                        tracing::warn!(%stream, %id, %error, "handler rejected entry; moving it to the dead-letter stream")
+                    }
+                    Why::Undecodable => {
+                        tracing::warn!(%stream, %id, reason = %error, "entry cannot be handled; moving it to the dead-letter stream")
+                    }
+                    Why::LastRun | Why::NoRetry => tracing::warn!(
+                        %stream, %id, delivery_count = count, %error,
+                        "handler failed on its last run; moving the entry to the dead-letter stream"
+                    ),
+                }
                 self.dead_letter(msg, error);
-                return;
             }
-            Ran::Failed {
-                error,
-                panicked: true,
-                ..
-            } => {
-                tracing::error!(stream = %msg.stream, id = %msg.id, error = %error, "handler panicked");
-                error
+            Verdict::Retry { error } => {
+                let (stream, id, delivery_count) =
+                    (msg.stream.clone(), msg.id.clone(), msg.delivery_count);
+                let wait = self.schedule_retry(msg);
+                tracing::warn!(
+                    %stream, %id, delivery_count, error = %error, retry_in_ms = wait.as_millis() as u64,
+                    "handler failed; the entry runs again after its backoff"
+                );
             }
-            Ran::Failed { error, .. } => error,
-            Ran::Undecodable(why) => {
-                tracing::warn!(stream = %msg.stream, id = %msg.id, reason = %why, "entry cannot be handled; moving it to the dead-letter stream");
-                self.dead_letter(msg, why);
-                return;
-            }
-        };
-        let max_runs = self.sub.opts.max_retries.saturating_add(1);
-        if msg.delivery_count >= max_runs {
-            tracing::warn!(
-                stream = %msg.stream, id = %msg.id, delivery_count = msg.delivery_count, error = %error,
-                "handler failed on its last run; moving the entry to the dead-letter stream"
-            );
-            self.dead_letter(msg, error);
-        } else {
-            let (stream, id, delivery_count) =
-                (msg.stream.clone(), msg.id.clone(), msg.delivery_count);
-            let wait = self.schedule_retry(msg);
-            tracing::warn!(
-                %stream, %id, delivery_count, error = %error, retry_in_ms = wait.as_millis() as u64,
-                "handler failed; the entry runs again after its backoff"
-            );
         }
     }
 }
