@@ -1,7 +1,7 @@
-//! The kinds of source a subscription reads besides streams: Redis lists
-//! ([`list`]) and Pub/Sub channels ([`channel`]), and what they share — the
-//! typed handler they run, the slot a subscription takes in the supervisor,
-//! and the handle of a subscription added at run time ([`runtime`]).
+//! The kinds of source a subscription reads: Redis streams ([`stream`]),
+//! lists ([`list`]) and Pub/Sub channels ([`channel`]), and [`Source`], one
+//! configured subscription of any kind, as the supervisor starts it (a
+//! subscription added at run time, by the broker, is one too).
 //!
 //! Each kind reads on a dedicated connection of its own and runs the same
 //! way as a stream's consumer: an actor whose loop reads, runs up to

@@ -11,6 +11,10 @@
 //! root or the prelude (`use crate::*`), a `crate::` path that names no
 //! module or re-exported item, and a `super::` path that climbs out of its
 //! top-level module (write `crate::other::…` instead).
+//!
+//! Inside the sources and the delivery core a second rule holds, file by
+//! file: a component's state (a struct with a `&mut self` method) is
+//! private to the file that defines it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -527,4 +531,143 @@ fn no_file_imports_its_parent_whole() {
         "`use super::*;` at the top of:\n{}",
         found.join("\n")
     );
+}
+
+/// The structs of `text` that keep state (a method of theirs in the same
+/// text takes `&mut self`) and still show a field to other files (`pub`,
+/// `pub(crate)`, `pub(super)`, `pub(in …)`): `"Name.field"` for each.
+fn open_state(text: &str) -> Vec<String> {
+    let text = strip_comments(text);
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i].trim_start();
+        let decl = line
+            .strip_prefix("struct ")
+            .or_else(|| line.strip_prefix("pub struct "))
+            .or_else(|| {
+                let rest = line.strip_prefix("pub(")?;
+                rest.split_once(") struct ").map(|(_, r)| r)
+            });
+        let Some(decl) = decl.filter(|d| d.trim_end().ends_with('{')) else {
+            i += 1;
+            continue;
+        };
+        let name: String = decl
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let indent = lines[i].len() - line.len();
+        let mut open = Vec::new();
+        i += 1;
+        while i < lines.len() && lines[i].trim() != "}" {
+            let field = lines[i].trim_start();
+            if lines[i].len() - field.len() == indent + 4 && field.starts_with("pub") {
+                let after = field.trim_start_matches("pub");
+                let after = match after.strip_prefix('(') {
+                    Some(r) => r.split_once(')').map_or("", |(_, r)| r),
+                    None => after,
+                };
+                if let Some((f, _)) = after.trim_start().split_once(':') {
+                    open.push(f.trim().to_owned());
+                }
+            }
+            i += 1;
+        }
+        if !open.is_empty() && keeps_state(&text, &name) {
+            found.extend(open.into_iter().map(|f| format!("{name}.{f}")));
+        }
+    }
+    found
+}
+
+/// Whether an `impl` of `name` in `text` has a method taking `&mut self`.
+fn keeps_state(text: &str, name: &str) -> bool {
+    let mut in_impl = false;
+    for line in text.lines() {
+        if let Some(head) = line.strip_prefix("impl") {
+            // `impl Name {`, `impl<T> Name<T> {`; not `impl Trait for Name`
+            // (a trait's methods are the trait's business).
+            let head = head.trim_start();
+            let head = match head.strip_prefix('<') {
+                Some(r) => r.split_once('>').map_or("", |(_, r)| r.trim_start()),
+                None => head,
+            };
+            in_impl = !head.contains(" for ")
+                && head
+                    .strip_prefix(name)
+                    .is_some_and(|r| r.starts_with([' ', '<', '{']));
+        } else if line == "}" {
+            in_impl = false;
+        } else if in_impl && line.contains("&mut self") {
+            return true;
+        }
+    }
+    false
+}
+
+/// Inside the sources and the delivery core, a component's state is
+/// private to its file: a struct with a `&mut self` method keeps every
+/// field private, so only the file that defines it changes it, and the
+/// loop reaches it through its methods. (Plain records, with no such
+/// method, may show their fields.)
+#[test]
+fn a_components_state_is_private_to_its_file() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
+    let mut files = Vec::new();
+    rust_files(&src.join("source"), &mut files);
+    rust_files(&src.join("delivery"), &mut files);
+    let found: Vec<String> = files
+        .iter()
+        .filter(|f| f.file_name().is_some_and(|n| n != "tests.rs"))
+        .flat_map(|f| {
+            let text = fs::read_to_string(f).expect("read source");
+            open_state(&text)
+                .into_iter()
+                .map(move |s| format!("{}: {s}", f.display()))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "fields of stateful structs visible outside their file:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn an_open_field_of_a_stateful_struct_is_found() {
+    let text = "\
+pub(super) struct Acks {
+    pub(super) waiting: Vec<u64>,
+    since: Option<u64>,
+}
+
+impl Acks {
+    pub(super) fn push(&mut self, id: u64) {
+        self.waiting.push(id);
+    }
+}
+
+pub(super) struct Record {
+    pub(super) id: u64,
+}
+
+impl Record {
+    fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+struct Shown {
+    pub name: String,
+}
+
+impl std::fmt::Display for Shown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+";
+    assert_eq!(open_state(text), vec!["Acks.waiting".to_owned()]);
 }

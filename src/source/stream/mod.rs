@@ -1,6 +1,7 @@
-//! `ConsumerActor`: one per subscription. It owns a dedicated connection for its
-//! blocking XREADGROUP and runs the consumer loop, a single state machine that
-//! at once
+//! A stream subscription and its consumer loop, which the delivery core's
+//! `ConsumerActor` runs (one per subscription). The loop reads on a
+//! connection of its own (the delivery core's `Reader`: a blocking
+//! `XREADGROUP` never waits on a shared connection) and at once
 //!
 //! * reads: first its own pending entries (`XPENDING … <consumer>`, then
 //!   `XCLAIM <self> … RETRYCOUNT`), so a restarted worker resumes its work and
