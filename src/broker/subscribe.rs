@@ -21,7 +21,7 @@ use crate::handler::{
 use crate::source::Source;
 use crate::source::channel::{Channel, ChannelOptions, ChannelSub};
 use crate::source::list::{List, ListOptions, ListSub};
-use crate::source::stream::{ConsumerOptions, Subscription};
+use crate::source::stream::{ConsumerOptions, Shape, Subscription};
 use crate::stream::{Codec, Stream, StreamNames};
 
 impl BrokerBuilder {
@@ -347,8 +347,8 @@ fn stream_batch_source(
 ) -> Pending {
     Box::new(move |cluster, drain| {
         let mut sub = Subscription::build(names, opts, each, cluster, drain)?;
-        if sub.ordered.is_none() {
-            sub.batch = Some(native);
+        if matches!(sub.shape, Shape::Plain) {
+            sub.shape = Shape::Batched(native);
         }
         Ok(Source::Stream(Arc::new(sub)))
     })

@@ -79,7 +79,7 @@ pub(crate) async fn connect(
     // An ordered stream's partition count: recorded the first time, else
     // checked against the one recorded.
     for sub in subs {
-        let Some(ordered) = &sub.ordered else {
+        let Some(ordered) = sub.ordered() else {
             continue;
         };
         let checked = wait_until_ready(connector, "SET", "set", deadline, || {

@@ -67,14 +67,51 @@ pub(crate) struct Subscription {
     /// Its consumer name's lease (`None`: `without_lease`), or for a
     /// partition of an ordered stream the partition's lease.
     pub lease: Option<hygiene::Lease>,
-    /// An ordered stream: its partitions (the loop shares them out).
-    pub ordered: Option<ordered::Ordered>,
-    /// A partition of an ordered stream: the key gate.
-    pub key_order: Option<ordered::KeyOrder>,
-    /// A batch handler, run natively by a plain stream's loop (set by the
-    /// broker after `build`; `None` for a partition, whose loop runs
-    /// `handler`).
-    pub batch: Option<crate::handler::BatchHandler>,
+    /// What it is: plain, batched, ordered, or a partition of an ordered
+    /// stream.
+    pub shape: Shape,
+}
+
+/// The shapes a stream subscription can have: one of them, so no
+/// combination that cannot exist can be built.
+pub(crate) enum Shape {
+    /// Entries one at a time, through `handler`.
+    Plain,
+    /// A plain stream whose batch handler its loop runs natively (set by
+    /// the broker after `build`). An ordered stream's partitions run a
+    /// batch handler through `handler`, its per-entry form.
+    Batched(crate::handler::BatchHandler),
+    /// A stream ordered by key: its partitions, which the loop shares out
+    /// among the group's consumers.
+    Ordered(ordered::Ordered),
+    /// One partition of an ordered stream: its key gate.
+    Partition(ordered::KeyOrder),
+}
+
+impl Subscription {
+    /// The batch handler a plain stream's loop runs natively.
+    pub(crate) fn batch(&self) -> Option<&crate::handler::BatchHandler> {
+        match &self.shape {
+            Shape::Batched(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// An ordered stream's partitions.
+    pub(crate) fn ordered(&self) -> Option<&ordered::Ordered> {
+        match &self.shape {
+            Shape::Ordered(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// A partition's key gate.
+    pub(crate) fn key_order(&self) -> Option<&ordered::KeyOrder> {
+        match &self.shape {
+            Shape::Partition(k) => Some(k),
+            _ => None,
+        }
+    }
 }
 
 impl Subscription {
@@ -133,10 +170,8 @@ impl Subscription {
             ),
         };
         let mut sub = Subscription {
-            batch: None,
             lease,
-            ordered: None,
-            key_order: None,
+            shape: Shape::Plain,
             names,
             consumer,
             opts,
@@ -145,7 +180,7 @@ impl Subscription {
             board,
         };
         if let Some(order) = order {
-            sub.ordered = Some(ordered::Ordered::build(order, &sub, cluster)?);
+            sub.shape = Shape::Ordered(ordered::Ordered::build(order, &sub, cluster)?);
         }
         Ok(sub)
     }
@@ -155,7 +190,7 @@ impl Subscription {
     /// The streams this subscription reads: its partitions for an ordered
     /// stream, else itself.
     pub(crate) fn readers(self: &Arc<Self>) -> Vec<Arc<Subscription>> {
-        match &self.ordered {
+        match self.ordered() {
             Some(o) => o.parts.clone(),
             None => vec![self.clone()],
         }
@@ -171,7 +206,7 @@ pub(crate) fn stream_loop(
     stop: watch::Receiver<Option<Instant>>,
     ready: Option<oneshot::Sender<()>>,
 ) -> LocalBoxFuture<'static, ConsumerReport> {
-    if sub.ordered.is_some() {
+    if sub.ordered().is_some() {
         return Box::pin(ordered::consume(sub, connector, redis, stop, ready));
     }
     Box::pin(run::consume(sub, connector, redis, reclaimer, stop, ready))

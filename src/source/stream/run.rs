@@ -158,7 +158,7 @@ pub(crate) async fn consume(
             }
         }
     }
-    if lp.sub.key_order.is_some() {
+    if lp.sub.key_order().is_some() {
         match take_partition(&lp.sub, &lp.redis, &mut stop).await {
             Ok(gate) => {
                 lp.sub.board.set_failed_keys(gate.failed_count());
@@ -286,7 +286,7 @@ impl Loop {
                 // decodes (sent after it, the two would take turns). The
                 // read's count is the same either way: it counts queued
                 // entries and free batch slots alike.
-                if self.sub.batch.is_some() {
+                if self.sub.batch().is_some() {
                     self.read_turn().await;
                 }
                 self.start_queued();
@@ -341,8 +341,7 @@ impl Loop {
             let prune_at = self.prune_at.filter(|_| self.drain.is_none());
             let slot_wait = self
                 .sub
-                .key_order
-                .as_ref()
+                .key_order()
                 .filter(|_| self.drain.is_none() && self.waits_for_slot())
                 .map(|k| k.slots.clone());
             let batch_at = self.batch_due();
@@ -431,7 +430,7 @@ impl Loop {
         if self.gate.is_some() {
             return self.start_queued_in_key_order();
         }
-        if self.sub.batch.is_some() {
+        if self.sub.batch().is_some() {
             return self.start_batches();
         }
         while self.handlers.len() < self.sub.opts.concurrency && !self.handlers.alone() {
@@ -513,7 +512,7 @@ async fn take_partition(
     stop: &mut watch::Receiver<Option<Instant>>,
 ) -> Result<order::Gate, Error> {
     use crate::source::stream::ordered;
-    let k = sub.key_order.as_ref().expect("a partition");
+    let k = sub.key_order().expect("a partition");
     sub.board.set_owned(true);
     let attempt = || async {
         let n = ordered::take_pending(redis, sub).await?;

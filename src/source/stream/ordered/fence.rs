@@ -90,7 +90,7 @@ impl Fence {
     /// The fence of `sub` when it reads a partition of a stream ordered by
     /// key; `None` for any other subscription.
     pub(crate) fn of(sub: &Subscription) -> Option<Fence> {
-        sub.key_order.as_ref()?;
+        sub.key_order()?;
         let lease = sub.lease.as_ref()?;
         Some(Fence {
             partition: sub.names.name.clone(),

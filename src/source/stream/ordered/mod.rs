@@ -39,8 +39,8 @@ use std::time::Duration;
 use actix::Addr;
 use redis::Value;
 
-use super::Subscription;
 use super::hygiene::Lease;
+use super::{Shape, Subscription};
 use crate::error::{ConfigError, Error};
 use crate::order::{OnKeyFailure, Order, partition_name};
 use crate::redis::{Eval, Query, RedisActor};
@@ -145,14 +145,13 @@ impl Ordered {
                 }
                 let board = sub.board.parts()[usize::from(i)].clone();
                 Ok(Arc::new(Subscription {
-                    batch: None,
                     lease: Some(Lease::partition(
                         &partition,
                         &names.group,
                         &sub.consumer,
                         ttl,
                     )),
-                    key_order: Some(KeyOrder {
+                    shape: Shape::Partition(KeyOrder {
                         key_field: order.key_field.clone(),
                         on_failure: sub.opts.on_key_failure,
                         failed_keys: crate::keys::partition_keys(&partition, &names.group)
@@ -160,7 +159,6 @@ impl Ordered {
                             .into(),
                         slots: slots.clone(),
                     }),
-                    ordered: None,
                     names: part_names,
                     consumer: sub.consumer.clone(),
                     opts: sub.opts.clone(),

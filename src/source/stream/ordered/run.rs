@@ -50,10 +50,7 @@ pub(crate) async fn consume(
     mut stop: watch::Receiver<Option<Instant>>,
     ready: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> ConsumerReport {
-    let ord = sub
-        .ordered
-        .as_ref()
-        .expect("an ordered stream's subscription");
+    let ord = sub.ordered().expect("an ordered stream's subscription");
     let mut report = ConsumerReport::default();
     // The partition count first: a consumer configured with another count
     // than the one recorded must not read.
@@ -183,8 +180,7 @@ struct Manager {
 impl Manager {
     fn ordered(&self) -> &Ordered {
         self.sub
-            .ordered
-            .as_ref()
+            .ordered()
             .expect("an ordered stream's subscription")
     }
 

@@ -53,13 +53,13 @@ impl Loop {
     }
 
     fn batching(&self) -> &BatchHandler {
-        self.sub.batch.as_ref().expect("a batch handler")
+        self.sub.batch().expect("a batch handler")
     }
 
     /// When the gathering batch is due to start although not full, if it
     /// may start then (a slot is free) and is not due already.
     pub(super) fn batch_due(&self) -> Option<tokio::time::Instant> {
-        let b = self.sub.batch.as_ref()?;
+        let b = self.sub.batch()?;
         if self.queue.is_empty()
             || self.drain.is_some()
             || self.handlers.alone()

@@ -65,7 +65,7 @@ impl Loop {
             // re-read skips those and takes the next one.
             Cursor::Pending(_) => (self.handlers.is_empty() && self.queue.is_empty())
                 .then_some(self.held.len().min(o.count.max(100)) + 1),
-            Cursor::New if self.sub.batch.is_some() => self.batch_read_count(),
+            Cursor::New if self.sub.batch().is_some() => self.batch_read_count(),
             Cursor::New => {
                 // The next read starts while up to one prefetch (what the
                 // handlers get through in a round trip) is still queued,

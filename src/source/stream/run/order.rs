@@ -94,7 +94,7 @@ fn queue_cap(count: usize) -> usize {
 
 impl Loop {
     fn key_order(&self) -> Option<&KeyOrder> {
-        self.sub.key_order.as_ref()
+        self.sub.key_order()
     }
 
     /// The key of a fetched entry, when the stream is ordered.
@@ -215,7 +215,7 @@ impl Loop {
     /// Reads the keys marked failed again (`HGETALL`), with each lease
     /// renewal: a mark an operator deleted lets its key run again.
     pub(super) fn reload_marks(&mut self) {
-        let (Some(k), Some(gate)) = (self.sub.key_order.as_ref(), self.gate.as_mut()) else {
+        let (Some(k), Some(gate)) = (self.sub.key_order(), self.gate.as_mut()) else {
             return;
         };
         if gate.reload.is_some() || k.on_failure != OnKeyFailure::FailRest {
