@@ -1,4 +1,4 @@
-//! The drain every source shares ([`Drain`]): running handlers get until
+//! The drain every source shares ([`Draining`]): running handlers get until
 //! the deadline to finish, then are abandoned (`timed_out` in the report);
 //! meanwhile a progress line every few seconds says how many still run.
 
@@ -9,16 +9,16 @@ use futures::stream::FuturesUnordered;
 
 /// A drain under way: its deadline and its progress line. Every source's
 /// loop keeps one from the stop on; while it exists, nothing new is read.
-pub(crate) struct Drain {
+pub(crate) struct Draining {
     deadline: Instant,
     progress: Progress,
 }
 
-impl Drain {
+impl Draining {
     /// A drain of the `kind` source `name` that begins now, ending at
     /// `deadline` at the latest.
     pub(crate) fn new(kind: &'static str, name: std::sync::Arc<str>, deadline: Instant) -> Self {
-        Drain {
+        Draining {
             deadline,
             progress: Progress::new(kind, name),
         }

@@ -164,7 +164,7 @@ pub(crate) async fn consume(
     if left > 0 {
         tracing::info!(channel = %sub.name, messages = left, "dropping buffered messages not yet handled (Pub/Sub is at most once)");
     }
-    let mut drain = drain::Drain::new("channel", sub.name.clone(), deadline);
+    let mut drain = drain::Draining::new("channel", sub.name.clone(), deadline);
     let timed_out = drain
         .finish_running(&mut running, |done| finished(&sub, &metrics, done))
         .await;

@@ -33,7 +33,7 @@ mod settle;
 
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
-use crate::delivery::drain::Drain;
+use crate::delivery::drain::Draining;
 use crate::delivery::handler::Run;
 use crate::delivery::liveness::Stall;
 use crate::delivery::reader::Reader;
@@ -254,7 +254,7 @@ struct Loop {
     /// Hand-backs and refreshes in flight (fire and forget, awaited on exit).
     side: FuturesUnordered<LocalBoxFuture<'static, ()>>,
     /// The drain, once draining.
-    drain: Option<Drain>,
+    drain: Option<Draining>,
     /// What the loop ends with. `lease_lost`: the partition was given up
     /// (its lease lapsed or is held elsewhere), and the loop ends without a
     /// drain.
@@ -328,9 +328,9 @@ impl Loop {
             }
             self.handlers.show();
 
-            let deadline = self.drain.as_ref().map(Drain::until);
+            let deadline = self.drain.as_ref().map(Draining::until);
             let unblock_at = self.reading.unblock_at();
-            let progress_due = self.drain.as_ref().map(Drain::progress_due);
+            let progress_due = self.drain.as_ref().map(Draining::progress_due);
             let retry_at = self.retries.next_due().filter(|_| self.drain.is_none());
             let renew_at = self.lease.renew_at();
             // A partition is given up the moment its lease lapses here.

@@ -7,7 +7,7 @@ use futures::StreamExt;
 use redis::Value;
 
 use super::Loop;
-use crate::delivery::drain::Drain;
+use crate::delivery::drain::Draining;
 use crate::delivery::reader::UNBLOCK_EVERY;
 use crate::delivery::{ConsumerReport, until_done};
 use crate::error::Error;
@@ -23,7 +23,7 @@ impl Loop {
     /// then moves whatever this consumer still holds back onto the list,
     /// unregisters it, and closes its connection with `QUIT`.
     pub(super) async fn drain(mut self, deadline: Instant) -> ConsumerReport {
-        let mut drain = Drain::new("list", self.sub.keys.list.clone(), deadline);
+        let mut drain = Draining::new("list", self.sub.keys.list.clone(), deadline);
         let until = drain.until();
         self.waiting.take_all();
         let mut unblock = tokio::time::interval(UNBLOCK_EVERY);

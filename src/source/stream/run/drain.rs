@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::Loop;
-use crate::delivery::drain::Drain;
+use crate::delivery::drain::Draining;
 use crate::error::Error;
 use crate::stream::EntryId;
 
@@ -15,7 +15,11 @@ impl Loop {
         if self.drain.is_some() {
             return;
         }
-        self.drain = Some(Drain::new("stream", self.sub.names.name.clone(), deadline));
+        self.drain = Some(Draining::new(
+            "stream",
+            self.sub.names.name.clone(),
+            deadline,
+        ));
         self.hand_back();
         self.hand_back_waiting();
         // A read on the wire is cut short; one connecting or backing off

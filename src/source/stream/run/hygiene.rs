@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use super::Loop;
 use super::lease::Renewed;
-use crate::delivery::drain::Drain;
+use crate::delivery::drain::Draining;
 use crate::delivery::until_stopped;
 use crate::error::Error;
 use crate::redis::{Eval, Query, RedisActor};
@@ -127,7 +127,7 @@ impl Loop {
         // Entries waiting for their retry stay pending too.
         self.retries.forget_waiting();
         let name = self.sub.names.name.clone();
-        self.drain = Some(Drain::new("stream", name, Instant::now()));
+        self.drain = Some(Draining::new("stream", name, Instant::now()));
         self.abandon();
     }
 
