@@ -14,6 +14,7 @@
 //!   put-back) until Redis has run it.
 
 mod actor;
+pub(crate) mod claim;
 pub(crate) mod drain;
 pub(crate) mod handler;
 pub(crate) mod liveness;

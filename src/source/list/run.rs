@@ -29,6 +29,7 @@ use super::scripts::{DEAD_LETTER, DONE, PUT_BACK_UNHELD, RETURN_OWN};
 use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
+use crate::delivery::claim::{Taken, take_when_free};
 use crate::delivery::handler::{self, Run, Verdict, Why};
 use crate::delivery::liveness::{Liveness, Stall};
 use crate::delivery::reader::{ReadConn, Reader};
@@ -208,32 +209,42 @@ impl Loop {
     /// broker's start does not wait for another process.
     async fn join(&mut self, ready: &mut Option<oneshot::Sender<()>>) -> Result<(), Error> {
         let k = self.sub.keys.clone();
-        let since = std::time::SystemTime::now();
-        let mut warned = false;
-        loop {
-            let sent = tokio::time::Instant::now();
-            let answer = until_done(&self.redis, self.beat_eval(), None).await?;
-            if answer == Value::Int(1) {
-                let stall = self.liveness.stall().clone();
-                self.liveness = Liveness::new(self.sub.opts.heartbeat_ttl, Some(sent), stall);
-                break;
-            }
-            // The name's heartbeat is another live process's: wait for it
-            // to lapse (its processing list is its own business).
-            let holder: String = redis::from_redis_value(answer).unwrap_or_default();
+        let ttl = self.sub.opts.heartbeat_ttl;
+        let (redis, beat) = (self.redis.clone(), self.beat_eval());
+        // The name's heartbeat may be another live process's: wait for it
+        // to lapse (its processing list is its own business).
+        let take = || async {
+            let answer = until_done(&redis, beat.clone(), None).await?;
+            Ok(match answer {
+                Value::Int(1) => Taken::Held,
+                holder => Taken::Elsewhere {
+                    holder: redis::from_redis_value(holder).unwrap_or_default(),
+                    remaining: ttl / 3,
+                },
+            })
+        };
+        let consumer = &self.sub.consumer;
+        let first_wait = |holder: &str, _| {
             if let Some(tx) = ready.take() {
                 let _ = tx.send(());
             }
-            if !warned {
-                warned = true;
-                tracing::warn!(list = %k.list, consumer = %self.sub.consumer, holder = %holder,
-                    "another live process uses this consumer name; waiting for its heartbeat to lapse");
-            }
-            self.sub
-                .board
-                .set_state(SubscriptionState::WaitingForLease { holder, since });
-            tokio::time::sleep(self.sub.opts.heartbeat_ttl / 3).await;
-        }
+            tracing::warn!(list = %k.list, %consumer, %holder,
+                "another live process uses this consumer name; waiting for its heartbeat to lapse");
+        };
+        // Without a deadline the wait goes on until the name is free.
+        let in_use = |holder, waited| Error::ConsumerNameInUse {
+            kind: crate::kind::SourceKind::List,
+            key: k.list.to_string(),
+            group: String::new(),
+            consumer: consumer.to_string(),
+            holder,
+            waited,
+        };
+        let board = self.sub.board.clone();
+        let took = take_when_free(take, None, None, &board, first_wait, in_use).await?;
+        let sent = tokio::time::Instant::from_std(took.sent);
+        let stall = self.liveness.stall().clone();
+        self.liveness = Liveness::new(ttl, Some(sent), stall);
         let moved = until_done(&self.redis, self.return_own("keep"), None).await?;
         if let Value::Int(n @ 1..) = moved {
             tracing::info!(list = %k.list, consumer = %self.sub.consumer, items = n,

@@ -25,6 +25,7 @@ use actix::Addr;
 use redis::Value;
 use tokio::sync::watch;
 
+use crate::delivery::claim::{Taken, take_when_free};
 use crate::error::Error;
 use crate::kind::SourceKind;
 use crate::redis::{Eval, RedisActor};
@@ -174,15 +175,6 @@ pub(crate) struct Lease {
     partition: bool,
 }
 
-/// What a take answered.
-#[derive(Debug, PartialEq)]
-pub(crate) enum Taken {
-    /// Ours, for `ttl` from when the script ran.
-    Held,
-    /// Another process holds it: its token and the lease's remaining time.
-    Elsewhere { holder: String, remaining: Duration },
-}
-
 impl Lease {
     /// The lease of `consumer` in `group` on `stream`, for this process
     /// (the token is made here, once).
@@ -273,70 +265,46 @@ impl Lease {
         &self,
         redis: &Addr<RedisActor>,
         deadline: Option<Instant>,
-        mut stop: Option<&mut watch::Receiver<Option<Instant>>>,
+        stop: Option<&mut watch::Receiver<Option<Instant>>>,
         board: &crate::status::Board,
     ) -> Result<Instant, Error> {
-        let began = Instant::now();
-        let mut warned = false;
-        loop {
-            let sent = Instant::now();
-            let (holder, remaining) = match self.take(redis).await? {
-                Taken::Held => {
-                    if warned {
-                        tracing::info!(stream = %self.stream, group = %self.group, consumer = %self.consumer, waited_ms = began.elapsed().as_millis() as u64, lease = self.what(), "the lease is free again; it is ours now");
-                    }
-                    return Ok(sent);
-                }
-                Taken::Elsewhere { holder, remaining } => (holder, remaining),
-            };
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Err(Error::ConsumerNameInUse {
-                    kind: SourceKind::Stream,
-                    key: self.stream.to_string(),
-                    group: self.group.to_string(),
-                    consumer: self.consumer.to_string(),
-                    holder,
-                    waited: began.elapsed(),
-                });
+        let (stream, group, consumer) = (&self.stream, &self.group, &self.consumer);
+        let first_wait = |holder: &str, remaining: Duration| {
+            let lease_ms = remaining.as_millis() as u64;
+            if self.partition {
+                // A hand-over: the previous owner finishes what it holds first.
+                tracing::info!(
+                    %stream, %group, %consumer, %holder, lease_ms,
+                    "the partition's previous owner still holds it; waiting until it hands it over or its lease lapses"
+                );
+            } else {
+                tracing::warn!(
+                    %stream, %group, %consumer, %holder, lease_ms,
+                    "another live process holds this consumer name; waiting for its lease to lapse (two processes must not run one consumer's entries)"
+                );
             }
-            if !warned {
-                warned = true;
-                board.set_state(crate::status::SubscriptionState::WaitingForLease {
-                    holder: holder.clone(),
-                    since: std::time::SystemTime::now(),
-                });
-                if self.partition {
-                    // A hand-over: the previous owner finishes what it holds first.
-                    tracing::info!(
-                        stream = %self.stream, group = %self.group, consumer = %self.consumer,
-                        holder = %holder, lease_ms = remaining.as_millis() as u64,
-                        "the partition's previous owner still holds it; waiting until it hands it over or its lease lapses"
-                    );
-                } else {
-                    tracing::warn!(
-                        stream = %self.stream, group = %self.group, consumer = %self.consumer,
-                        holder = %holder, lease_ms = remaining.as_millis() as u64,
-                        "another live process holds this consumer name; waiting for its lease to lapse (two processes must not run one consumer's entries)"
-                    );
-                }
-            }
-            // Ask again when it should have lapsed (a holder that stopped
-            // renewing), at most every second and never past the deadline.
-            let mut wait = remaining.clamp(Duration::from_millis(20), Duration::from_secs(1));
-            if let Some(d) = deadline {
-                wait = wait.min(d.saturating_duration_since(now));
-            }
-            match stop.as_deref_mut() {
-                Some(stop) => {
-                    tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
-                        _ = stop.changed() => return Err(Error::StartAborted),
-                    }
-                }
-                None => tokio::time::sleep(wait).await,
-            }
+        };
+        let in_use = |holder, waited| Error::ConsumerNameInUse {
+            kind: SourceKind::Stream,
+            key: stream.to_string(),
+            group: group.to_string(),
+            consumer: consumer.to_string(),
+            holder,
+            waited,
+        };
+        let took = take_when_free(
+            || self.take(redis),
+            deadline,
+            stop,
+            board,
+            first_wait,
+            in_use,
+        );
+        let took = took.await?;
+        if let Some(waited) = took.waited {
+            tracing::info!(%stream, %group, %consumer, waited_ms = waited.as_millis() as u64, lease = self.what(), "the lease is free again; it is ours now");
         }
+        Ok(took.sent)
     }
 
     /// Drops the lease when it is still ours (a clean stop), so a successor

@@ -12,10 +12,11 @@ use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 
 use super::maybe;
+use crate::delivery::claim::Taken;
 use crate::delivery::liveness::{HeldUntil, Liveness, Stall};
 use crate::error::Error;
 use crate::redis::RedisActor;
-use crate::source::stream::hygiene::{Lease, Taken};
+use crate::source::stream::hygiene::Lease;
 use crate::status::Board;
 use crate::util::log_wait;
 
