@@ -227,10 +227,10 @@ struct Loop {
     refresh: Refresh,
     /// Taking over idle entries of the group.
     reclaim: Reclaim,
-    /// Ids of every entry this consumer holds: queued, running, or on its way
-    /// to the dead-letter stream. Kept fresh in the PEL by the heartbeat.
+    /// Ids of every entry this consumer holds: queued, running, waiting for
+    /// its retry, awaiting its XACK, or on its way to the dead-letter
+    /// stream. Kept fresh in the PEL by `refresh`.
     held: HashSet<EntryId>,
-    /// When to refresh the idle time of held entries next.
     /// The consumer name's lease (or a partition's). Past its TTL since
     /// the last confirmed renewal, no read and no handler starts until a
     /// renewal succeeds.
@@ -251,7 +251,9 @@ struct Loop {
     acks: Acks,
     /// Dead-letter moves in flight; their entries stay held until done.
     dead_letters: DeadLetters,
-    /// Hand-backs and refreshes in flight (fire and forget, awaited on exit).
+    /// Hand-backs, `CLIENT UNBLOCK`s, prunes and the `XGROUP
+    /// CREATECONSUMER` in flight (fire and forget; a drain waits for them
+    /// until its deadline).
     side: FuturesUnordered<LocalBoxFuture<'static, ()>>,
     /// The drain, once draining.
     drain: Option<Draining>,
