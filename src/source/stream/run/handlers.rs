@@ -124,3 +124,6 @@ impl Handlers {
         self.gathering = since;
     }
 }
+
+#[cfg(test)]
+mod tests;

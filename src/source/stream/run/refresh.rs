@@ -143,3 +143,6 @@ impl Loop {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
