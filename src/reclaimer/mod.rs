@@ -90,17 +90,21 @@ async fn query(
         .map_err(|_| Error::ShutDown)?
 }
 
+/// One row of `XPENDING … IDLE`: the entry id, its holder, its idle time
+/// in ms and its delivery count. Since Redis 8.8 an entry handed back with
+/// `XNACK` has no holder (`""`) and an idle time of `-1`; `XCLAIM` takes it
+/// whatever the minimum idle time, like any idle entry.
+type Row = (String, String, i64, u64);
+
 /// Gives claimed entries back to the consumers that held them, with the
 /// delivery counts they had: `XCLAIM <holder> 0 <ids> RETRYCOUNT <count>
 /// JUSTID` per holder and count. A failure is logged; the entries are then
 /// this consumer's, run once more at worst (at least once).
-async fn give_back(
-    redis: &Addr<RedisActor>,
-    names: &StreamNames,
-    rows: &[(String, String, u64, u64)],
-) {
+async fn give_back(redis: &Addr<RedisActor>, names: &StreamNames, rows: &[Row]) {
     let mut by_holder: HashMap<(&str, u64), Vec<&str>> = HashMap::new();
-    for (id, holder, _, count) in rows {
+    // An entry no consumer held (handed back with XNACK) stays with the
+    // claimer, unknown to it: it is idle again after `claim_idle`.
+    for (id, holder, _, count) in rows.iter().filter(|r| !r.1.is_empty()) {
         by_holder
             .entry((holder.as_str(), *count))
             .or_default()
@@ -157,7 +161,7 @@ impl Handler<Claim> for ReclaimerActor {
                         .into(),
                 });
             }
-            let rows: Vec<(String, String, u64, u64)> =
+            let rows: Vec<Row> =
                 redis::from_redis_value(answer).map_err(|e| Error::Redis(e.into()))?;
             let full = rows.len() >= msg.count;
             let last = rows.last().map(|r| EntryId(r.0.clone()));

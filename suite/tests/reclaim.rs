@@ -361,3 +361,77 @@ async fn deleting_the_stream_under_a_blocked_read_is_healed_without_a_restart() 
         "healed in place, no restart: {outcome:?}"
     );
 }
+
+/// Since Redis 8.8 `XNACK` hands entries back to the group with no holder:
+/// `XPENDING` lists them with the consumer `""` and an idle time of `-1`.
+/// The reclaimer takes them like any idle entry, and the entries a dead
+/// consumer still holds beside them too.
+#[actix_rt::test]
+async fn entries_handed_back_with_xnack_are_taken_over_with_the_rest() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let xnack: redis::Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("XNACK")
+        .query(&mut c)
+        .unwrap();
+    if matches!(&xnack, redis::Value::Array(v) if v.iter().all(|x| *x == redis::Value::Nil)) {
+        support::server::print_skip(
+            "entries_handed_back_with_xnack_are_taken_over_with_the_rest",
+            "has no XNACK (Redis 8.8+)",
+        );
+        return;
+    }
+    strand(&redis, "jobs", "g", 0..6);
+    let first: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg("jobs")
+        .arg("g")
+        .arg("-")
+        .arg("+")
+        .arg(3)
+        .query(&mut c)
+        .unwrap();
+    let ids: Vec<String> = first.into_iter().map(|r| r.0).collect();
+    let nacked: i64 = redis::cmd("XNACK")
+        .arg("jobs")
+        .arg("g")
+        .arg("FAIL")
+        .arg("IDS")
+        .arg(ids.len())
+        .arg(&ids)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(nacked, 3);
+    let owners: Vec<(String, String, i64, u64)> = redis::cmd("XPENDING")
+        .arg("jobs")
+        .arg("g")
+        .arg("-")
+        .arg("+")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        (owners[0].1.as_str(), owners[0].2),
+        ("", -1),
+        "an owner-less entry: no consumer, idle -1"
+    );
+    let seen: Seen = Arc::default();
+    let broker = counting_broker(
+        &redis.url(),
+        &Stream::new("jobs", "g"),
+        ConsumerOptions::default()
+            .with_consumer("alive")
+            .with_block(Duration::from_millis(50))
+            .with_claim_idle(Duration::from_millis(200)),
+        &seen,
+    );
+    broker.start().await.unwrap();
+    eventually("all 6 handled", WAIT, || seen.lock().unwrap().len() == 6).await;
+    eventually("PEL empty", WAIT, || {
+        pending_count(&mut c, "jobs", "g") == 0
+    })
+    .await;
+    assert!(broker.stop().await.unwrap().is_clean());
+    assert!(seen.lock().unwrap().values().all(|n| *n == 1));
+}
