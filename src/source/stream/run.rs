@@ -338,7 +338,7 @@ impl Loop {
             // A partition is given up the moment its lease lapses here.
             let lapse_at = self
                 .lease
-                .lapses_at()
+                .turn()
                 .filter(|_| self.fence.is_some() && !self.report.lease_lost);
             let prune_at = self.prune_at.filter(|_| self.drain.is_none());
             let slot_wait = self

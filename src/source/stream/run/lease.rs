@@ -90,9 +90,10 @@ impl Keeper {
         self.live.as_ref().and_then(Liveness::due)
     }
 
-    /// When it lapses here unless renewed; also what [`until`](Self::until)
-    /// holds from this turn on.
-    pub(super) fn lapses_at(&self) -> Option<tokio::time::Instant> {
+    /// At a turn of the loop: when the lease lapses here unless renewed,
+    /// which [`until`](Self::until) also holds from now on for the
+    /// handlers it guards.
+    pub(super) fn turn(&self) -> Option<tokio::time::Instant> {
         let at = self.live.as_ref().and_then(Liveness::lapses_at);
         self.until.set(at);
         at
