@@ -4,11 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
-
-/// A drain under way: its deadline and its progress line. Every source's
-/// loop keeps one from the stop on; while it exists, nothing new is read.
+/// A drain under way: its deadline and its progress line. The consumer
+/// loop ([`run`](super::consumer::run)) keeps one from the stop on; while
+/// it exists, nothing new is read.
 pub(crate) struct Draining {
     deadline: Instant,
     progress: Progress,
@@ -38,25 +36,6 @@ impl Draining {
     /// does).
     pub(crate) fn tell(&mut self, handlers: usize) {
         self.progress.tell(handlers, self.deadline);
-    }
-
-    /// Waits for `running` to finish, passing each result to `done`, until
-    /// the deadline. Answers `true` when handlers were still running at the
-    /// deadline (they are dropped with `running`).
-    pub(crate) async fn finish_running<F: Future>(
-        &mut self,
-        running: &mut FuturesUnordered<F>,
-        mut done: impl FnMut(F::Output),
-    ) -> bool {
-        let until = self.until();
-        while !running.is_empty() {
-            tokio::select! {
-                Some(out) = running.next() => done(out),
-                () = tokio::time::sleep_until(self.progress_due()) => self.tell(running.len()),
-                () = tokio::time::sleep_until(until) => return true,
-            }
-        }
-        false
     }
 }
 

@@ -3,6 +3,9 @@
 //!
 //! * [`ConsumerActor`] runs any source's loop and reports its end
 //!   ([`ConsumerReport`]) to the supervisor;
+//! * [`consumer`] is that loop: what a source plugs in
+//!   ([`consumer::Source`]), and the stop, pause and drain every source
+//!   shares ([`drain`]);
 //! * [`handler`] runs a handler the same way for every source: made and
 //!   run with its panic caught, in the source's span, timed, tallied;
 //! * [`reader`] is the read connection's life: open, `CLIENT ID`,
@@ -15,6 +18,7 @@
 
 mod actor;
 pub(crate) mod claim;
+pub(crate) mod consumer;
 pub(crate) mod drain;
 pub(crate) mod handler;
 pub(crate) mod liveness;

@@ -5,6 +5,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +18,7 @@ use tokio::sync::{Notify, oneshot, watch};
 use super::ChannelSub;
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
-use crate::delivery::drain;
+use crate::delivery::consumer;
 use crate::delivery::handler::{self, Ran, Run};
 use crate::error::Error;
 use crate::handler::ItemMeta;
@@ -114,7 +115,7 @@ pub(crate) async fn consume(
         last_log: None,
     }));
     let arrived = Rc::new(Notify::new());
-    let (subscribed_tx, subscribed) = oneshot::channel();
+    let (subscribed_tx, mut subscribed) = oneshot::channel();
     let mut reader: LocalBoxFuture<'static, ()> = Box::pin(read(
         sub.clone(),
         connector,
@@ -123,60 +124,135 @@ pub(crate) async fn consume(
         subscribed_tx,
     ));
     // Ready once subscribed the first time (or stopped): a message published
-    // after start() returned is then seen.
-    tokio::select! {
-        () = &mut reader => {}
-        _ = subscribed => {}
-        _ = stop.wait_for(Option::is_some) => {}
-    }
+    // after start() returned is then seen. The reader never ends; it is
+    // polled here to subscribe.
+    let first = std::future::poll_fn(|cx| {
+        let _ = reader.as_mut().poll(cx);
+        Pin::new(&mut subscribed).poll(cx).map(|_| ())
+    });
+    consumer::unless_stopped(&mut stop, first).await;
     tracing::info!(channel = %sub.name, pattern = sub.pattern, consumer = %sub.consumer, "channel consumer started");
     if let Some(tx) = ready {
         let _ = tx.send(());
     }
-    let metrics = ConsumerMetrics::for_items(&sub.name);
-    let mut running: FuturesUnordered<LocalBoxFuture<'static, Run>> = FuturesUnordered::new();
     let mut tell_drops = tokio::time::interval(DROP_LOG_EVERY);
     tell_drops.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let deadline = loop {
-        if let Some(d) = *stop.borrow() {
-            break d;
-        }
-        while running.len() < sub.opts.concurrency {
-            let Some(message) = buffer.borrow_mut().pop() else {
-                break;
-            };
-            running.push(start(&sub, message));
-        }
-        tokio::select! {
-            biased;
-            _ = stop.changed() => {}
-            Some(done) = running.next(), if !running.is_empty() => finished(&sub, &metrics, done),
-            () = arrived.notified() => {}
-            () = &mut reader => {}
-            _ = tell_drops.tick() => buffer.borrow_mut().log_drops(&sub),
-        }
+    let mut l = Loop {
+        metrics: ConsumerMetrics::for_items(&sub.name),
+        sub,
+        buffer,
+        arrived,
+        reader: Some(reader),
+        running: FuturesUnordered::new(),
+        tell_drops,
+        draining: false,
+        timed_out: false,
     };
-    // Stop reading (dropping the connection ends the subscription); what
-    // is buffered is dropped: at most once.
-    drop(reader);
-    buffer.borrow_mut().log_drops(&sub);
-    let left = buffer.borrow().messages.len();
-    if left > 0 {
-        tracing::info!(channel = %sub.name, messages = left, "dropping buffered messages not yet handled (Pub/Sub is at most once)");
-    }
-    let mut drain = drain::Draining::new("channel", sub.name.clone(), deadline);
-    let timed_out = drain
-        .finish_running(&mut running, |done| finished(&sub, &metrics, done))
-        .await;
-    if timed_out {
-        tracing::warn!(channel = %sub.name, handlers = running.len(), "drain deadline passed with channel handlers still running");
-    }
-    sub.board.set_state(SubscriptionState::Stopped);
+    consumer::run(&mut l, stop, None).await;
+    l.sub.board.set_state(SubscriptionState::Stopped);
     ConsumerReport {
         error: None,
         panic: None,
-        timed_out,
+        timed_out: l.timed_out,
         lease_lost: false,
+    }
+}
+
+/// A Pub/Sub subscription's part in the consumer loop.
+struct Loop {
+    sub: Arc<ChannelSub>,
+    metrics: ConsumerMetrics,
+    buffer: Rc<RefCell<Buffer>>,
+    /// Told when a message was buffered.
+    arrived: Rc<Notify>,
+    /// The reader (see [`read`]); gone once draining.
+    reader: Option<LocalBoxFuture<'static, ()>>,
+    running: FuturesUnordered<LocalBoxFuture<'static, Run>>,
+    /// When to log the drops not logged yet.
+    tell_drops: tokio::time::Interval,
+    draining: bool,
+    /// Handlers still ran at the drain deadline.
+    timed_out: bool,
+}
+
+impl consumer::Source for Loop {
+    fn names(&self) -> (&'static str, Arc<str>) {
+        ("channel", self.sub.name.clone())
+    }
+
+    async fn turn(&mut self) -> bool {
+        if self.draining {
+            return self.running.is_empty();
+        }
+        while self.running.len() < self.sub.opts.concurrency {
+            let Some(message) = self.buffer.borrow_mut().pop() else {
+                break;
+            };
+            self.running.push(start(&self.sub, message));
+        }
+        false
+    }
+
+    async fn step(&mut self) {
+        let (mut done, mut tick) = (None, false);
+        {
+            let (running, reader) = (&mut self.running, &mut self.reader);
+            let mut arrived = std::pin::pin!(self.arrived.notified());
+            let tell_drops = &mut self.tell_drops;
+            std::future::poll_fn(|cx| {
+                let mut ready = consumer::Ready::default();
+                if !running.is_empty() {
+                    done = ready.poll(Pin::new(&mut running.next()), cx).flatten();
+                }
+                ready.poll(arrived.as_mut(), cx);
+                if let Some(reader) = reader.as_mut() {
+                    ready.poll(reader.as_mut(), cx);
+                }
+                tick = tell_drops.poll_tick(cx).is_ready();
+                if tick {
+                    return std::task::Poll::Ready(());
+                }
+                ready.any()
+            })
+            .await;
+        }
+        if let Some(done) = done {
+            finished(&self.sub, &self.metrics, done);
+        }
+        if tick {
+            self.buffer.borrow_mut().log_drops(&self.sub);
+        }
+    }
+
+    fn drain_asked(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Stops reading (dropping the connection ends the subscription); what
+    /// is buffered is dropped: at most once.
+    fn begin_drain(&mut self, _deadline: Instant) {
+        self.draining = true;
+        self.reader = None;
+        let mut buffer = self.buffer.borrow_mut();
+        buffer.log_drops(&self.sub);
+        let left = buffer.messages.len();
+        buffer.messages.clear();
+        buffer.bytes = 0;
+        if left > 0 {
+            tracing::info!(channel = %self.sub.name, messages = left, "dropping buffered messages not yet handled (Pub/Sub is at most once)");
+        }
+    }
+
+    fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    fn abandon(&mut self) {
+        if !self.running.is_empty() {
+            tracing::warn!(channel = %self.sub.name, handlers = self.running.len(), "drain deadline passed with channel handlers still running");
+            self.timed_out = true;
+        }
+        self.running.clear();
     }
 }
 
