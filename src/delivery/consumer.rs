@@ -14,9 +14,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use tokio::sync::watch;
 
 use super::drain::Draining;
+use crate::util::Alarm;
 
 /// What a source plugs into the consumer loop.
 ///
@@ -150,6 +153,28 @@ impl Ready {
                 Some(out)
             }
             Poll::Pending => None,
+        }
+    }
+
+    /// Polls `alarm` set to `at` (not at all without one); whether it rang.
+    pub(crate) fn alarm(
+        &mut self,
+        alarm: &mut Alarm,
+        at: Option<tokio::time::Instant>,
+        cx: &mut Context<'_>,
+    ) -> bool {
+        at.is_some() && self.poll(alarm.until(at).as_mut(), cx).is_some()
+    }
+
+    /// Polls every future of `set` that is ready (each of whose outputs is
+    /// thrown away: settling writes, sent `CLIENT UNBLOCK`s).
+    pub(crate) fn poll_all<F: Future<Output = ()>>(
+        &mut self,
+        set: &mut FuturesUnordered<F>,
+        cx: &mut Context<'_>,
+    ) {
+        while let Poll::Ready(Some(())) = set.poll_next_unpin(cx) {
+            self.any = true;
         }
     }
 

@@ -6,6 +6,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,13 +24,16 @@ mod heartbeat;
 mod pause;
 mod read;
 
-use heartbeat::{Beat, recover_dead};
+use heartbeat::{Beating, recover_dead};
+use pause::Unblock;
+use read::Backoff;
 
 use super::scripts::{DEAD_LETTER, DONE, PUT_BACK_UNHELD, RETURN_OWN};
 use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
 use crate::delivery::claim::{Taken, take_when_free};
+use crate::delivery::consumer;
 use crate::delivery::handler::{self, Run, Verdict, Why};
 use crate::delivery::liveness::{Liveness, Stall};
 use crate::delivery::reader::{ReadConn, Reader};
@@ -40,7 +44,7 @@ use crate::handler::ItemMeta;
 use crate::redis::{Eval, RedisActor};
 use crate::status::SubscriptionState;
 use crate::telemetry::ConsumerMetrics;
-use crate::util::{Alarm, Retry};
+use crate::util::Alarm;
 
 /// A finished handler run: the item, its attempt number, how it ended.
 type Finished = (Vec<u8>, u64, Run);
@@ -63,32 +67,50 @@ struct Loop {
     /// This subscription's metrics series.
     metrics: ConsumerMetrics,
     read: Option<LocalBoxFuture<'static, ReadDone>>,
+    /// The pop's backoff after a failure.
+    backoff: Backoff,
     running: FuturesUnordered<LocalBoxFuture<'static, Finished>>,
     /// Failed items waiting out their backoff (they stay on the processing
-    /// list meanwhile).
+    /// list meanwhile), and the alarm for the first one due.
     waiting: RetryQueue<(Vec<u8>, u64)>,
+    waiting_alarm: Alarm,
     side: FuturesUnordered<LocalBoxFuture<'static, ()>>,
-    retry: Retry,
-    retry_at: Option<tokio::time::Instant>,
     token: String,
     fatal: Option<Error>,
     /// Items on the processing list this loop knows of (running, waiting
     /// for a retry, or being settled), as a multiset.
     held: Rc<RefCell<HashMap<Vec<u8>, usize>>>,
-    /// The read connection was lost: a `BLMOVE` whose reply was lost may
-    /// have left an item on the processing list that nobody runs. Before
-    /// the next pop, such items go back onto the list.
-    reconcile_due: bool,
-    reconcile: Option<LocalBoxFuture<'static, Result<u64, Error>>>,
-    /// A heartbeat in flight.
-    beat: Option<LocalBoxFuture<'static, Beat>>,
-    /// The last pop failed on the connection (an outage).
-    read_down: bool,
+    /// Putting back what a lost pop reply may have left on the processing
+    /// list.
+    reconcile: Reconcile,
+    /// The heartbeat: its alarm and the beat in flight.
+    beat: Beating,
     /// The heartbeat (the consumer name's lease), by the liveness rule
     /// every source keeps: past its TTL since the last confirmed beat,
     /// other consumers may take this one for dead and move its processing
     /// list back, so nothing new starts here.
     liveness: Liveness,
+    /// Cutting a blocked pop short (a pause, a drain).
+    unblock: Unblock,
+    phase: Phase,
+}
+
+/// Where the loop is in its life.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Consuming,
+    Draining,
+    /// The drain deadline passed with handlers still running or settling.
+    TimedOut,
+}
+
+/// The read connection was lost: a `BLMOVE` whose reply was lost may have
+/// left an item on the processing list that nobody runs. Before the next
+/// pop, such items go back onto the list.
+#[derive(Default)]
+struct Reconcile {
+    due: bool,
+    sent: Option<LocalBoxFuture<'static, Result<u64, Error>>>,
 }
 
 /// Runs one list subscription until it is told to drain (or fails with an
@@ -116,29 +138,26 @@ pub(crate) async fn consume(
         metrics,
         connector,
         read: None,
+        backoff: Backoff::default(),
         running: FuturesUnordered::new(),
         waiting: RetryQueue::default(),
+        waiting_alarm: Alarm::new(),
         side: FuturesUnordered::new(),
-        retry: Retry::default(),
-        retry_at: None,
         fatal: None,
         held: Rc::default(),
-        reconcile_due: false,
-        reconcile: None,
-        beat: None,
-        read_down: false,
+        reconcile: Reconcile::default(),
+        beat: Beating::default(),
         liveness: Liveness::new(heartbeat_ttl, None, Stall::new(heartbeat_ttl)),
+        unblock: Unblock::default(),
+        phase: Phase::Consuming,
     };
     let reliable = !l.sub.opts.at_most_once;
     let mut ready = ready;
     if reliable {
         // Register, then take back what an earlier process under this name
         // left on its processing list.
-        let started = tokio::select! {
-            r = l.join(&mut ready) => r,
-            _ = stop.wait_for(Option::is_some) => Ok(()),
-        };
-        if let Err(e) = started {
+        let started = consumer::unless_stopped(&mut stop, l.join(&mut ready)).await;
+        if let Some(Err(e)) = started {
             return ConsumerReport {
                 error: Some(e),
                 ..Default::default()
@@ -156,46 +175,124 @@ pub(crate) async fn consume(
         "list consumer started"
     );
     l.sub.board.set_state(SubscriptionState::Running);
-    let (mut retry_alarm, mut read_alarm, mut beat_alarm) =
-        (Alarm::new(), Alarm::new(), Alarm::new());
-    let (mut pause, mut unblock_alarm, mut unblock_at) =
-        (l.sub.board.pause_watch(), Alarm::new(), None);
-    let deadline = loop {
-        if let Some(d) = *stop.borrow() {
-            break d;
+    let pause = l.sub.board.pause_watch();
+    consumer::run(&mut l, stop, Some(pause)).await;
+    l.leave().await
+}
+
+impl consumer::Source for Loop {
+    fn names(&self) -> (&'static str, Arc<str>) {
+        ("list", self.sub.keys.list.clone())
+    }
+
+    async fn turn(&mut self) -> bool {
+        if self.phase == Phase::Consuming {
+            self.maybe_start();
         }
-        if l.fatal.is_some() {
-            break Instant::now() + l.sub.drain_timeout;
+        self.unblock_turn();
+        self.phase != Phase::Consuming
+            && self.read.is_none()
+            && self.running.is_empty()
+            && self.side.is_empty()
+    }
+
+    async fn step(&mut self) {
+        let consuming = self.phase == Phase::Consuming;
+        let reliable = self.reliable();
+        // A due retry starts only where `maybe_start` would start it;
+        // elsewhere the event that frees the way (a handler's end, the
+        // pop's reply, a confirmed heartbeat) wakes the loop.
+        let retry_at = self.waiting.next_due().filter(|_| {
+            consuming
+                && self.read.is_none()
+                && self.running.len() < self.sub.opts.concurrency
+                && (!reliable || self.liveness.holds())
+        });
+        let beat_at = self.liveness.due().filter(|_| reliable);
+        let backoff_at = self.backoff.at.filter(|_| consuming);
+        let unblock_at = self.unblock.at;
+        let (mut done, mut read, mut reconciled, mut beat) = (None, None, None, None);
+        let (mut backoff_over, mut beat_due) = (false, false);
+        {
+            let (running, side, popping) = (&mut self.running, &mut self.side, &mut self.read);
+            let (reconcile, beating) = (&mut self.reconcile.sent, &mut self.beat);
+            let (waiting_alarm, backoff, unblock) = (
+                &mut self.waiting_alarm,
+                &mut self.backoff,
+                &mut self.unblock,
+            );
+            std::future::poll_fn(|cx| {
+                let mut ready = consumer::Ready::default();
+                if !running.is_empty() {
+                    done = ready.poll(Pin::new(&mut running.next()), cx).flatten();
+                }
+                ready.poll_all(side, cx);
+                if let Some(f) = popping.as_mut() {
+                    read = ready.poll(f.as_mut(), cx);
+                }
+                if let Some(f) = reconcile.as_mut() {
+                    reconciled = ready.poll(f.as_mut(), cx);
+                }
+                if let Some(f) = beating.sent.as_mut() {
+                    beat = ready.poll(f.as_mut(), cx);
+                }
+                ready.alarm(waiting_alarm, retry_at, cx);
+                backoff_over = ready.alarm(&mut backoff.alarm, backoff_at, cx);
+                beat_due = ready.alarm(&mut beating.alarm, beat_at, cx);
+                ready.alarm(&mut unblock.alarm, unblock_at, cx);
+                ready.any()
+            })
+            .await;
         }
-        l.maybe_start();
-        l.pause_turn(&mut unblock_at);
-        let next_retry = l.next_due();
-        let beat_at = l.liveness.due().filter(|_| reliable);
-        tokio::select! {
-            biased;
-            _ = stop.changed() => {}
-            Some(done) = l.running.next(), if !l.running.is_empty() => l.finished(done),
-            Some(()) = l.side.next(), if !l.side.is_empty() => {}
-            r = async { l.read.as_mut().expect("read").await }, if l.read.is_some() => {
-                l.read = None;
-                l.on_read(r);
-            }
-            r = async { l.reconcile.as_mut().expect("reconcile").await }, if l.reconcile.is_some() => {
-                l.reconcile = None;
-                l.on_reconciled(r);
-            }
-            () = retry_alarm.until(next_retry), if next_retry.is_some() => {}
-            () = read_alarm.until(l.retry_at), if l.retry_at.is_some() => l.retry_at = None,
-            () = beat_alarm.until(beat_at), if beat_at.is_some() => l.heartbeat(),
-            b = async { l.beat.as_mut().expect("beat").await }, if l.beat.is_some() => {
-                l.beat = None;
-                l.on_beat(b);
-            }
-            Ok(()) = pause.changed() => {}
-            () = unblock_alarm.until(unblock_at), if unblock_at.is_some() => {}
+        if let Some(done) = done {
+            self.finished(done);
         }
-    };
-    l.drain(deadline).await
+        if let Some(r) = read {
+            self.read = None;
+            if consuming {
+                self.on_read(r);
+            } else {
+                self.put_back_read(r);
+            }
+        }
+        if let Some(r) = reconciled {
+            self.reconcile.sent = None;
+            self.on_reconciled(r);
+        }
+        if backoff_over {
+            self.backoff.at = None;
+        }
+        if let Some(b) = beat {
+            self.beat.sent = None;
+            self.on_beat(b);
+        }
+        if beat_due {
+            self.heartbeat();
+        }
+    }
+
+    fn drain_asked(&self) -> Option<Instant> {
+        self.fatal
+            .as_ref()
+            .map(|_| Instant::now() + self.sub.drain_timeout)
+    }
+
+    /// Stops popping (a blocked pop is cut short, see `unblock_turn`);
+    /// waiting retries stay on the processing list, which the leave puts
+    /// back onto the list.
+    fn begin_drain(&mut self, _deadline: Instant) {
+        self.phase = Phase::Draining;
+        self.waiting.take_all();
+        self.unblock.at = None;
+    }
+
+    fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    fn abandon(&mut self) {
+        self.abandon_running();
+    }
 }
 
 impl Loop {
@@ -273,11 +370,6 @@ impl Loop {
         }
     }
 
-    /// When the earliest waiting retry is due.
-    fn next_due(&self) -> Option<tokio::time::Instant> {
-        self.waiting.next_due()
-    }
-
     /// Starts what a free slot allows: a due retry first, else a pop.
     fn maybe_start(&mut self) {
         let now = tokio::time::Instant::now();
@@ -294,10 +386,10 @@ impl Loop {
             };
             self.run(item, attempts, None);
         }
-        if self.read.is_some() || self.reconcile.is_some() || self.retry_at.is_some() {
+        if self.read.is_some() || self.reconcile.sent.is_some() || self.backoff.at.is_some() {
             return;
         }
-        if self.reconcile_due {
+        if self.reconcile.due {
             self.start_reconcile();
         } else if self.running.len() < self.sub.opts.concurrency && !self.sub.board.paused() {
             self.start_read();
@@ -449,7 +541,7 @@ impl Loop {
     fn start_reconcile(&mut self) {
         let (redis, held) = (self.redis.clone(), self.held.clone());
         let keys = self.sub.keys.clone();
-        self.reconcile = Some(Box::pin(async move {
+        self.reconcile.sent = Some(Box::pin(async move {
             let mut args = Vec::new();
             for (item, copies) in held.borrow().iter() {
                 args.push(item.clone());
@@ -473,16 +565,16 @@ impl Loop {
     fn on_reconciled(&mut self, r: Result<u64, Error>) {
         match r {
             Ok(moved) => {
-                self.reconcile_due = false;
+                self.reconcile.due = false;
                 if moved > 0 {
                     tracing::info!(list = %self.sub.keys.list, items = moved,
                         "put back items a lost pop reply had left on the processing list");
                 }
             }
             Err(e) => {
-                let (delay, _) = self.retry.failed();
+                let (delay, _) = self.backoff.retry.failed();
                 tracing::debug!(list = %self.sub.keys.list, error = %e, "checking the processing list failed; trying again");
-                self.retry_at = Some(tokio::time::Instant::now() + delay);
+                self.backoff.at = Some(tokio::time::Instant::now() + delay);
             }
         }
     }

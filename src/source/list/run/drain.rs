@@ -1,77 +1,38 @@
-//! The list consumer's drain: stop popping, put back what came after the
-//! stop, let running handlers finish until the deadline, leave the list.
+//! The list consumer's drain, on the consumer loop: what a pop brings
+//! after the stop goes back unrun, handlers left at the deadline are
+//! dropped, and the consumer leaves the list.
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use redis::Value;
 
-use super::Loop;
-use crate::delivery::drain::Draining;
-use crate::delivery::reader::UNBLOCK_EVERY;
+use super::{Loop, Phase, ReadDone};
 use crate::delivery::{ConsumerReport, until_done};
 use crate::error::Error;
 use crate::redis::Eval;
 use crate::source::list::scripts::PUT_BACK;
 use crate::status::SubscriptionState;
-use crate::util::Alarm;
 
 impl Loop {
-    /// Stops popping (a blocked pop is cut short with `CLIENT UNBLOCK`,
-    /// sent again every 50 ms while it lasts), puts an item popped after the
-    /// stop back onto the list, gives running handlers until `deadline`,
-    /// then moves whatever this consumer still holds back onto the list,
-    /// unregisters it, and closes its connection with `QUIT`.
-    pub(super) async fn drain(mut self, deadline: Instant) -> ConsumerReport {
-        let mut drain = Draining::new("list", self.sub.keys.list.clone(), deadline);
-        let until = drain.until();
-        self.waiting.take_all();
-        let mut unblock = tokio::time::interval(UNBLOCK_EVERY);
-        // A drain can outlast the heartbeat's TTL: keep beating, so nobody
-        // takes what runs here for a dead consumer's.
-        let mut beat_alarm = Alarm::new();
-        let reliable = self.reliable();
-        let mut timed_out = false;
-        loop {
-            if self.read.is_none() && self.running.is_empty() && self.side.is_empty() {
-                break;
-            }
-            tokio::select! {
-                biased;
-                Some(done) = self.running.next(), if !self.running.is_empty() => self.finished(done),
-                () = beat_alarm.until(self.liveness.due()), if reliable && self.liveness.due().is_some() => self.heartbeat(),
-                b = async { self.beat.as_mut().expect("beat").await }, if self.beat.is_some() => {
-                    self.beat = None;
-                    self.on_beat(b);
-                }
-                Some(()) = self.side.next(), if !self.side.is_empty() => {}
-                r = async { self.read.as_mut().expect("read").await }, if self.read.is_some() => {
-                    self.read = None;
-                    let (conn, r, _) = r;
-                    self.reader.give_back(conn);
-                    for (item, counted) in r.unwrap_or_default() {
-                        self.put_back(item, counted.is_some());
-                    }
-                }
-                _ = unblock.tick(), if self.read.is_some() => {
-                    if let Some(sent) = self.reader.unblock(&self.redis) {
-                        self.side.push(sent);
-                    }
-                }
-                () = tokio::time::sleep_until(drain.progress_due()) => drain.tell(self.running.len()),
-                () = tokio::time::sleep_until(until) => {
-                    timed_out = !self.running.is_empty() || !self.side.is_empty();
-                    break;
-                }
-            }
+    /// The drain deadline passed: running handlers are dropped (their
+    /// items stay on the processing list, which the leave puts back).
+    pub(super) fn abandon_running(&mut self) {
+        if self.running.is_empty() && self.side.is_empty() {
+            return;
         }
-        if timed_out && self.reliable() {
+        self.phase = Phase::TimedOut;
+        if self.reliable() {
             tracing::warn!(list = %self.sub.keys.list, handlers = self.running.len(),
                 "drain deadline passed with list handlers still running; their items go back onto the list");
-        } else if timed_out {
+        } else {
             tracing::warn!(list = %self.sub.keys.list, handlers = self.running.len(),
                 "drain deadline passed with list handlers still running; their items are lost (at most once)");
         }
+    }
+
+    /// After the drain: moves whatever this consumer still holds back onto
+    /// the list, unregisters it, and closes its connection with `QUIT`.
+    pub(super) async fn leave(mut self) -> ConsumerReport {
         if self.reliable() {
             // Whatever is left (abandoned handlers, waiting retries) goes
             // back onto the list now; should this fail, the heartbeat lapses
@@ -104,8 +65,16 @@ impl Loop {
         ConsumerReport {
             error: self.fatal.take(),
             panic: None,
-            timed_out,
+            timed_out: self.phase == Phase::TimedOut,
             lease_lost: false,
+        }
+    }
+
+    /// A pop that ended after the drain began: its items go back, unrun.
+    pub(super) fn put_back_read(&mut self, (conn, r, _): ReadDone) {
+        self.reader.give_back(conn);
+        for (item, counted) in r.unwrap_or_default() {
+            self.put_back(item, counted.is_some());
         }
     }
 

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use actix::Addr;
+use futures::future::LocalBoxFuture;
 use redis::Value;
 
 use super::Loop;
@@ -13,7 +14,7 @@ use crate::error::Error;
 use crate::kind::SourceKind;
 use crate::redis::{Eval, RedisActor};
 use crate::source::list::scripts::{HEARTBEAT, RECOVER_DEAD};
-use crate::util::log_wait;
+use crate::util::{Alarm, log_wait};
 
 impl Loop {
     /// `heartbeat_ttl` in ms, as a script argument.
@@ -57,7 +58,7 @@ impl Loop {
     /// Renews the heartbeat (the name's lease) and, when it is ours, moves
     /// dead consumers' processing lists back onto the list.
     pub(super) fn heartbeat(&mut self) {
-        if self.beat.is_some() {
+        if self.beat.sent.is_some() {
             return;
         }
         let (beat, recover) = (self.beat_eval(), self.recover_eval());
@@ -65,7 +66,7 @@ impl Loop {
         // A consumer that saw the server stall lets the others renew first.
         let judge = self.liveness.may_judge_others();
         let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
-        self.beat = Some(Box::pin(async move {
+        self.beat.sent = Some(Box::pin(async move {
             let answer = match redis.send(beat).await {
                 Ok(Ok(v)) => v,
                 Ok(Err(e)) => return Beat::Failed(Some(e)),
@@ -90,8 +91,8 @@ impl Loop {
                 }
                 // Redis answers again: a pop waiting out a backoff the
                 // outage built up starts now.
-                if self.read_down {
-                    self.retry_at = None;
+                if self.backoff.down {
+                    self.backoff.at = None;
                 }
             }
             Beat::Failed(e) => {
@@ -114,6 +115,22 @@ impl Loop {
                     waited: Duration::ZERO,
                 });
             }
+        }
+    }
+}
+
+/// The heartbeat's alarm (when the next beat is due) and the beat in
+/// flight.
+pub(super) struct Beating {
+    pub(super) alarm: Alarm,
+    pub(super) sent: Option<LocalBoxFuture<'static, Beat>>,
+}
+
+impl Default for Beating {
+    fn default() -> Self {
+        Beating {
+            alarm: Alarm::new(),
+            sent: None,
         }
     }
 }

@@ -1,29 +1,49 @@
-//! The pause ([`Broker::pause`](crate::Broker::pause)): while the board
-//! asks for it, no pop starts (`maybe_start`); handlers, retries of held
-//! items, settling and the heartbeat go on.
+//! Cutting a blocked pop short, for the pause
+//! ([`Broker::pause`](crate::Broker::pause)) and the drain: while the board
+//! asks for a pause no pop starts (`maybe_start`); handlers, retries of
+//! held items, settling and the heartbeat go on.
 
-use super::Loop;
+use super::{Loop, Phase};
 use crate::delivery::reader::UNBLOCK_EVERY;
+use crate::util::Alarm;
+
+/// When to send `CLIENT UNBLOCK` again, and its alarm.
+pub(super) struct Unblock {
+    pub(super) at: Option<tokio::time::Instant>,
+    pub(super) alarm: Alarm,
+}
+
+impl Default for Unblock {
+    fn default() -> Self {
+        Unblock {
+            at: None,
+            alarm: Alarm::new(),
+        }
+    }
+}
 
 impl Loop {
-    /// The pause at a turn of the loop: when asked for, a pop in flight is
+    /// At a turn of the loop, when paused or draining: a pop in flight is
     /// cut short with `CLIENT UNBLOCK`, sent again every 50 ms while it
     /// lasts (the pop itself is never dropped: a reply lost on the way
-    /// would leave its item on the processing list unrun); the board shows
-    /// `Paused` once no pop is in flight, `Running` again once the pause
-    /// is undone. `unblock_at` is when to send `CLIENT UNBLOCK` again.
-    pub(super) fn pause_turn(&mut self, unblock_at: &mut Option<tokio::time::Instant>) {
+    /// would leave its item on the processing list unrun). Until the drain,
+    /// the board shows `Paused` once no pop is in flight, `Running` again
+    /// once the pause is undone.
+    pub(super) fn unblock_turn(&mut self) {
         let now = tokio::time::Instant::now();
-        if self.sub.board.paused() && self.read.is_some() {
-            if unblock_at.is_none_or(|at| at <= now) {
+        let consuming = self.phase == Phase::Consuming;
+        if (!consuming || self.sub.board.paused()) && self.read.is_some() {
+            if self.unblock.at.is_none_or(|at| at <= now) {
                 if let Some(sent) = self.reader.unblock(&self.redis) {
                     self.side.push(sent);
                 }
-                *unblock_at = (!self.reader.unblock_refused()).then(|| now + UNBLOCK_EVERY);
+                self.unblock.at = (!self.reader.unblock_refused()).then(|| now + UNBLOCK_EVERY);
             }
         } else {
-            *unblock_at = None;
+            self.unblock.at = None;
         }
-        self.sub.board.settle_pause(self.read.is_some());
+        if consuming {
+            self.sub.board.settle_pause(self.read.is_some());
+        }
     }
 }

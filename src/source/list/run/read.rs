@@ -13,6 +13,7 @@ use crate::error::{Class, Error};
 use crate::redis::chunked::{self, CHUNK_BYTES};
 use crate::source::list::ListSub;
 use crate::source::list::scripts::{ITEM_PIECE, POP_COUNTED};
+use crate::util::{Alarm, Retry};
 
 impl Loop {
     pub(super) fn start_read(&mut self) {
@@ -22,7 +23,7 @@ impl Loop {
         let conn = self.reader.lend();
         // While a failed item waits, a pop waits no longer than until it is
         // due (a blocking pop's timeout of 0 would wait forever).
-        let block = match self.next_due() {
+        let block = match self.waiting.next_due() {
             Some(due) => due
                 .saturating_duration_since(tokio::time::Instant::now())
                 .clamp(Duration::from_millis(10), sub.opts.block),
@@ -63,8 +64,8 @@ impl Loop {
         }
         match r {
             Ok(item) => {
-                self.read_down = false;
-                if self.retry.succeeded() > 0 {
+                self.backoff.down = false;
+                if self.backoff.retry.succeeded() > 0 {
                     tracing::info!(list = %self.sub.keys.list, "list reads work again");
                 }
                 self.sub.board.read_ok();
@@ -85,23 +86,45 @@ impl Loop {
         }
         if drops_reader(&e) {
             self.reader.forget();
-            self.reconcile_due = self.reliable();
-            self.read_down = true;
+            self.reconcile.due = self.reliable();
+            self.backoff.down = true;
             if class == Class::Routing {
                 self.connector.redirected(&e);
             }
         }
         self.liveness.stall().trouble();
         self.sub.board.read_failed(&e.to_string());
-        let (delay, log) = self.retry.failed();
+        let (delay, log) = self.backoff.retry.failed();
         if log {
             if class.is_configuration() {
-                tracing::error!(list = %self.sub.keys.list, error = %e, retry_in_ms = delay.as_millis() as u64, failures = self.retry.failures(), "list read refused; retrying");
+                tracing::error!(list = %self.sub.keys.list, error = %e, retry_in_ms = delay.as_millis() as u64, failures = self.backoff.retry.failures(), "list read refused; retrying");
             } else {
-                tracing::warn!(list = %self.sub.keys.list, error = %e, retry_in_ms = delay.as_millis() as u64, failures = self.retry.failures(), "list read failed; retrying");
+                tracing::warn!(list = %self.sub.keys.list, error = %e, retry_in_ms = delay.as_millis() as u64, failures = self.backoff.retry.failures(), "list read failed; retrying");
             }
         }
-        self.retry_at = Some(tokio::time::Instant::now() + delay);
+        self.backoff.at = Some(tokio::time::Instant::now() + delay);
+    }
+}
+
+/// The pop's backoff: after a failed pop (or put-back), the next one waits
+/// until `at`.
+pub(super) struct Backoff {
+    pub(super) retry: Retry,
+    pub(super) at: Option<tokio::time::Instant>,
+    pub(super) alarm: Alarm,
+    /// The last pop failed on the connection (an outage): a confirmed
+    /// heartbeat ends the wait early.
+    pub(super) down: bool,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            retry: Retry::default(),
+            at: None,
+            alarm: Alarm::new(),
+            down: false,
+        }
     }
 }
 
