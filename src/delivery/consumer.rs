@@ -44,7 +44,7 @@ pub(crate) trait Source {
 
     /// A drain the source asks for itself (an error nothing fixes, a lease
     /// given up), ending at the deadline answered; checked after every
-    /// step.
+    /// turn.
     fn drain_asked(&self) -> Option<Instant>;
 
     /// Begins the drain that ends at `deadline`: nothing new is read, what
@@ -76,6 +76,11 @@ pub(crate) async fn run<S: Source>(
         if source.turn().await {
             return;
         }
+        if drain.is_none()
+            && let Some(deadline) = source.drain_asked()
+        {
+            begin(source, &mut drain, deadline);
+        }
         let (until, progress) = match &drain {
             Some(d) => (Some(d.until()), Some(d.progress_due())),
             None => (None, None),
@@ -87,13 +92,7 @@ pub(crate) async fn run<S: Source>(
             }
         };
         tokio::select! {
-            () = source.step() => {
-                if drain.is_none()
-                    && let Some(deadline) = source.drain_asked()
-                {
-                    begin(source, &mut drain, deadline);
-                }
-            }
+            () = source.step() => {}
             true = paused => {}
             changed = stop.changed(), if drain.is_none() => {
                 let deadline = match changed {

@@ -1,11 +1,10 @@
-//! [`Alarm`]: one timer a loop keeps across turns of its `select!`.
+//! [`Alarm`]: one timer a loop keeps across its turns.
 
 use std::pin::Pin;
 use std::time::Duration;
 
-/// A timer kept across turns of the loop: `tokio::select!` builds every
-/// branch's future on every turn, and a fresh `sleep_until` per branch per
-/// turn (a timer-wheel entry added and removed each time) was a measurable
+/// A timer kept across turns of the loop: a loop that built a fresh
+/// `sleep_until` per timer per turn (a timer-wheel entry added and removed each time) was a measurable
 /// part of a fast consumer's CPU time. This one is moved only when its
 /// instant changes.
 pub(crate) struct Alarm {

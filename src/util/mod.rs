@@ -1,6 +1,6 @@
 //! Small utilities every layer may use: a panic's message, the capped
 //! backoff of every wait on the server ([`Retry`]), and a timer kept across
-//! turns of a `select!` ([`Alarm`]).
+//! turns of a loop ([`Alarm`]).
 
 mod alarm;
 mod backoff;

@@ -186,7 +186,8 @@ impl consumer::Source for Loop {
     }
 
     async fn turn(&mut self) -> bool {
-        if self.phase == Phase::Consuming {
+        // After an error nothing fixes, nothing starts: the loop drains.
+        if self.phase == Phase::Consuming && self.fatal.is_none() {
             self.maybe_start();
         }
         self.unblock_turn();

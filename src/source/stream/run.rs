@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use actix::Addr;
 use futures::future::LocalBoxFuture;
-use futures::stream::{FuturesUnordered, StreamExt};
+use futures::stream::FuturesUnordered;
 
 use tokio::sync::watch;
 
@@ -30,10 +30,11 @@ mod reclaim;
 mod refresh;
 mod retry;
 mod settle;
+mod source;
 
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
-use crate::delivery::drain::Draining;
+use crate::delivery::consumer;
 use crate::delivery::handler::Run;
 use crate::delivery::liveness::Stall;
 use crate::delivery::reader::Reader;
@@ -48,7 +49,7 @@ use crate::source::stream::ordered::Fence;
 use crate::status::SubscriptionState;
 use crate::stream::EntryId;
 use crate::telemetry::ConsumerMetrics;
-use crate::util::{Alarm, log_wait};
+use crate::util::log_wait;
 use acks::Acks;
 use dead_letters::DeadLetters;
 use fetch::FETCH_WINDOW;
@@ -58,6 +59,7 @@ use read::{Cursor, ReadEvent, Reading};
 use reclaim::Reclaim;
 use refresh::Refresh;
 use retry::Retries;
+use source::Timers;
 
 struct Queued {
     id: EntryId,
@@ -113,7 +115,7 @@ pub(crate) async fn consume(
         held: HashSet::new(),
         retries: Retries::default(),
         lease,
-        prune_at: sub.opts.prune_idle.map(|_| now),
+        timers: Timers::new(sub.opts.prune_idle.map(|_| now)),
         refresh: Refresh::new(sub.names.name.clone(), sub.opts.claim_idle, stall.clone()),
         stall: stall.clone(),
         reading: Reading::new(
@@ -196,7 +198,8 @@ pub(crate) async fn consume(
     if let Some(tx) = ready {
         let _ = tx.send(());
     }
-    lp.run(stop).await;
+    let pause = lp.sub.board.pause_watch();
+    consumer::run(&mut lp, stop, Some(pause)).await;
     let r = &lp.report;
     if r.error.is_none() && r.panic.is_none() && !r.timed_out && !r.lease_lost {
         lp.leave_group().await;
@@ -235,8 +238,8 @@ struct Loop {
     /// the last confirmed renewal, no read and no handler starts until a
     /// renewal succeeds.
     lease: Keeper,
-    /// When to prune the group's idle empty consumers next (`None`: off).
-    prune_at: Option<tokio::time::Instant>,
+    /// The loop's timers.
+    timers: Timers,
     /// Trouble with the server: no reclaim until it has answered for a
     /// whole `claim_idle` (a stall is not a death).
     stall: Stall,
@@ -255,8 +258,8 @@ struct Loop {
     /// CREATECONSUMER` in flight (fire and forget; a drain waits for them
     /// until its deadline).
     side: FuturesUnordered<LocalBoxFuture<'static, ()>>,
-    /// The drain, once draining.
-    drain: Option<Draining>,
+    /// The drain's deadline, once draining.
+    drain: Option<Instant>,
     /// What the loop ends with. `lease_lost`: the partition was given up
     /// (its lease lapsed or is held elsewhere), and the loop ends without a
     /// drain.
@@ -269,153 +272,6 @@ struct Loop {
 }
 
 impl Loop {
-    async fn run(&mut self, mut stop: watch::Receiver<Option<Instant>>) {
-        let (mut retry_alarm, mut reclaim_alarm, mut heartbeat_alarm, mut lease_alarm) =
-            (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
-        let (mut prune_alarm, mut unblock_alarm, mut deadline_alarm, mut ack_alarm) =
-            (Alarm::new(), Alarm::new(), Alarm::new(), Alarm::new());
-        let (mut progress_alarm, mut batch_alarm, mut lapse_alarm) =
-            (Alarm::new(), Alarm::new(), Alarm::new());
-        let mut pause = self.sub.board.pause_watch();
-        loop {
-            if self.fence.is_some() && !self.report.lease_lost && !self.lease.holds() {
-                self.give_up("no renewal of the lease was confirmed within its TTL");
-            }
-            if self.drain.is_none() {
-                self.pause_turn();
-                // A batch decodes all its entries when it starts: the next
-                // read goes out first, so Redis serves it while the client
-                // decodes (sent after it, the two would take turns). The
-                // read's count is the same either way: it counts queued
-                // entries and free batch slots alike.
-                if self.sub.batch().is_some() {
-                    self.read_turn().await;
-                }
-                self.start_queued();
-                if self.may_reclaim() && tokio::time::Instant::now() >= self.reclaim.due() {
-                    self.start_reclaim();
-                }
-                self.read_turn().await;
-            }
-            let may_reclaim = self.may_reclaim();
-            let refresh_at = self.refresh.turn(!self.held.is_empty());
-            let reclaim_due = self.reclaim.due();
-            // While fetched entries still wait, their acks join this batch:
-            // one XACK per batch of fast handlers rather than one for the
-            // first to finish and one for the rest (each write costs a
-            // system call and the loopback's work on both sides).
-            let ack_now = self.queue.is_empty()
-                // Nothing runs although entries wait (a redelivery
-                // that must run alone, a lapsed lease): send now.
-                || self.handlers.is_empty()
-                // Keys wait for their entries' acks (a key's next
-                // entry starts once its XACK landed): send now.
-                || self.gate.as_ref().is_some_and(order::Gate::waits)
-                || self.drain.is_some();
-            // A slow handler must not hold the acks of those that finished
-            // before it (a crash would run them again): the batch waits
-            // FETCH_WINDOW at most.
-            let ack_due = self.acks.turn(ack_now, self.sub.opts.count);
-            if self.drain.is_some()
-                && !self.reading.is_reading()
-                && self.handlers.is_empty()
-                && self.reclaim.is_idle()
-                && self.acks.is_settled()
-                && self.dead_letters.is_empty()
-                && self.side.is_empty()
-                && self.retries.is_idle()
-            {
-                self.handlers.show();
-                return;
-            }
-            self.handlers.show();
-
-            let deadline = self.drain.as_ref().map(Draining::until);
-            let unblock_at = self.reading.unblock_at();
-            let progress_due = self.drain.as_ref().map(Draining::progress_due);
-            let retry_at = self.retries.next_due().filter(|_| self.drain.is_none());
-            let renew_at = self.lease.renew_at();
-            // A partition is given up the moment its lease lapses here.
-            let lapse_at = self
-                .lease
-                .turn()
-                .filter(|_| self.fence.is_some() && !self.report.lease_lost);
-            let prune_at = self.prune_at.filter(|_| self.drain.is_none());
-            let slot_wait = self
-                .sub
-                .key_order()
-                .filter(|_| self.drain.is_none() && self.waits_for_slot())
-                .map(|k| k.slots.clone());
-            let batch_at = self.batch_due();
-            tokio::select! {
-                event = self.reading.next(self.drain.is_none()) => match event {
-                    ReadEvent::Done(done) => self.on_read(done),
-                    ReadEvent::Failover => self.on_failover(),
-                },
-                fin = self.handlers.ended() => {
-                    self.slots_ended(1);
-                    self.on_ended(fin);
-                }
-                () = Loop::slot_given_back(slot_wait.clone()), if slot_wait.is_some() => {}
-                ids = self.acks.settled() => self.on_acked(ids),
-                ended = self.dead_letters.ended() => self.on_dead_lettered(ended),
-                Some(()) = self.side.next(), if !self.side.is_empty() => {}
-                () = retry_alarm.until(retry_at), if retry_at.is_some() => {
-                    self.retry_due();
-                }
-                back = self.retries.claimed_back() => self.on_retry_claimed(back),
-                checked = self.reclaim.checked() => self.on_checked(checked),
-                () = reclaim_alarm.until(Some(reclaim_due)), if may_reclaim => {}
-                () = heartbeat_alarm.until(refresh_at), if refresh_at.is_some() => {
-                    self.heartbeat();
-                }
-                lost = self.refresh.answered() => {
-                    if let Some(e) = lost {
-                        self.give_up(&e.to_string());
-                    }
-                }
-                () = lapse_alarm.until(lapse_at), if lapse_at.is_some() => {
-                    if !self.lease.holds() {
-                        self.give_up("no renewal of the lease was confirmed within its TTL");
-                    }
-                }
-                () = lease_alarm.until(renew_at), if renew_at.is_some() => {
-                    self.lease.renew();
-                    self.reload_marks();
-                }
-                marks = order::Gate::reloaded(&mut self.gate) => self.on_marks(marks),
-                renewed = self.lease.renewed() => self.on_lease_renewed(renewed),
-                () = prune_alarm.until(prune_at), if prune_at.is_some() => {
-                    self.prune_idle();
-                }
-                Ok(()) = pause.changed(), if self.drain.is_none() => {}
-                changed = stop.changed(), if self.drain.is_none() => {
-                    let deadline = match changed {
-                        Ok(()) => (*stop.borrow()).unwrap_or_else(Instant::now),
-                        // The actor is gone: stop now.
-                        Err(_) => Instant::now(),
-                    };
-                    self.begin_drain(deadline);
-                }
-                () = ack_alarm.until(ack_due), if ack_due.is_some() => {}
-                () = batch_alarm.until(batch_at), if batch_at.is_some() => {}
-                () = unblock_alarm.until(unblock_at), if unblock_at.is_some() => {
-                    self.unblock();
-                }
-                () = progress_alarm.until(progress_due), if progress_due.is_some() => {
-                    if let Some(drain) = self.drain.as_mut() {
-                        drain.tell(self.handlers.len());
-                    }
-                }
-                () = deadline_alarm.until(deadline), if deadline.is_some() => {
-                    self.abandon();
-                    self.handlers.show();
-                    return;
-                }
-            }
-        }
-    }
-
     /// Starts queued entries while handler slots are free.
     ///
     /// A redelivered entry (delivery count > 1) whose last run may have ended

@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use super::Loop;
-use crate::delivery::drain::Draining;
 use crate::error::Error;
 use crate::stream::EntryId;
 
@@ -15,11 +14,7 @@ impl Loop {
         if self.drain.is_some() {
             return;
         }
-        self.drain = Some(Draining::new(
-            "stream",
-            self.sub.names.name.clone(),
-            deadline,
-        ));
+        self.drain = Some(deadline);
         self.hand_back();
         self.hand_back_waiting();
         // A read on the wire is cut short; one connecting or backing off

@@ -11,7 +11,6 @@ use tokio::sync::watch;
 
 use super::Loop;
 use super::lease::Renewed;
-use crate::delivery::drain::Draining;
 use crate::delivery::until_stopped;
 use crate::error::Error;
 use crate::redis::{Eval, Query, RedisActor};
@@ -126,8 +125,7 @@ impl Loop {
         }
         // Entries waiting for their retry stay pending too.
         self.retries.forget_waiting();
-        let name = self.sub.names.name.clone();
-        self.drain = Some(Draining::new("stream", name, Instant::now()));
+        self.drain = Some(Instant::now());
         self.abandon();
     }
 
@@ -136,10 +134,10 @@ impl Loop {
     /// schedules the next run.
     pub(super) fn prune_idle(&mut self) {
         let Some(ttl) = self.sub.opts.prune_idle else {
-            self.prune_at = None;
+            self.timers.prune_at = None;
             return;
         };
-        self.prune_at = Some(tokio::time::Instant::now() + prune_period(ttl));
+        self.timers.prune_at = Some(tokio::time::Instant::now() + prune_period(ttl));
         let s = &self.sub;
         let redis = self.redis.clone();
         let (name, group, me) = (
