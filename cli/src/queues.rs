@@ -71,7 +71,8 @@ pub async fn status(ctx: &Ctx, stream: Option<&str>) -> Result<(), Failure> {
                 None
             };
             let age = oldest.as_ref().and_then(age_ms);
-            let idle = oldest.as_ref().map(|p| p.idle_ms);
+            // None for an entry handed back with XNACK: nobody holds it.
+            let idle = oldest.as_ref().and_then(|p| p.idle_ms);
             rows.push(vec![
                 name.clone(),
                 length.to_string(),
@@ -376,7 +377,7 @@ async fn list_pending(ctx: &Ctx, select: &PendingSelect) -> Result<(), Failure> 
                     p.id.to_string(),
                     p.consumer.clone(),
                     age_ms(p).map_or("-".into(), duration),
-                    duration(p.idle_ms),
+                    p.idle_ms.map_or("handed back".into(), duration),
                     p.delivery_count.to_string(),
                 ]
             })

@@ -178,7 +178,7 @@ fn stream_page(
                             tr {
                                 td { (group) }
                                 @match p {
-                                    Some(p) => { td.consumer { (p.consumer) } td.n { (pages::ms(p.idle_ms)) } td.n.deliveries { (p.delivery_count) } }
+                                    Some(p) => { td.consumer { (p.consumer) } td.n { (pages::idle(p.idle_ms)) } td.n.deliveries { (p.delivery_count) } }
                                     None => { td.muted colspan="3" { "not pending (acked, or not delivered yet)" } }
                                 }
                             }

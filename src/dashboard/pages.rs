@@ -70,6 +70,12 @@ pub(super) fn ms(v: u64) -> String {
     age(Some(Duration::from_millis(v)))
 }
 
+/// A pending entry's idle time; an entry handed back to the group with
+/// `XNACK` has none.
+pub(super) fn idle(v: Option<u64>) -> String {
+    v.map_or_else(|| "handed back".to_owned(), ms)
+}
+
 /// An inline SVG sparkline of `rates` (entries/s), with the last value.
 fn sparkline(rates: &[f64]) -> Markup {
     if rates.len() < 2 {
@@ -287,7 +293,7 @@ pub(super) fn stream(p: &StreamPage<'_>) -> Markup {
                     p.pending-count { (g.pending.rows.len()) " of " (g.info.pending) " pending" }
                     table.pending {
                         thead { tr { th { "entry id" } th { "consumer" } th { "idle" } th { "delivery count" } } }
-                        tbody { @for e in &g.pending.rows { tr { td { (super::entry::link(base, "stream", stream, e.id.as_str())) } td { (e.consumer) } td.n { (ms(e.idle_ms)) } td.n { (e.delivery_count) } } } }
+                        tbody { @for e in &g.pending.rows { tr { td { (super::entry::link(base, "stream", stream, e.id.as_str())) } td { (e.consumer) } td.n { (idle(e.idle_ms)) } td.n { (e.delivery_count) } } } }
                     }
                     p.paging {
                         @if g.pending.prev { @if let Some(first) = g.pending.rows.first() {

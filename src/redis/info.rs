@@ -55,10 +55,14 @@ pub struct ConsumerInfo {
 pub struct PendingEntry {
     /// The entry's id.
     pub id: EntryId,
-    /// The consumer that holds it.
+    /// The consumer that holds it; empty for an entry handed back to the
+    /// group with `XNACK` (Redis 8.8+), which no consumer holds until a read
+    /// or a claim takes it.
     pub consumer: String,
-    /// Milliseconds since it was last delivered (or claimed, or refreshed).
-    pub idle_ms: u64,
+    /// Milliseconds since it was last delivered (or claimed, or refreshed);
+    /// `None` for an entry handed back with `XNACK` (the server answers
+    /// `-1` for it).
+    pub idle_ms: Option<u64>,
     /// How many times it was delivered (the server's count).
     pub delivery_count: u64,
 }
@@ -229,7 +233,8 @@ pub(crate) fn consumers(v: Value) -> Result<Vec<ConsumerInfo>, String> {
 }
 
 /// `XPENDING <stream> <group> <start> <end> <count>`: `[[id, consumer, idle
-/// ms, delivery count], …]`.
+/// ms, delivery count], …]` (an entry handed back with `XNACK`: consumer
+/// `""`, idle `-1`).
 pub(crate) fn pending(v: Value) -> Result<Vec<PendingEntry>, String> {
     list(v)?
         .into_iter()
@@ -241,7 +246,7 @@ pub(crate) fn pending(v: Value) -> Result<Vec<PendingEntry>, String> {
             Ok(PendingEntry {
                 id: EntryId(text(id).ok_or("the id is not a string")?),
                 consumer: text(consumer).ok_or("the consumer is not a string")?,
-                idle_ms: uint(idle).ok_or("the idle time is not an integer")?,
+                idle_ms: opt_uint(idle)?,
                 delivery_count: uint(count).ok_or("the delivery count is not an integer")?,
             })
         })

@@ -374,7 +374,11 @@ async fn discovery_groups_consumers_pending_and_newest_have_the_right_shapes() {
         .map(|p| (p.id.clone(), p.consumer.as_str(), p.delivery_count))
         .collect();
     assert_eq!(got, [(ids[0].clone(), "c1", 1), (ids[1].clone(), "c1", 1)]);
-    assert!(pending.iter().all(|p| p.idle_ms < 60_000));
+    assert!(
+        pending
+            .iter()
+            .all(|p| p.idle_ms.is_some_and(|i| i < 60_000))
+    );
     assert_eq!(admin.pending("a:1", "g1", 1).await.unwrap().len(), 1);
 
     let newest = admin.newest("a:1", 2).await.unwrap();
@@ -746,4 +750,57 @@ async fn stuck_entries_are_claimed_and_acked_and_writes_keep_to_existing_streams
         "no longer pending"
     );
     assert!(admin.pending("jobs", "g", 10).await.unwrap().is_empty());
+}
+
+/// Since Redis 8.8 `XNACK` hands an entry back to its group with no
+/// holder: `pending` lists it with no consumer and no idle time (the server
+/// answers `-1`), beside the entries a consumer holds.
+#[actix_rt::test]
+async fn pending_lists_an_entry_handed_back_with_xnack_without_holder_or_idle_time() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    if !support::server::has_command(&mut c, "XNACK") {
+        support::server::print_skip(
+            "pending_lists_an_entry_handed_back_with_xnack_without_holder_or_idle_time",
+            "has no XNACK (Redis 8.8+)",
+        );
+        return;
+    }
+    let admin = Admin::connect(&redis.url()).await.unwrap();
+    let first = admin.add("jobs", &[("n", "1")]).await.unwrap();
+    let second = admin.add("jobs", &[("n", "2")]).await.unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("jobs")
+        .arg("g")
+        .arg("0")
+        .query(&mut c)
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("g")
+        .arg("c1")
+        .arg("COUNT")
+        .arg(2)
+        .arg("STREAMS")
+        .arg("jobs")
+        .arg(">")
+        .query(&mut c)
+        .unwrap();
+    let nacked: i64 = redis::cmd("XNACK")
+        .arg("jobs")
+        .arg("g")
+        .arg("SILENT")
+        .arg("IDS")
+        .arg(1)
+        .arg(first.as_str())
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(nacked, 1);
+    let pending = admin.pending("jobs", "g", 10).await.unwrap();
+    let got: Vec<_> = pending
+        .iter()
+        .map(|p| (p.id.clone(), p.consumer.as_str(), p.idle_ms.is_some()))
+        .collect();
+    assert_eq!(got, [(first, "", false), (second, "c1", true)]);
 }

@@ -109,18 +109,36 @@ fn consumers_parse_from_redis_7_0_7_2_and_valkey() {
 
 #[test]
 fn pending_rows_and_scan_replies_parse() {
-    let p = pending(Value::Array(vec![Value::Array(vec![
-        bulk("1-0"),
-        bulk("c1"),
-        Value::Int(1500),
-        Value::Int(2),
-    ])]))
+    let p = pending(Value::Array(vec![
+        Value::Array(vec![
+            bulk("1-0"),
+            bulk("c1"),
+            Value::Int(1500),
+            Value::Int(2),
+        ]),
+        // Handed back with XNACK (Redis 8.8+): no holder, idle -1.
+        Value::Array(vec![bulk("2-0"), bulk(""), Value::Int(-1), Value::Int(1)]),
+    ]))
     .unwrap();
     assert_eq!(
         (p[0].id.as_str(), p[0].consumer.as_str(), p[0].idle_ms),
-        ("1-0", "c1", 1500)
+        ("1-0", "c1", Some(1500))
     );
     assert_eq!(p[0].delivery_count, 2);
+    assert_eq!(
+        (p[1].id.as_str(), p[1].consumer.as_str(), p[1].idle_ms),
+        ("2-0", "", None)
+    );
+    assert!(
+        pending(Value::Array(vec![Value::Array(vec![
+            bulk("1-0"),
+            bulk("c1"),
+            bulk("soon"),
+            Value::Int(1),
+        ])]))
+        .is_err(),
+        "an idle time that is no number stays an error"
+    );
     let (cursor, keys) = scan(Value::Array(vec![
         bulk("17"),
         Value::Array(vec![bulk("a")]),

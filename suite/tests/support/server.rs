@@ -118,6 +118,18 @@ fn probe_tls() -> Option<String> {
         })
 }
 
+/// Whether the server on `conn` knows the command `name` (`COMMAND INFO`
+/// answers nil for a command it does not know): a test of a newer
+/// command skips elsewhere.
+pub fn has_command(conn: &mut redis::Connection, name: &str) -> bool {
+    let info: redis::Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg(name)
+        .query(conn)
+        .expect("COMMAND INFO");
+    !matches!(&info, redis::Value::Array(v) if v.iter().all(|x| *x == redis::Value::Nil))
+}
+
 /// Prints `SKIP <test>: <binary> <why>` on the process's stderr, past the
 /// test harness's capture (which takes `eprintln!`), so a skip is never
 /// silent.
