@@ -79,7 +79,10 @@ pub(crate) async fn run<S: Source>(
         if drain.is_none()
             && let Some(deadline) = source.drain_asked()
         {
+            // A turn first: the drain may be over already, and a read in
+            // flight is cut short there.
             begin(source, &mut drain, deadline);
+            continue;
         }
         let (until, progress) = match &drain {
             Some(d) => (Some(d.until()), Some(d.progress_due())),
@@ -91,9 +94,9 @@ pub(crate) async fn run<S: Source>(
                 _ => false,
             }
         };
+        // The stop first: what is fetched after it goes back unrun.
         tokio::select! {
-            () = source.step() => {}
-            true = paused => {}
+            biased;
             changed = stop.changed(), if drain.is_none() => {
                 let deadline = match changed {
                     Ok(()) => (*stop.borrow()).unwrap_or_else(Instant::now),
@@ -102,15 +105,17 @@ pub(crate) async fn run<S: Source>(
                 };
                 begin(source, &mut drain, deadline);
             }
+            () = sleep_until(until) => {
+                source.abandon();
+                return;
+            }
             () = sleep_until(progress) => {
                 if let Some(d) = drain.as_mut() {
                     d.tell(source.running());
                 }
             }
-            () = sleep_until(until) => {
-                source.abandon();
-                return;
-            }
+            true = paused => {}
+            () = source.step() => {}
         }
     }
 }

@@ -208,7 +208,8 @@ impl consumer::Source for Loop {
         if prune && self.drain.is_none() {
             self.prune_idle();
         }
-        if unblock {
+        // Not when the read ended in this same pass: its unblock is over.
+        if unblock && self.reading.unblock_at().is_some() {
             self.unblock();
         }
     }
