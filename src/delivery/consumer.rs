@@ -203,3 +203,6 @@ pub(crate) async fn unless_stopped<F: Future>(
         _ = stop.wait_for(Option::is_some) => None,
     }
 }
+
+#[cfg(test)]
+mod tests;
