@@ -182,8 +182,11 @@ pub(crate) struct Polled {
     pub dead_letters: u64,
 }
 
-/// Sets the polled gauges of one subscription.
-pub(crate) fn polled(stream: &str, group: &str, f: Polled) {
+/// Sets the polled gauges of one subscription. The dead letters are the
+/// dead-letter stream's (`dlq`), which the stream's groups share: their
+/// series is labelled by it instead of a group, so a sum over groups does
+/// not count them once per group.
+pub(crate) fn polled(stream: &str, group: &str, dlq: &str, f: Polled) {
     let labels = [("stream", stream.to_owned()), ("group", group.to_owned())];
     if let Some(lag) = f.lag {
         metrics::gauge!(LAG, &labels).set(lag as f64);
@@ -191,7 +194,8 @@ pub(crate) fn polled(stream: &str, group: &str, f: Polled) {
     metrics::gauge!(PENDING, &labels).set(f.pending as f64);
     metrics::gauge!(OLDEST_PENDING_AGE, &labels)
         .set(f.oldest_pending_age.map_or(0.0, |d| d.as_secs_f64()));
-    metrics::gauge!(DEAD_LETTERS, &labels).set(f.dead_letters as f64);
+    let dlq_labels = [("stream", stream.to_owned()), ("dlq", dlq.to_owned())];
+    metrics::gauge!(DEAD_LETTERS, &dlq_labels).set(f.dead_letters as f64);
 }
 
 /// One subscription's series, registered once.

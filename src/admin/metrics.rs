@@ -16,8 +16,9 @@ use crate::telemetry;
 /// lag, pending entries, the age of the oldest pending entry, consumers, and
 /// the dead-letter stream's length, as the gauges `rillkit_lag`,
 /// `rillkit_pending`, `rillkit_oldest_pending_age_seconds`,
-/// `rillkit_consumers` and `rillkit_dead_letters` (labels `stream`,
-/// `group`) that a broker sets for its own subscriptions. A lagging group of
+/// `rillkit_consumers` (labels `stream`, `group`) and `rillkit_dead_letters`
+/// (labels `stream`, `dlq`: one series per dead-letter stream, which the
+/// stream's groups share) that a broker sets for its own subscriptions. A lagging group of
 /// another service shows up beside this one's.
 ///
 /// Off unless the application runs it (it walks the keyspace: `SCAN … TYPE
@@ -81,6 +82,8 @@ pub struct GroupMetrics {
     pub oldest_pending_age: Option<Duration>,
     /// Consumers of the group.
     pub consumers: u64,
+    /// The stream's dead-letter stream, which its groups share.
+    pub dlq: String,
     /// Entries in the stream's dead-letter stream.
     pub dead_letters: u64,
 }
@@ -92,8 +95,9 @@ impl MetricsSnapshot {
     /// `rillkit_dead_letters`, `rillkit_server_metrics_groups` and
     /// `rillkit_server_metrics_groups_skipped`, its `# HELP` (the text the
     /// library gives the installed recorder) and `# TYPE … gauge` lines,
-    /// then one sample per group labelled `stream` and `group` (label
-    /// values escaped as the format says). A group whose lag Redis cannot
+    /// then one sample per group labelled `stream` and `group`, and for
+    /// `rillkit_dead_letters` one per dead-letter stream labelled `stream`
+    /// and `dlq` (label values escaped as the format says). A group whose lag Redis cannot
     /// tell has no `rillkit_lag` sample. For node_exporter's textfile
     /// collector, a cron job, or a scrape endpoint.
     pub fn to_prometheus(&self) -> String {
@@ -103,7 +107,7 @@ impl MetricsSnapshot {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
         };
         type Value = fn(&GroupMetrics) -> Option<String>;
-        let per_group: [(&str, &str, Value); 5] = [
+        let per_group: [(&str, &str, Value); 4] = [
             (telemetry::LAG, telemetry::LAG_HELP, |g| {
                 g.lag.map(|l| l.to_string())
             }),
@@ -124,9 +128,6 @@ impl MetricsSnapshot {
             (telemetry::CONSUMERS, telemetry::CONSUMERS_HELP, |g| {
                 Some(g.consumers.to_string())
             }),
-            (telemetry::DEAD_LETTERS, telemetry::DEAD_LETTERS_HELP, |g| {
-                Some(g.dead_letters.to_string())
-            }),
         ];
         for (name, help, value) in per_group {
             family(&mut out, name, help);
@@ -139,6 +140,25 @@ impl MetricsSnapshot {
                         label_value(&g.group)
                     );
                 }
+            }
+        }
+        // Once per dead-letter stream, which a stream's groups share.
+        family(
+            &mut out,
+            telemetry::DEAD_LETTERS,
+            telemetry::DEAD_LETTERS_HELP,
+        );
+        let mut told = std::collections::HashSet::new();
+        for g in &self.groups {
+            if told.insert((&g.stream, &g.dlq)) {
+                let _ = writeln!(
+                    out,
+                    "{}{{stream=\"{}\",dlq=\"{}\"}} {}",
+                    telemetry::DEAD_LETTERS,
+                    label_value(&g.stream),
+                    label_value(&g.dlq),
+                    g.dead_letters
+                );
             }
         }
         let c = &self.collected;
@@ -233,6 +253,7 @@ impl ServerMetrics {
             telemetry::polled(
                 &g.stream,
                 &g.group,
+                &g.dlq,
                 telemetry::Polled {
                     lag: g.lag,
                     pending: g.pending,
@@ -285,7 +306,8 @@ impl ServerMetrics {
             if room == 0 {
                 continue;
             }
-            let dead_letters = admin.stream_len(&admin.dlq_of(stream)).await?;
+            let dlq = admin.dlq_of(stream);
+            let dead_letters = admin.stream_len(&dlq).await?;
             for g in groups.into_iter().take(room) {
                 let oldest = if g.pending > 0 {
                     admin
@@ -303,6 +325,7 @@ impl ServerMetrics {
                     pending: g.pending,
                     oldest_pending_age: oldest,
                     consumers: g.consumers,
+                    dlq: dlq.clone(),
                     dead_letters,
                 });
                 done.groups += 1;

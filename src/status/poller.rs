@@ -66,6 +66,7 @@ impl StatusPoller {
                         crate::telemetry::polled(
                             &b.stream,
                             &b.group,
+                            &b.dlq,
                             crate::telemetry::Polled {
                                 lag: f.lag,
                                 pending: f.pending,
@@ -163,6 +164,7 @@ async fn ordered_figures(redis: &Addr<RedisActor>, b: &Board) -> Result<ServerFi
         crate::telemetry::polled(
             &p.stream,
             &p.group,
+            &p.dlq,
             crate::telemetry::Polled {
                 lag: f.lag,
                 pending: f.pending,

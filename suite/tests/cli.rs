@@ -1327,7 +1327,8 @@ fn metrics_prints_every_group_in_the_prometheus_text_format() {
     assert!(text.lines().any(|l| l == format!("rillkit_lag{orders} 0")));
     assert!(
         text.lines()
-            .any(|l| l == format!("rillkit_dead_letters{orders} 1"))
+            .any(|l| l == r#"rillkit_dead_letters{stream="orders",dlq="orders-dlq"} 1"#),
+        "{text}"
     );
     assert!(
         text.lines()

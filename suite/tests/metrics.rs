@@ -333,9 +333,20 @@ async fn the_server_wide_collector_exports_every_group_within_its_cap() {
         Some(1.0)
     );
     assert_eq!(
-        value(&text, &format!("rillkit_dead_letters{orders}")),
-        Some(1.0)
+        value(
+            &text,
+            r#"rillkit_dead_letters{stream="orders",dlq="orders-dlq"}"#
+        ),
+        Some(1.0),
+        "{text}"
     );
+    // Two groups share audit's dead-letter stream: one series, so a sum
+    // over the groups does not count it twice.
+    let audit_dead_letters = text
+        .lines()
+        .filter(|l| l.starts_with(r#"rillkit_dead_letters{stream="audit""#))
+        .count();
+    assert_eq!(audit_dead_letters, 1, "{text}");
     assert!(
         value(
             &text,
