@@ -759,11 +759,12 @@ async fn stuck_entries_are_claimed_and_acked_and_writes_keep_to_existing_streams
 async fn pending_lists_an_entry_handed_back_with_xnack_without_holder_or_idle_time() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
-    if !support::server::has_command(&mut c, "XNACK") {
-        support::server::print_skip(
-            "pending_lists_an_entry_handed_back_with_xnack_without_holder_or_idle_time",
-            "has no XNACK (Redis 8.8+)",
-        );
+    if !support::server::command_or_skip(
+        &mut c,
+        "XNACK",
+        "Redis 8.8+",
+        "pending_lists_an_entry_handed_back_with_xnack_without_holder_or_idle_time",
+    ) {
         return;
     }
     let admin = Admin::connect(&redis.url()).await.unwrap();

@@ -371,11 +371,12 @@ async fn entries_handed_back_with_xnack_are_taken_over_with_the_rest() {
     support::init_tracing();
     let redis = RedisServer::start();
     let mut c = redis.conn();
-    if !support::server::has_command(&mut c, "XNACK") {
-        support::server::print_skip(
-            "entries_handed_back_with_xnack_are_taken_over_with_the_rest",
-            "has no XNACK (Redis 8.8+)",
-        );
+    if !support::server::command_or_skip(
+        &mut c,
+        "XNACK",
+        "Redis 8.8+",
+        "entries_handed_back_with_xnack_are_taken_over_with_the_rest",
+    ) {
         return;
     }
     strand(&redis, "jobs", "g", 0..6);

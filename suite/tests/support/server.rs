@@ -130,6 +130,17 @@ pub fn has_command(conn: &mut redis::Connection, name: &str) -> bool {
     !matches!(&info, redis::Value::Array(v) if v.iter().all(|x| *x == redis::Value::Nil))
 }
 
+/// Whether the calling test may go on: when the server on `conn` lacks
+/// the command `name`, prints why `test` skips (see [`print_skip`], with
+/// `since`, the first version that has it) and answers `false`.
+pub fn command_or_skip(conn: &mut redis::Connection, name: &str, since: &str, test: &str) -> bool {
+    if has_command(conn, name) {
+        return true;
+    }
+    print_skip(test, &format!("has no {name} ({since})"));
+    false
+}
+
 /// Prints `SKIP <test>: <binary> <why>` on the process's stderr, past the
 /// test harness's capture (which takes `eprintln!`), so a skip is never
 /// silent.
