@@ -304,7 +304,9 @@ pub enum Dlq {
     /// (one script each), oldest first. For a stream ordered by key, name a
     /// partition (<name>:p<i>) or the base name for every partition's dead
     /// letters, each back to its partition; a fail_rest dead letter's key
-    /// mark is deleted with it, so the key's entries run again. Refuses when
+    /// mark is deleted with it, so the key's entries run again. It runs again
+    /// in its own group (origin_group) only: other groups of the stream never
+    /// run it (select one group's with --group). Refuses when
     /// an origin stream is gone or has no consumer group (nothing would read
     /// them) unless --create-group. Asks first, unless --yes; Ctrl-C stops
     /// after the dead letter in hand and prints the count (exit 130). Exits
@@ -350,6 +352,10 @@ pub struct Select {
     /// Only dead letters whose error contains this text.
     #[arg(long, value_name = "SUBSTR")]
     pub error: Option<String>,
+    /// Only dead letters of this consumer group (their origin_group). A
+    /// redrive always sends a dead letter back to its own group only.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
     /// At most this many (the oldest that match); `list` shows 100 unless told.
     #[arg(long)]
     pub count: Option<usize>,
@@ -372,6 +378,9 @@ impl Select {
         }
         if let Some(e) = &self.error {
             f = f.with_error_contains(e.clone());
+        }
+        if let Some(g) = &self.group {
+            f = f.with_group(g.clone());
         }
         if let Some(n) = self.count.or(default_count) {
             f = f.with_count(n);

@@ -67,7 +67,10 @@ impl Readers {
 
     fn describe(self) -> String {
         match self {
-            Readers::Groups(n) => format!("{n} group(s)"),
+            Readers::Groups(1) => "1 group".into(),
+            Readers::Groups(n) => {
+                format!("{n} groups; each dead letter runs again in its origin group only")
+            }
             Readers::NoGroup => "exists, no consumer group".into(),
             Readers::NoStream => "does not exist (deleted?)".into(),
             Readers::NotAStream => "not a stream: its dead letters are skipped".into(),
@@ -245,6 +248,8 @@ struct Moved {
     dead_letter: String,
     stream: String,
     id: String,
+    /// The group it runs again in.
+    group: String,
     /// The key whose `fail_rest` mark the redrive deleted.
     lifted_mark: Option<Vec<u8>>,
 }
@@ -272,10 +277,11 @@ impl Done {
                     format!(" (the fail_rest mark of key {} deleted)", text(k))
                 });
                 say!(
-                    "{} -> {} {}{lifted}",
+                    "{} -> {} {} (group {}){lifted}",
                     r.dead_letter,
                     text(r.stream.as_bytes()),
-                    text(r.id.as_str().as_bytes())
+                    text(r.id.as_str().as_bytes()),
+                    text(r.group.as_bytes())
                 );
             }
             self.redriven.push(Moved {
@@ -283,6 +289,7 @@ impl Done {
                 dead_letter: r.dead_letter.as_str().to_owned(),
                 stream: r.stream,
                 id: r.id.as_str().to_owned(),
+                group: r.group,
                 lifted_mark: r.lifted_mark,
             });
         }
@@ -338,6 +345,7 @@ impl Done {
                         "dead_letter": m.dead_letter,
                         "stream": m.stream,
                         "id": m.id,
+                        "group": m.group,
                         "lifted_mark": m.lifted_mark.as_ref().map(|k| String::from_utf8_lossy(k)),
                     })
                 })
@@ -414,6 +422,7 @@ fn print_dry_run(
                     "id": d.id.as_str(),
                     "origin_stream": d.origin.as_ref().map(|o| o.stream.as_str()),
                     "origin_id": d.origin.as_ref().map(|o| o.id.as_str()),
+                    "origin_group": d.origin.as_ref().map(|o| o.group.as_str()),
                 })
             })
             .collect();
@@ -441,10 +450,16 @@ fn print_dry_run(
     let rows: Vec<Vec<String>> = selected
         .iter()
         .map(|(_, d)| match &d.origin {
-            Some(o) => vec![d.id.to_string(), o.stream.clone(), o.id.to_string()],
+            Some(o) => vec![
+                d.id.to_string(),
+                o.stream.clone(),
+                o.id.to_string(),
+                o.group.clone(),
+            ],
             None => vec![
                 d.id.to_string(),
                 "(not a rillkit dead letter: skipped)".into(),
+                "-".into(),
                 "-".into(),
             ],
         })
@@ -452,7 +467,11 @@ fn print_dry_run(
     if !rows.is_empty() {
         say_inline!(
             "{}",
-            table(&["DEAD-LETTER", "ORIGIN", "ORIGIN-ID"], &rows, ctx.cap)
+            table(
+                &["DEAD-LETTER", "ORIGIN", "ORIGIN-ID", "GROUP"],
+                &rows,
+                ctx.cap
+            )
         );
     }
     for (name, o) in origins {

@@ -155,6 +155,7 @@ pub(crate) fn split(id: EntryId, mut fields: Vec<(Vec<u8>, Vec<u8>)>) -> DeadLet
 /// Which dead letters [`Admin::dead_letters`], [`Admin::redrive`] and
 /// [`Admin::purge`] act on: those in an id range (`XRANGE`'s `start` and
 /// `end`, inclusive, `-` and `+` by default), whose error contains a text,
+/// of one origin group,
 /// at most `count` of them, oldest first. The default selects every dead
 /// letter.
 ///
@@ -177,6 +178,7 @@ pub struct DeadLetterFilter {
     start: String,
     end: String,
     error: Option<String>,
+    group: Option<String>,
     count: Option<usize>,
 }
 
@@ -186,6 +188,7 @@ impl Default for DeadLetterFilter {
             start: "-".into(),
             end: "+".into(),
             error: None,
+            group: None,
             count: None,
         }
     }
@@ -230,6 +233,15 @@ impl DeadLetterFilter {
         self
     }
 
+    /// Only dead letters whose appended `origin_group` is `group`: the dead
+    /// letters of one consumer group of a stream several groups read. A dead
+    /// letter without the appended fields never matches.
+    #[must_use]
+    pub fn with_group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
     /// At most `entries` dead letters: the oldest that match.
     #[must_use]
     pub fn with_count(mut self, entries: usize) -> Self {
@@ -252,19 +264,26 @@ impl DeadLetterFilter {
         self.error.as_deref()
     }
 
+    /// The origin group, set with [`with_group`](Self::with_group).
+    pub fn group(&self) -> Option<&str> {
+        self.group.as_deref()
+    }
+
     /// The cap, in entries, set with [`with_count`](Self::with_count).
     pub fn count(&self) -> Option<usize> {
         self.count
     }
 
     fn matches(&self, dl: &DeadLetter) -> bool {
-        match &self.error {
-            None => true,
-            Some(text) => dl
-                .origin
-                .as_ref()
-                .is_some_and(|o| o.error.contains(text.as_str())),
-        }
+        let origin = dl.origin.as_ref();
+        let error = self.error.as_ref().is_none_or(|text| {
+            origin.is_some_and(|o| o.error.contains(text.as_str()))
+        });
+        let group = self
+            .group
+            .as_ref()
+            .is_none_or(|g| origin.is_some_and(|o| &o.group == g));
+        error && group
     }
 }
 
@@ -313,10 +332,10 @@ impl<'a> Selection<'a> {
             if self.done || self.left == Some(0) {
                 return Ok(None);
             }
-            // Without a text filter every entry read is selected: read no
+            // Without a text or group filter every entry read is selected: read no
             // more than are still wanted (entries may be large).
-            let page = match (self.left, &self.filter.error) {
-                (Some(left), None) => left.min(PAGE),
+            let page = match (self.left, &self.filter.error, &self.filter.group) {
+                (Some(left), None, None) => left.min(PAGE),
                 _ => PAGE,
             };
             let mut cmd = redis::cmd("XRANGE");

@@ -61,6 +61,17 @@ fn fails(url: &str, args: &[&str]) -> (i32, String) {
 /// A dead letter laid out as the dead-letter move writes it, with an
 /// original field named `error`.
 fn dead_letter(conn: &mut redis::Connection, dlq: &str, origin_id: &str, error: &str) -> String {
+    dead_letter_of(conn, dlq, origin_id, "billing", error)
+}
+
+/// [`dead_letter`] of the consumer group `group`.
+fn dead_letter_of(
+    conn: &mut redis::Connection,
+    dlq: &str,
+    origin_id: &str,
+    group: &str,
+    error: &str,
+) -> String {
     redis::cmd("XADD")
         .arg(dlq)
         .arg("*")
@@ -74,7 +85,7 @@ fn dead_letter(conn: &mut redis::Connection, dlq: &str, origin_id: &str, error: 
             "origin_id",
             origin_id,
             "origin_group",
-            "billing",
+            group,
             "origin_consumer",
             "c1",
             "delivery_count",
@@ -933,6 +944,98 @@ fn a_redrive_is_previewed_confirmed_and_refused_where_nothing_would_read() {
         .unwrap();
     let rows = read_count(read);
     assert_eq!(rows, 2, "the new group reads both redriven entries");
+}
+
+/// `XINFO GROUPS` of `stream`: each group's name and last-delivered id.
+fn last_delivered(c: &mut redis::Connection, stream: &str) -> Vec<(String, String)> {
+    let groups: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(stream)
+        .query(c)
+        .unwrap();
+    groups
+        .iter()
+        .map(|g| {
+            (
+                redis::from_redis_value_ref(&g["name"]).unwrap(),
+                redis::from_redis_value_ref(&g["last-delivered-id"]).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn dlq_redrive_with_group_sends_one_groups_dead_letters_back_to_that_group_only() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    // "orders" is read by billing, shipping and audit, each caught up.
+    let origin = xadd(&mut c, "orders", "{}");
+    for g in ["billing", "shipping", "audit"] {
+        support::create_group(&mut c, "orders", g, "$");
+    }
+    let billing = dead_letter_of(&mut c, "orders-dlq", &origin, "billing", "card declined");
+    let shipping = dead_letter_of(&mut c, "orders-dlq", &origin, "shipping", "no address");
+
+    let doc = json(&url, &["dlq", "list", "orders", "--group", "billing"]);
+    let listed = doc["dead_letters"].as_array().expect("dead letters");
+    assert_eq!(listed.len(), 1, "{doc}");
+    assert_eq!(listed[0]["id"], billing.as_str(), "{doc}");
+
+    let text = ok(
+        &url,
+        &["dlq", "redrive", "orders", "--group", "billing", "--dry-run"],
+    );
+    assert!(text.contains(&billing) && !text.contains(&shipping), "{text}");
+    assert!(
+        text.contains("3 groups; each dead letter runs again in its origin group only"),
+        "{text}"
+    );
+    let doc = json(
+        &url,
+        &["dlq", "redrive", "orders", "--group", "billing", "--dry-run"],
+    );
+    assert_eq!(doc["dead_letters"][0]["origin_group"], "billing", "{doc}");
+
+    let text = ok(&url, &["dlq", "redrive", "orders", "--group", "billing", "--yes"]);
+    assert!(text.contains("(group billing)"), "{text}");
+    assert!(
+        text.contains("redrove 1 dead letter(s) from orders-dlq, skipped 0"),
+        "{text}"
+    );
+    // Shipping's dead letter stays; the redriven entry is billing's alone.
+    let left: Vec<Entry> = redis::cmd("XRANGE")
+        .arg(&["orders-dlq", "-", "+"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].0, shipping);
+    let newest: Vec<Entry> = redis::cmd("XREVRANGE")
+        .arg(&["orders", "+", "-", "COUNT", "1"])
+        .query(&mut c)
+        .unwrap();
+    let (new_id, fields) = &newest[0];
+    assert!(
+        fields.contains(&("redriven_for".into(), "billing".into())),
+        "{fields:?}"
+    );
+    for (group, last) in last_delivered(&mut c, "orders") {
+        if group == "billing" {
+            assert_eq!(last, origin, "billing still has it to read");
+        } else {
+            assert_eq!(&last, new_id, "{group} was moved past it");
+        }
+    }
+    let read: redis::Value = redis::cmd("XREADGROUP")
+        .arg(&["GROUP", "billing", "c1", "STREAMS", "orders", ">"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(read_count(read), 1, "billing reads the redriven entry");
+    let read: redis::Value = redis::cmd("XREADGROUP")
+        .arg(&["GROUP", "audit", "c1", "STREAMS", "orders", ">"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(read_count(read), 0, "audit never does");
 }
 
 /// An entry as redis-rs reads it: id, then field/value pairs.

@@ -12,6 +12,7 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -519,6 +520,9 @@ async fn entry_pages_show_the_whole_payload_and_where_it_is() {
         .arg(">")
         .query(&mut conn)
         .unwrap();
+    // A second group, `audit`, has read everything: a redrive of billing's
+    // dead letter must not reach it.
+    support::create_group(&mut conn, "orders", "audit", "$");
     let dl = dead_letter(&mut conn, "orders", &payload, "card <i>declined</i>");
     let broker = Broker::builder(redis.url()).build().unwrap();
     broker.start().await.unwrap();
@@ -587,6 +591,33 @@ async fn entry_pages_show_the_whole_payload_and_where_it_is() {
     })
     .await;
     assert_eq!(support::stream_len(&mut conn, "orders"), 2);
+    let newest: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
+        .arg("orders")
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
+    let (new_id, fields) = &newest[0];
+    assert!(
+        fields.contains(&("redriven_for".into(), "billing".into())),
+        "{fields:?}"
+    );
+    let groups: Vec<HashMap<String, redis::Value>> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg("orders")
+        .query(&mut conn)
+        .unwrap();
+    let audit = groups
+        .iter()
+        .find(|g| g["name"] == redis::Value::BulkString(b"audit".to_vec()))
+        .expect("audit");
+    assert_eq!(
+        audit["last-delivered-id"],
+        redis::Value::BulkString(new_id.as_bytes().to_vec()),
+        "audit, caught up, was moved past the redriven entry: {audit:?}"
+    );
     let done = text_when(&c, "p.done", |t| t.contains("Redriven: 1.")).await;
     assert!(done.contains("Redriven: 1."), "{done}");
     c.close().await.unwrap();

@@ -46,6 +46,9 @@ pub struct Redriven {
     pub stream: String,
     /// The new entry's id on that stream.
     pub id: EntryId,
+    /// The group it runs again in (its `origin_group`): the only group of
+    /// the stream that runs it.
+    pub group: String,
     /// For a dead letter of a stream [ordered by key](crate::Stream::ordered_by)
     /// with `on_key_failure` = `fail_rest`: its key, when the redrive deleted
     /// the key's mark (see [`Admin::redrive`]); `None` otherwise.
@@ -65,13 +68,16 @@ pub struct Skipped {
 /// KEYS: origin stream, dead-letter stream, and for a `fail_rest` dead
 /// letter the origin partition's hash of failed keys. ARGV: the dead
 /// letter's id, its `origin_group` as the caller read it. Answers
-/// `{1, new id, 1 when the key's mark was deleted else 0}`, or
-/// `{0, reason, 0}` when it leaves the dead letter alone.
+/// `{1, new id, 1 when the key's mark was deleted else 0, the groups moved
+/// past the new entry}`, or `{0, reason, 0, 0}` when it leaves the dead
+/// letter alone.
 ///
 /// It reads the dead letter itself, so what it puts back is what is there
 /// now; checks that the entry ends with the seven appended fields (for an
 /// entry of a stream ordered by key, followed by `order_key` and
-/// `on_key_failure`) and that its `origin_stream` is KEYS[1]; for
+/// `on_key_failure`) and that its `origin_stream` is KEYS[1]; reads the
+/// origin stream's groups (`XINFO GROUPS`): the dead letter stays when the
+/// stream has groups but not its `origin_group` (no one would run it); for
 /// `on_key_failure` = `fail_rest` reads the key's mark (`HGET`: a key of
 /// another type fails here, before any write) and deletes it when it is
 /// not newer than the dead letter's `origin_id` (the mark this failure or
@@ -79,13 +85,17 @@ pub struct Skipped {
 /// of the key, a redriven entry failing again, and stays); checks with
 /// `redis.acl_check_cmd` that every write is allowed before the first
 /// (`NOPERM` otherwise, so a refusal never leaves a copy); then `XADD`s the
-/// original fields (an earlier `redriven_from` left out) plus
-/// `redriven_from` = `origin_id` to the origin stream, deletes the mark,
-/// and `XDEL`s the dead letter. A failing `XADD` (the origin key holds
-/// another type) aborts before anything else.
+/// original fields (an earlier `redriven_from` and `redriven_for` left out)
+/// plus `redriven_from` = `origin_id` and, when the stream has other
+/// groups, `redriven_for` = `origin_group` to the origin stream; moves
+/// every other group that had been delivered everything (its last-delivered
+/// id at or past the newest entry before the `XADD`) past the new entry
+/// (`XGROUP SETID … ENTRIESREAD`, when the ACL allows it), so it never
+/// reads it; deletes the mark, and `XDEL`s the dead letter. A failing
+/// `XADD` (the origin key holds another type) aborts before anything else.
 const REDRIVE_LUA: &str = r#"
 local rows = redis.call('XRANGE', KEYS[2], ARGV[1], ARGV[1])
-if #rows == 0 then return {0, 'no longer in the dead-letter stream', 0} end
+if #rows == 0 then return {0, 'no longer in the dead-letter stream', 0, 0} end
 local f = rows[1][2]
 local n = #f
 local foreign = 'no origin_stream: not a dead letter rillkit wrote'
@@ -96,12 +106,13 @@ if n >= 18 and f[n - 3] == 'order_key' and f[n - 1] == 'on_key_failure' then
 end
 local names = {'origin_stream', 'origin_id', 'origin_group', 'origin_consumer',
                'delivery_count', 'error', 'failed_at_ms'}
-if n < 14 then return {0, foreign, 0} end
+if n < 14 then return {0, foreign, 0, 0} end
 for i = 1, 7 do
-  if f[n - 15 + 2 * i] ~= names[i] then return {0, foreign, 0} end
+  if f[n - 15 + 2 * i] ~= names[i] then return {0, foreign, 0, 0} end
 end
-if f[n - 12] ~= KEYS[1] then return {0, 'its origin_stream is not ' .. KEYS[1], 0} end
+if f[n - 12] ~= KEYS[1] then return {0, 'its origin_stream is not ' .. KEYS[1], 0, 0} end
 local origin_id = f[n - 10]
+local group = f[n - 8]
 local function after(a, b)
   local am, as = string.match(a, '^(%d+)-(%d+)$')
   local bm, bs = string.match(b, '^(%d+)-(%d+)$')
@@ -111,10 +122,27 @@ local function after(a, b)
   if #as ~= #bs then return #as > #bs end
   return as > bs
 end
+if not redis.acl_check_cmd('XINFO', 'GROUPS', KEYS[1]) then
+  return redis.error_reply('NOPERM this user has no permissions to run the xinfo|groups command on ' .. KEYS[1])
+end
+local groups = redis.pcall('XINFO', 'GROUPS', KEYS[1])
+if groups['err'] then
+  if not string.find(groups['err'], 'no such key', 1, true) then return groups end
+  groups = {}
+end
+local others, own = {}, false
+for _, g in ipairs(groups) do
+  local info = {}
+  for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+  if info['name'] == group then own = true else others[#others + 1] = info end
+end
+if #others > 0 and not own then
+  return {0, 'its origin group ' .. group .. ' is not a group of ' .. KEYS[1] .. ' (its other groups must not run it)', 0, 0}
+end
 local lift = false
 if rule == 'fail_rest' then
-  if KEYS[3] == nil or f[n - 8] ~= ARGV[2] then
-    return {0, 'the dead letter was read differently by the script; try again', 0}
+  if KEYS[3] == nil or group ~= ARGV[2] then
+    return {0, 'the dead letter was read differently by the script; try again', 0, 0}
   end
   local mark = redis.call('HGET', KEYS[3], key)
   lift = mark ~= false and not after(mark, origin_id)
@@ -130,17 +158,40 @@ if lift and not redis.acl_check_cmd('HDEL', KEYS[3], key) then
 end
 local args = {}
 for i = 1, n - 14, 2 do
-  if f[i] ~= 'redriven_from' then
+  if f[i] ~= 'redriven_from' and f[i] ~= 'redriven_for' then
     args[#args + 1] = f[i]
     args[#args + 1] = f[i + 1]
   end
 end
 args[#args + 1] = 'redriven_from'
 args[#args + 1] = origin_id
+if #others > 0 then
+  args[#args + 1] = 'redriven_for'
+  args[#args + 1] = group
+end
+local top = nil
+if #others > 0 then
+  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+  if #last > 0 then top = last[1][1] end
+end
 local id = redis.call('XADD', KEYS[1], '*', unpack(args))
+local moved = 0
+for _, g in ipairs(others) do
+  local seen = g['last-delivered-id']
+  if (top == nil or seen == top or after(seen, top))
+      and redis.acl_check_cmd('XGROUP', 'SETID', KEYS[1], g['name'], id) then
+    local read = tonumber(g['entries-read'])
+    if read then
+      redis.call('XGROUP', 'SETID', KEYS[1], g['name'], id, 'ENTRIESREAD', read + 1)
+    else
+      redis.call('XGROUP', 'SETID', KEYS[1], g['name'], id)
+    end
+    moved = moved + 1
+  end
+end
 if lift then redis.call('HDEL', KEYS[3], key) end
 redis.call('XDEL', KEYS[2], ARGV[1])
-return {1, id, lift and 1 or 0}
+return {1, id, lift and 1 or 0, moved}
 "#;
 
 static REDRIVE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(REDRIVE_LUA));
@@ -154,9 +205,23 @@ impl Admin {
     /// included, are left out), and deletes it from `dlq`. Each dead letter
     /// moves in one Lua script (`XRANGE`, `XADD`, `XDEL` over the origin
     /// stream and `dlq`), so it ends up in exactly one of the two streams.
-    /// The groups of the origin stream see the new entry as any other: it
-    /// runs again with a fresh delivery count. This is the one redrive: the
-    /// `rillkit` tool and the dashboard call it too.
+    /// This is the one redrive: the `rillkit` tool and the dashboard call it
+    /// too.
+    ///
+    /// **It runs again in its own group only** (its `origin_group`), with a
+    /// fresh delivery count. When the origin stream has other consumer
+    /// groups, the new entry also gets `redriven_for` = `origin_group`, and
+    /// the script moves each other group that had been delivered every entry
+    /// (`XINFO GROUPS`: its last-delivered id at or past the newest entry)
+    /// past the new one (`XGROUP SETID … ENTRIESREAD`, so its lag stays
+    /// right): it never reads it. A group still behind reads it later, and
+    /// rillkit's consumers ack an entry redriven for another group without
+    /// running it. A consumer that is not rillkit sees such an entry with
+    /// its `redriven_for` field and should skip it when that is not its
+    /// group. A stream with groups but not the dead letter's own is
+    /// skipped: no group would run it. Select one group's dead letters with
+    /// [`DeadLetterFilter::with_group`]; without it each dead letter goes
+    /// back to its own group.
     ///
     /// **Streams ordered by key.** A partition's dead letters go back to
     /// their partition (`<name>:p<i>`, their `origin_stream`) in the order
@@ -186,7 +251,7 @@ impl Admin {
     /// # Errors
     /// [`Error::Redis`] when `dlq` is not a stream, an id of the filter is
     /// malformed, a key's mark is not a hash (`WRONGTYPE`), or the ACL user
-    /// may not `XADD` to the origin, `XDEL` from `dlq` or, for a
+    /// may not `XINFO GROUPS` or `XADD` the origin, `XDEL` from `dlq` or, for a
     /// `fail_rest` dead letter, `HGET` and `HDEL` the key's mark (`NOPERM`:
     /// nothing of that dead letter was written); a connection error. Dead
     /// letters redriven before the error stay redriven, the rest stay in
@@ -240,19 +305,25 @@ impl Admin {
                 }
                 call.arg(&dl.id).arg(&origin.group);
                 let mut conn = self.conn.clone();
-                let answer: Result<(i64, String, i64), Error> = call
+                let answer: Result<(i64, String, i64, i64), Error> = call
                     .invoke_async(&mut conn)
                     .await
                     .map_err(Error::from_redis);
                 match answer {
-                    Ok((1, id, lifted)) => report.redriven.push(Redriven {
+                    Ok((1, id, lifted, moved)) => {
+                        if moved > 0 {
+                            tracing::debug!(stream = %origin.stream, groups = moved, "other groups moved past a redriven entry");
+                        }
+                        report.redriven.push(Redriven {
                         dead_letter: dl.id.clone(),
                         stream: origin.stream.clone(),
+                        group: origin.group.clone(),
                         id: EntryId(id),
                         lifted_mark: (lifted == 1)
                             .then(|| origin.order_key.clone().unwrap_or_default()),
-                    }),
-                    Ok((_, reason, _)) => report.skipped.push(skip(reason)),
+                        });
+                    }
+                    Ok((_, reason, _, _)) => report.skipped.push(skip(reason)),
                     Err(Error::Redis(e)) if e.code() == Some("WRONGTYPE") => {
                         report.skipped.push(skip(format!(
                             "its origin key {:?} is not a stream",

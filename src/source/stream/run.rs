@@ -322,7 +322,8 @@ impl Loop {
     }
 
     /// Queues fetched or claimed entries. Entries deleted or trimmed while
-    /// pending (no body) are acked and skipped, logged once per batch; entries
+    /// pending (no body) are acked and skipped, logged once per batch, and so
+    /// are entries a redrive put back for another group; entries
     /// this consumer already holds are skipped (a defence: one entry must
     /// never run twice at once here).
     fn enqueue(&mut self, entries: Vec<Delivered>) {
@@ -337,6 +338,11 @@ impl Loop {
                 self.acks.push(raw.id);
                 continue;
             };
+            if redriven_for_another(&fields, &self.sub.names.group) {
+                tracing::debug!(stream = %self.sub.names.name, id = %raw.id, "entry redriven for another group; acked without running");
+                self.acks.push(raw.id);
+                continue;
+            }
             if self.held.insert(raw.id.clone()) {
                 let key = self.entry_key(&fields);
                 self.queue.push_back(Queued {
@@ -354,6 +360,17 @@ impl Loop {
             tracing::warn!(stream = %self.sub.names.name, entries = gone, "pending entries were deleted or trimmed; acking and skipping them");
         }
     }
+}
+
+/// Whether a redrive put this entry back for another consumer group: its
+/// `redriven_for` field names a group that is not `group`. Such an entry is
+/// acked without running, so only the dead letter's own group runs it again.
+fn redriven_for_another(fields: &[(Vec<u8>, Vec<u8>)], group: &str) -> bool {
+    fields
+        .iter()
+        .rev()
+        .find(|(k, _)| k.as_slice() == b"redriven_for")
+        .is_some_and(|(_, v)| v.as_slice() != group.as_bytes())
 }
 
 /// A partition of a stream ordered by key, its lease just taken: marks it
