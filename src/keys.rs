@@ -112,7 +112,7 @@ pub(crate) fn partition_keys(partition: &str, group: &str) -> (String, String) {
 /// A name as one part of the lease key: `%` and `:` percent-encoded, so
 /// stream `x:y` with group `g` and stream `x` with group `y:g` get
 /// different keys.
-fn key_part(name: &str) -> String {
+pub(crate) fn key_part(name: &str) -> String {
     name.replace('%', "%25").replace(':', "%3A")
 }
 

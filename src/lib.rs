@@ -56,7 +56,7 @@
 //! | publish | [`Broker::publish`], [`publish_batch`](Broker::publish_batch), [`publish_list`](Broker::publish_list), [`publish_channel`](Broker::publish_channel), [`TraceParent`] | `XADD`, `LPUSH`, `PUBLISH` |
 //! | start, drain, exit with a code | [`Broker::run`], [`Broker::stop`], [`SupervisorOutcome::exit_code`], [`shutdown_signal`], [`Phase`], [`Stage`] (lifecycle hooks), [`RestartPolicy`] | |
 //! | add and remove subscriptions at run time | [`Broker::subscribe`], [`SubscriptionHandle`], [`Removed`] | |
-//! | health, readiness, pause | [`Broker::status`], [`Status`], [`SubscriptionId`], [`Broker::pause`] | `PING`, `XINFO GROUPS` |
+//! | health, readiness, pause | [`Broker::status`], [`Status`], [`SubscriptionId`], [`Broker::pause_local`] | `PING`, `XINFO GROUPS` |
 //! | TLS, Sentinel, Cluster | [`Topology`], [`Tls`], [`Broker::with_topology`], [`BrokerBuilder::tls`] | |
 //! | inspect and repair: pending entries, claims, dead letters, redrive | [`admin::Admin`] | `XPENDING`, `XCLAIM`, `XRANGE` |
 //! | a web dashboard (feature `dashboard`) | `dashboard::Dashboard`, an actix-web scope | |
@@ -85,6 +85,7 @@ mod connection;
 pub mod dashboard;
 mod delivery;
 mod error;
+mod fleet;
 mod handler;
 mod keys;
 mod kind;

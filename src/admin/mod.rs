@@ -31,6 +31,7 @@
 //! [`Broker`]: crate::Broker
 
 pub(crate) mod dead_letters;
+mod fleet;
 mod metrics;
 mod ordered;
 mod pending;
@@ -41,6 +42,8 @@ pub use dead_letters::{
     DeadLetter, DeadLetterFilter, DeadLetterOrigin, RedriveReport, Redriven, Skipped,
 };
 pub use pending::PendingFilter;
+
+pub use crate::fleet::{FleetControl, FleetProcess, FleetSubscription, MAX_CONCURRENCY};
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -5,8 +5,9 @@
 //! 2. PING, the shared pool and `RedisActor`, the consumer groups (each with
 //!    an ACL probe) and the consumer names' leases, each waiting for a
 //!    server that is starting until the startup deadline;
-//! 3. the consumers (the [`Supervisor`] starts one per subscription),
-//!    retention and the status poller;
+//! 3. the fleet-wide pause and concurrency read (so a consumer of a paused
+//!    group starts paused), the consumers (the [`Supervisor`] starts one per
+//!    subscription), retention, the status poller and the fleet watch;
 //! 4. `after_startup` hooks; then it waits for a stop request;
 //! 5. the drain ([`DrainAll`]: the supervisor's tally);
 //! 6. `on_shutdown` hooks, connections still open;
@@ -106,7 +107,11 @@ pub(super) async fn lifecycle(
         }
         _ => return report_start(abort_start(broker.clone(), hooks.clone()).await),
     };
-    // 4. Consumers, and retention for the streams that ask for it.
+    // 4. Consumers, each paused from its first read if its fleet is, and
+    //    retention for the streams that ask for it.
+    if let Err(e) = crate::fleet::control::look(&redis, broker.boards(), |_| true).await {
+        tracing::warn!(error = %e, "could not read the fleet-wide pause and concurrency; reading them again every 500 ms");
+    }
     let _ = me.send(StartConsumers(redis.clone())).await;
     let retention = crate::retention::start(
         streams
@@ -122,6 +127,12 @@ pub(super) async fn lifecycle(
         broker.boards().clone(),
         redis.clone(),
         broker.status_period(),
+    )
+    .start();
+    let fleet = crate::fleet::FleetWatch::new(
+        broker.boards().clone(),
+        redis.clone(),
+        crate::fleet::registry::now_ms(),
     )
     .start();
     broker.set_phase(Phase::Running);
@@ -151,6 +162,7 @@ pub(super) async fn lifecycle(
         let _ = r.send(crate::retention::Stop).await;
     }
     let _ = poller.send(crate::status::Stop).await;
+    let _ = fleet.send(crate::fleet::Stop).await;
     // 7. on_shutdown hooks, connections still open (skipped when
     //    after_startup failed).
     let mut failures = Vec::new();

@@ -69,19 +69,19 @@ impl SubscriptionHandle {
         self.board.snapshot()
     }
 
-    /// Pauses it, as [`Broker::pause`] does.
+    /// Pauses it, as [`Broker::pause_local`] does.
     ///
     /// # Errors
     /// [`Error::NotPausable`] for a Pub/Sub subscription.
-    pub fn pause(&self) -> Result<(), Error> {
+    pub fn pause_local(&self) -> Result<(), Error> {
         super::pause::set_paused(&self.board, true)
     }
 
-    /// Resumes it, as [`Broker::resume`] does.
+    /// Resumes it, as [`Broker::resume_local`] does.
     ///
     /// # Errors
     /// [`Error::NotPausable`] for a Pub/Sub subscription.
-    pub fn resume(&self) -> Result<(), Error> {
+    pub fn resume_local(&self) -> Result<(), Error> {
         super::pause::set_paused(&self.board, false)
     }
 
@@ -271,6 +271,14 @@ impl Broker {
         let sup = self.supervisor().ok_or(Error::NotStarted)?;
         let board = source.board().clone();
         self.boards().add(board.clone());
+        // Paused from its first read if its fleet is.
+        let fleet = crate::fleet::control::look(self.redis_addr()?, self.boards(), |b| {
+            std::ptr::eq(b, &*board)
+        })
+        .await;
+        if let Err(e) = fleet {
+            tracing::warn!(error = %e, "could not read the fleet-wide pause and concurrency; reading them again every 500 ms");
+        }
         match sup.send(AddSource(source)).await {
             Ok(Ok(index)) => Ok(SubscriptionHandle {
                 broker: self.clone(),

@@ -194,7 +194,14 @@ impl BrokerBuilder {
             .saturating_add(1)
             .saturating_mul(batch.max_entries());
         let options = options.with_concurrency(runs);
-        self.subs.push(list_source_erased(list, options, h));
+        let pending = list_source_erased(list, options, h);
+        // Its concurrency counts batches and item slots at once: it stays
+        // as built.
+        self.subs.push(Box::new(move |cluster, drain| {
+            let source = pending(cluster, drain)?;
+            source.board().scale().configure(runs, false);
+            Ok(source)
+        }));
         self
     }
 
@@ -350,6 +357,8 @@ fn stream_batch_source(
         if matches!(sub.shape, Shape::Plain) {
             sub.shape = Shape::Batched(native);
         }
+        // Its concurrency sizes its reads: it stays as built.
+        sub.board.scale().configure(sub.opts.concurrency, false);
         Ok(Source::Stream(Arc::new(sub)))
     })
 }

@@ -225,8 +225,8 @@ impl Dashboard {
     /// | `POST {path}/dlq/{stream}/redrive` | redrive one (`id`), a range (`start`, `end`, `count`) or what a filter selects (`error`, `from`, `to`, `count`) |
     /// | `POST {path}/dlq/{stream}/purge` | delete one, a range or a filter's selection |
     /// | `POST {path}/stream/{stream}/handover` | hand a dead consumer's pending entries to another consumer (`group`, `consumer`, `to`, `count`) |
-    /// | `POST {path}/subscription/pause` | pause a stream or list subscription of the broker (`kind`: `stream`, `list` or `list_at_most_once`; `key`, `group`, `consumer`): see [`Broker::pause`] |
-    /// | `POST {path}/subscription/resume` | resume it ([`Broker::resume`]) |
+    /// | `POST {path}/subscription/pause` | pause a stream or list subscription of the broker (`kind`: `stream`, `list` or `list_at_most_once`; `key`, `group`, `consumer`): see [`Broker::pause_local`] |
+    /// | `POST {path}/subscription/resume` | resume it ([`Broker::resume_local`]) |
     pub fn scope(&self, path: &str) -> actix_web::Scope {
         let base = path.trim_end_matches('/').to_owned();
         web::scope(path)

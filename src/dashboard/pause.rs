@@ -73,7 +73,7 @@ pub(super) async fn pause(
     req: HttpRequest,
     form: web::Form<Pick>,
 ) -> HttpResponse {
-    act(true, &ctx, &req, &form)
+    act(true, &ctx, &req, &form).await
 }
 
 pub(super) async fn resume(
@@ -81,13 +81,13 @@ pub(super) async fn resume(
     req: HttpRequest,
     form: web::Form<Pick>,
 ) -> HttpResponse {
-    act(false, &ctx, &req, &form)
+    act(false, &ctx, &req, &form).await
 }
 
 /// Checks the `POST`, pauses or resumes the subscription the form names,
 /// and sends the browser back to the overview with a fixed banner. 404 for
 /// a subscription the broker does not have, 400 for a channel.
-fn act(pause: bool, ctx: &Ctx, req: &HttpRequest, form: &Pick) -> HttpResponse {
+async fn act(pause: bool, ctx: &Ctx, req: &HttpRequest, form: &Pick) -> HttpResponse {
     if let Err(resp) = actions::admit_request(ctx, req, &form.csrf) {
         return resp;
     }
@@ -102,10 +102,14 @@ fn act(pause: bool, ctx: &Ctx, req: &HttpRequest, form: &Pick) -> HttpResponse {
         consumer: form.consumer.clone(),
     };
     let broker = &ctx.dash.broker;
+    // For the whole fleet; a resume also undoes a pause of this process.
     let done = if pause {
-        broker.pause(&id)
+        broker.pause_fleet(&id).await
     } else {
-        broker.resume(&id)
+        match broker.resume_fleet(&id).await {
+            Ok(()) => broker.resume_local(&id),
+            e => e,
+        }
     };
     let verb = if pause { "pause" } else { "resume" };
     match done {
@@ -113,7 +117,10 @@ fn act(pause: bool, ctx: &Ctx, req: &HttpRequest, form: &Pick) -> HttpResponse {
         Err(e @ Error::NoSuchSubscription { .. }) => {
             return HttpResponse::NotFound().body(e.to_string());
         }
-        Err(e) => return HttpResponse::BadRequest().body(e.to_string()),
+        Err(e @ Error::NotPausable { .. }) => {
+            return HttpResponse::BadRequest().body(e.to_string());
+        }
+        Err(e) => return ctx.error(&e),
     }
     let (client, operator) = actions::who(req);
     tracing::info!(

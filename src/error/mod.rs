@@ -231,8 +231,8 @@ pub enum Error {
         "stop() called from the broker's own hook or handler; the stop is requested, use request_stop() there"
     )]
     StopFromWithin,
-    /// [`Broker::pause`](crate::Broker::pause) or
-    /// [`resume`](crate::Broker::resume) named a subscription the broker
+    /// [`Broker::pause_local`](crate::Broker::pause_local) or
+    /// [`resume`](crate::Broker::resume_local) named a subscription the broker
     /// does not have (removed, or never added).
     #[error(
         "the broker has no subscription with consumer {consumer:?} {}",

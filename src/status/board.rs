@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
 use super::{
-    PartitionStatus, ServerFigures, SubscriptionId, SubscriptionState, SubscriptionStatus,
+    PartitionStatus, Scale, ServerFigures, SubscriptionId, SubscriptionState, SubscriptionStatus,
 };
 use crate::kind::SourceKind;
 
@@ -100,10 +100,14 @@ pub(crate) struct Board {
     owned: std::sync::atomic::AtomicBool,
     /// A partition: its keys marked failed (`fail_rest`), as its loop knows.
     failed_keys: AtomicU64,
-    /// Whether a pause was asked for; the loop watches it.
+    /// Whether a pause was asked for; the loop watches it (and is woken
+    /// through it when its concurrency changes).
     pause: watch::Sender<bool>,
-    /// The same, read on every turn of a loop without a lock.
-    asked: AtomicBool,
+    /// Who asked for the pause ([`LOCAL`], [`FLEET`]), read on every turn of
+    /// a loop without a lock.
+    asked: AtomicU8,
+    /// Its concurrency: as built, fleet-wide, in flight.
+    scale: Scale,
     /// The state is `Paused` (so `settle_pause` takes no lock while there
     /// is nothing to settle).
     shown_paused: AtomicBool,
@@ -171,7 +175,8 @@ impl Board {
             owned: std::sync::atomic::AtomicBool::new(false),
             failed_keys: AtomicU64::new(0),
             pause: watch::Sender::new(false),
-            asked: AtomicBool::new(false),
+            asked: AtomicU8::new(0),
+            scale: Scale::default(),
             shown_paused: AtomicBool::new(false),
         }
     }
@@ -213,24 +218,64 @@ impl Board {
             && *self.consumer == *id.consumer
     }
 
-    /// Asks the loop to pause (`true`) or to read again (`false`).
-    /// For an ordered stream, every partition's loop too; its own state
-    /// turns `Paused` at once (the partitions' show their reads).
+    /// Asks the loop to pause (`true`) or to read again (`false`), for
+    /// this process. For an ordered stream, every partition's loop too; its
+    /// own state turns `Paused` at once (the partitions' show their reads).
     pub(crate) fn set_paused(&self, on: bool) {
-        self.asked.store(on, Ordering::SeqCst);
+        self.ask(LOCAL, on);
+    }
+
+    /// The same for the fleet-wide pause, as kept in Redis. The loop reads
+    /// while neither is asked for.
+    pub(crate) fn set_fleet_paused(&self, on: bool) {
+        self.ask(FLEET, on);
+    }
+
+    fn ask(&self, who: u8, on: bool) {
+        let asked = if on {
+            self.asked.fetch_or(who, Ordering::SeqCst) | who
+        } else {
+            self.asked.fetch_and(!who, Ordering::SeqCst) & !who
+        };
+        let paused = asked != 0;
         self.pause
-            .send_if_modified(|p| std::mem::replace(p, on) != on);
+            .send_if_modified(|p| std::mem::replace(p, paused) != paused);
         for p in &self.parts {
-            p.set_paused(on);
+            p.ask(who, on);
         }
         if !self.parts.is_empty() {
             self.settle_pause(false);
         }
     }
 
-    /// Whether a pause is asked for: the loop starts no read or pop.
+    /// Whether a pause is asked for, here or for the fleet: the loop starts
+    /// no read or pop.
     pub(crate) fn paused(&self) -> bool {
-        self.asked.load(Ordering::SeqCst)
+        self.asked.load(Ordering::SeqCst) != 0
+    }
+
+    /// Whether the fleet-wide pause is on.
+    pub(crate) fn fleet_paused(&self) -> bool {
+        self.asked.load(Ordering::SeqCst) & FLEET != 0
+    }
+
+    /// Its concurrency: as built, fleet-wide, in flight.
+    pub(crate) fn scale(&self) -> &Scale {
+        &self.scale
+    }
+
+    /// Handlers the loop may run at once now (see [`Scale::concurrency`]).
+    pub(crate) fn concurrency(&self) -> usize {
+        self.scale.concurrency()
+    }
+
+    /// Sets (or clears) the fleet-wide concurrency and, when the
+    /// concurrency in effect changed, wakes the loop so it starts (or stops
+    /// starting) handlers at once.
+    pub(crate) fn set_fleet_concurrency(&self, n: Option<usize>) {
+        if self.scale.set_fleet(n) {
+            self.pause.send_modify(|_| {});
+        }
     }
 
     /// What a loop awaits (`changed()`) to wake when a pause is asked for
@@ -359,6 +404,14 @@ impl Board {
                 })
                 .collect(),
             paused: self.paused(),
+            fleet_paused: self.fleet_paused(),
+            concurrency: self.concurrency(),
+            in_flight: self.scale.in_flight(),
         }
     }
 }
+
+/// [`Board::asked`]: a pause asked for in this process.
+const LOCAL: u8 = 1;
+/// [`Board::asked`]: the fleet-wide pause, as kept in Redis.
+const FLEET: u8 = 2;

@@ -5,7 +5,7 @@
 //! (default 5 s).
 //!
 //! A board also carries its subscription's pause flag
-//! ([`Broker::pause`](crate::Broker::pause)): every source's loop reads it
+//! ([`Broker::pause_local`](crate::Broker::pause_local)): every source's loop reads it
 //! before it starts a read or a pop, wakes on its changes, and reports
 //! [`SubscriptionState::Paused`] through [`Board::settle_pause`] once no
 //! read of its own is in flight.
@@ -13,9 +13,11 @@
 mod board;
 mod display;
 mod poller;
+mod scale;
 
 pub(crate) use board::{Board, Boards, int};
 pub(crate) use poller::{StatusPoller, Stop};
+pub(crate) use scale::Scale;
 
 use std::time::{Duration, SystemTime};
 
@@ -121,9 +123,9 @@ pub enum SubscriptionState {
     Failed,
     /// Stopped with the broker.
     Stopped,
-    /// Paused by [`Broker::pause`](crate::Broker::pause): it starts no read
+    /// Paused by [`Broker::pause_local`](crate::Broker::pause_local): it starts no read
     /// or pop (and a stream consumer claims nothing from other consumers)
-    /// until [`Broker::resume`](crate::Broker::resume); what it already
+    /// until [`Broker::resume_local`](crate::Broker::resume_local); what it already
     /// holds still runs, is acked or settled, and its lease or heartbeat
     /// and its held entries' refreshes go on. Counts as ready
     /// ([`Status::is_ready`]).
@@ -192,18 +194,31 @@ pub struct SubscriptionStatus {
     /// An [ordered stream](crate::Stream::ordered_by)'s partitions, by
     /// index (empty for any other subscription).
     pub partitions: Vec<PartitionStatus>,
-    /// A pause was asked for ([`Broker::pause`](crate::Broker::pause)) and
+    /// A pause was asked for and
     /// not undone: no read or pop starts. [`state`](Self::state) turns
     /// [`Paused`](SubscriptionState::Paused) once no read of its own is in
     /// flight (at once for an idle one; a blocked read is cut short with
     /// `CLIENT UNBLOCK`, or else ends within its `block`).
+    /// Asked for in this process ([`Broker::pause_local`](crate::Broker::pause_local))
+    /// or for the fleet ([`fleet_paused`](Self::fleet_paused)).
     pub paused: bool,
+    /// The pause was asked for the whole fleet (kept in Redis:
+    /// [`Broker::pause_fleet`](crate::Broker::pause_fleet), `rillkit pause`,
+    /// the dashboard), so every process of the group (or list) is paused
+    /// until it is resumed there.
+    pub fleet_paused: bool,
+    /// Handlers it may run at once now: its `concurrency`, or the fleet-wide
+    /// value set with `rillkit scale` (or
+    /// [`Admin::scale`](crate::admin::Admin::scale)) where it may change.
+    pub concurrency: usize,
+    /// Handlers running now (as of its loop's last turn).
+    pub in_flight: usize,
 }
 
 impl SubscriptionStatus {
     /// What names this subscription for
-    /// [`Broker::pause`](crate::Broker::pause) and
-    /// [`resume`](crate::Broker::resume).
+    /// [`Broker::pause_local`](crate::Broker::pause_local) and
+    /// [`resume_local`](crate::Broker::resume_local).
     pub fn id(&self) -> SubscriptionId {
         SubscriptionId {
             kind: self.kind,
@@ -229,13 +244,13 @@ impl SubscriptionStatus {
 /// // Stop reading `orders` in this process (what it holds still runs and
 /// // is acked), then read again.
 /// let id = SubscriptionId::stream("orders", "billing", "web-1");
-/// broker.pause(&id)?;
-/// broker.resume(&id)?;
+/// broker.pause_local(&id)?;
+/// broker.resume_local(&id)?;
 /// // Or every subscription the status shows (Pub/Sub ones cannot pause).
 /// for s in broker.status().subscriptions {
 ///     if s.kind != rillkit::SourceKind::Channel {
 ///         println!("pausing {}", s.id());
-///         broker.pause(&s.id())?;
+///         broker.pause_local(&s.id())?;
 ///     }
 /// }
 /// # Ok(()) }

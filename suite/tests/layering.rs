@@ -39,7 +39,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("status boards", &["status"]),
     ("delivery core", &["delivery", "reclaimer"]),
     ("sources", &["source"]),
-    ("operations beside the consumers", &["retention"]),
+    ("operations beside the consumers", &["retention", "fleet"]),
     ("supervision", &["supervisor"]),
     ("the broker", &["broker"]),
     ("over the public API", &["admin", "dashboard", "test_util"]),

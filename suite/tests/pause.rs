@@ -88,10 +88,10 @@ async fn a_paused_stream_subscription_reads_nothing_until_resumed() {
     let id = SubscriptionId::stream("orders", "g", "c1");
     let nobody = SubscriptionId::stream("orders", "g", "nobody");
     assert!(
-        matches!(broker.pause(&nobody), Err(Error::NoSuchSubscription { .. })),
+        matches!(broker.pause_local(&nobody), Err(Error::NoSuchSubscription { .. })),
         "an unknown subscription is refused"
     );
-    broker.pause(&id).unwrap();
+    broker.pause_local(&id).unwrap();
     assert!(
         state_of(&broker, "orders").1,
         "the pause is asked for at once"
@@ -124,7 +124,7 @@ async fn a_paused_stream_subscription_reads_nothing_until_resumed() {
     );
     assert_eq!(state_of(&broker, "orders").0, SubscriptionState::Paused);
 
-    broker.resume(&id).unwrap();
+    broker.resume_local(&id).unwrap();
     eventually("all handled after the resume", WAIT, || {
         runs.load(Ordering::SeqCst) == 1 + N
     })
@@ -140,7 +140,7 @@ async fn a_paused_stream_subscription_reads_nothing_until_resumed() {
 
     // A drain while paused: the stop is clean, and what was published
     // meanwhile stays for the group.
-    broker.pause(&id).unwrap();
+    broker.pause_local(&id).unwrap();
     eventually("paused again", WAIT, || {
         state_of(&broker, "orders").0 == SubscriptionState::Paused
     })
@@ -174,7 +174,7 @@ async fn a_paused_list_subscription_pops_nothing_until_resumed_and_a_channel_can
         .find(|s| s.kind == SourceKind::Channel)
         .unwrap();
     assert!(
-        matches!(broker.pause(&channel.id()), Err(Error::NotPausable { .. })),
+        matches!(broker.pause_local(&channel.id()), Err(Error::NotPausable { .. })),
         "a channel cannot be paused"
     );
 
@@ -196,7 +196,7 @@ async fn a_paused_list_subscription_pops_nothing_until_resumed_and_a_channel_can
     })
     .await;
 
-    handle.pause().unwrap();
+    handle.pause_local().unwrap();
     eventually("paused", WAIT, || {
         handle.status().state == SubscriptionState::Paused
     })
@@ -216,7 +216,7 @@ async fn a_paused_list_subscription_pops_nothing_until_resumed_and_a_channel_can
     assert_eq!(len, N, "popped while paused");
 
     // Resumed through the broker, by its status row.
-    broker.resume(&handle.status().id()).unwrap();
+    broker.resume_local(&handle.status().id()).unwrap();
     eventually("all handled after the resume", WAIT, || {
         runs.load(Ordering::SeqCst) == 1 + N
     })
@@ -228,7 +228,7 @@ async fn a_paused_list_subscription_pops_nothing_until_resumed_and_a_channel_can
     let len: usize = redis::cmd("LLEN").arg("jobs").query(&mut c).unwrap();
     assert_eq!(len, 0);
 
-    handle.pause().unwrap();
+    handle.pause_local().unwrap();
     eventually("paused again", WAIT, || {
         handle.status().state == SubscriptionState::Paused
     })

@@ -351,14 +351,10 @@ impl ListSub {
         } else {
             super::SourceKind::List
         };
+        let board = Board::new(kind, list.name.clone(), "".into(), consumer.clone(), dlq);
+        board.scale().configure(opts.concurrency, true);
         Ok(ListSub {
-            board: Arc::new(Board::new(
-                kind,
-                list.name.clone(),
-                "".into(),
-                consumer.clone(),
-                dlq,
-            )),
+            board: Arc::new(board),
             keys,
             consumer,
             opts,

@@ -191,6 +191,7 @@ impl consumer::Source for Loop {
             self.maybe_start();
         }
         self.unblock_turn();
+        self.sub.board.scale().set_in_flight(self.running.len());
         self.phase != Phase::Consuming
             && self.read.is_none()
             && self.running.is_empty()
@@ -206,7 +207,7 @@ impl consumer::Source for Loop {
         let retry_at = self.waiting.next_due().filter(|_| {
             consuming
                 && self.read.is_none()
-                && self.running.len() < self.sub.opts.concurrency
+                && self.running.len() < self.sub.board.concurrency()
                 && (!reliable || self.liveness.holds())
         });
         let beat_at = self.liveness.due().filter(|_| reliable);
@@ -381,7 +382,7 @@ impl Loop {
         }
         // Not while a pop is on its way: it may bring one item per free
         // slot (its wait ends by the time the first retry is due).
-        while self.read.is_none() && self.running.len() < self.sub.opts.concurrency {
+        while self.read.is_none() && self.running.len() < self.sub.board.concurrency() {
             let Some((item, attempts)) = self.waiting.take_one_due(now) else {
                 break;
             };
@@ -392,7 +393,7 @@ impl Loop {
         }
         if self.reconcile.due {
             self.start_reconcile();
-        } else if self.running.len() < self.sub.opts.concurrency && !self.sub.board.paused() {
+        } else if self.running.len() < self.sub.board.concurrency() && !self.sub.board.paused() {
             self.start_read();
         }
     }

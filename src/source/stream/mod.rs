@@ -169,6 +169,11 @@ impl Subscription {
                     .map(|ttl| hygiene::Lease::new(&names.name, &names.group, &consumer, ttl)),
             ),
         };
+        // An ordered stream's partitions share one set of slots: its
+        // concurrency stays as built.
+        board
+            .scale()
+            .configure(opts.concurrency, order.is_none());
         let mut sub = Subscription {
             lease,
             shape: Shape::Plain,

@@ -291,7 +291,7 @@ impl Loop {
         if self.sub.batch().is_some() {
             return self.start_batches();
         }
-        while self.handlers.len() < self.sub.opts.concurrency && !self.handlers.alone() {
+        while self.handlers.len() < self.sub.board.concurrency() && !self.handlers.alone() {
             let Some(front) = self.queue.front() else {
                 break;
             };

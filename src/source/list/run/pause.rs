@@ -1,5 +1,5 @@
 //! Cutting a blocked pop short, for the pause
-//! ([`Broker::pause`](crate::Broker::pause)) and the drain: while the board
+//! ([`Broker::pause_local`](crate::Broker::pause_local)) and the drain: while the board
 //! asks for a pause no pop starts (`maybe_start`); handlers, retries of
 //! held items, settling and the heartbeat go on.
 

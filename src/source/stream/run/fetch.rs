@@ -59,7 +59,8 @@ impl Loop {
         {
             return None;
         }
-        let free = o.concurrency - self.handlers.len();
+        // The concurrency may have shrunk below what runs (`rillkit scale`).
+        let free = self.sub.board.concurrency().saturating_sub(self.handlers.len());
         match self.reading.cursor() {
             // What it holds now awaits an XACK or a dead-letter move: the
             // re-read skips those and takes the next one.
@@ -84,7 +85,7 @@ impl Loop {
                     return None;
                 }
                 let room = free + ahead;
-                let low_water = o.count.min(o.concurrency).div_ceil(2).max(1);
+                let low_water = o.count.min(self.sub.board.concurrency()).div_ceil(2).max(1);
                 (room >= low_water).then_some(o.count.min(room))
             }
         }
@@ -106,7 +107,7 @@ impl Loop {
         // timer-driven handlers finishing in bursts at the timer's tick).
         let window = self.fetch_window();
         let per_trip =
-            window.as_nanos() * self.sub.opts.concurrency as u128 / handler.as_nanos().max(1);
+            window.as_nanos() * self.sub.board.concurrency() as u128 / handler.as_nanos().max(1);
         per_trip.min(self.sub.opts.count as u128) as usize
     }
 

@@ -1,4 +1,4 @@
-//! The pause ([`Broker::pause`](crate::Broker::pause)): while the board
+//! The pause ([`Broker::pause_local`](crate::Broker::pause_local)): while the board
 //! asks for it, no read starts (`read_count`) and nothing is claimed from
 //! other consumers (`may_reclaim`); everything else goes on.
 

@@ -89,6 +89,7 @@ impl consumer::Source for Loop {
         // FETCH_WINDOW at most.
         self.timers.ack_at = self.acks.turn(ack_now, self.sub.opts.count);
         self.handlers.show();
+        self.sub.board.scale().set_in_flight(self.handlers.len());
         self.drain.is_some()
             && !self.reading.is_reading()
             && self.handlers.is_empty()
