@@ -276,9 +276,10 @@ impl DeadLetterFilter {
 
     fn matches(&self, dl: &DeadLetter) -> bool {
         let origin = dl.origin.as_ref();
-        let error = self.error.as_ref().is_none_or(|text| {
-            origin.is_some_and(|o| o.error.contains(text.as_str()))
-        });
+        let error = self
+            .error
+            .as_ref()
+            .is_none_or(|text| origin.is_some_and(|o| o.error.contains(text.as_str())));
         let group = self
             .group
             .as_ref()

@@ -76,8 +76,14 @@ impl Admin {
         concurrency: Option<usize>,
     ) -> Result<(), Error> {
         check(SourceKind::Stream, stream, concurrency)?;
-        self.control(SourceKind::Stream, stream, group, control::scale_cmd, concurrency)
-            .await
+        self.control(
+            SourceKind::Stream,
+            stream,
+            group,
+            control::scale_cmd,
+            concurrency,
+        )
+        .await
     }
 
     /// Sets the concurrency of every consumer of the list `list`, as

@@ -11,8 +11,8 @@
 use crate::Broker;
 use crate::error::Error;
 use crate::fleet::control;
-use crate::redis::Query;
 use crate::kind::SourceKind;
+use crate::redis::Query;
 use crate::status::{Board, SubscriptionId};
 
 impl Broker {

@@ -113,7 +113,8 @@ pub(crate) fn scale_cmd(key: &str, concurrency: Option<usize>) -> redis::Cmd {
 
 /// The control hash of `board`'s subscription; `None` for a channel.
 pub(crate) fn key_of(board: &Board) -> Option<String> {
-    (board.kind != SourceKind::Channel).then(|| control_key(board.kind, &board.stream, &board.group))
+    (board.kind != SourceKind::Channel)
+        .then(|| control_key(board.kind, &board.stream, &board.group))
 }
 
 /// Reads the control hash of every board `only` accepts (one `HMGET` each)

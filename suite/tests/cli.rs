@@ -984,20 +984,40 @@ fn dlq_redrive_with_group_sends_one_groups_dead_letters_back_to_that_group_only(
 
     let text = ok(
         &url,
-        &["dlq", "redrive", "orders", "--group", "billing", "--dry-run"],
+        &[
+            "dlq",
+            "redrive",
+            "orders",
+            "--group",
+            "billing",
+            "--dry-run",
+        ],
     );
-    assert!(text.contains(&billing) && !text.contains(&shipping), "{text}");
+    assert!(
+        text.contains(&billing) && !text.contains(&shipping),
+        "{text}"
+    );
     assert!(
         text.contains("3 groups; each dead letter runs again in its origin group only"),
         "{text}"
     );
     let doc = json(
         &url,
-        &["dlq", "redrive", "orders", "--group", "billing", "--dry-run"],
+        &[
+            "dlq",
+            "redrive",
+            "orders",
+            "--group",
+            "billing",
+            "--dry-run",
+        ],
     );
     assert_eq!(doc["dead_letters"][0]["origin_group"], "billing", "{doc}");
 
-    let text = ok(&url, &["dlq", "redrive", "orders", "--group", "billing", "--yes"]);
+    let text = ok(
+        &url,
+        &["dlq", "redrive", "orders", "--group", "billing", "--yes"],
+    );
     assert!(text.contains("(group billing)"), "{text}");
     assert!(
         text.contains("redrove 1 dead letter(s) from orders-dlq, skipped 0"),

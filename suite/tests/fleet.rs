@@ -85,10 +85,14 @@ async fn a_group_paused_in_redis_stops_every_process_and_one_started_later_until
     assert!(admin.group_control("tasks", "g").await.unwrap().paused());
     for w in [&a, &b] {
         let w = w.clone();
-        eventually("paused by the fleet, its blocked read cut short", WAIT, move || {
-            let s = only(&w);
-            s.fleet_paused && s.paused && s.state == SubscriptionState::Paused
-        })
+        eventually(
+            "paused by the fleet, its blocked read cut short",
+            WAIT,
+            move || {
+                let s = only(&w);
+                s.fleet_paused && s.paused && s.state == SubscriptionState::Paused
+            },
+        )
         .await;
     }
     // A backlog, and a third process started while the pause is on: it is
@@ -189,10 +193,14 @@ async fn a_scale_sets_every_processs_concurrency_within_bounds() {
         Some(8)
     );
     let (a2, b2) = (a.clone(), b.clone());
-    eventually("eight handlers running in each, without a restart", WAIT, move || {
-        let (a, b) = (only(&a2), only(&b2));
-        (a.concurrency, a.in_flight, b.concurrency, b.in_flight) == (8, 8, 8, 8)
-    })
+    eventually(
+        "eight handlers running in each, without a restart",
+        WAIT,
+        move || {
+            let (a, b) = (only(&a2), only(&b2));
+            (a.concurrency, a.in_flight, b.concurrency, b.in_flight) == (8, 8, 8, 8)
+        },
+    )
     .await;
     assert_eq!(runs.load(Ordering::SeqCst), 16);
     let fleet = loop {

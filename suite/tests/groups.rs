@@ -35,23 +35,19 @@ fn broker(redis: &RedisServer, group: &str, runs: &Runs, failing: &Arc<AtomicBoo
         .with_block(Duration::from_millis(50))
         .with_max_retries(0);
     Broker::builder(redis.url())
-        .subscribe_message(
-            &Stream::new("tasks", group),
-            opts,
-            move |m: Message| {
-                let n = n_of(&m);
-                let redriven = m.field("redriven_from").is_some();
-                *runs.lock().unwrap().entry((n, redriven)).or_default() += 1;
-                let fail = n == 2 && failing.load(Ordering::SeqCst);
-                async move {
-                    if fail {
-                        Err(HandlerError::reject("task 2 failed"))
-                    } else {
-                        Ok(())
-                    }
+        .subscribe_message(&Stream::new("tasks", group), opts, move |m: Message| {
+            let n = n_of(&m);
+            let redriven = m.field("redriven_from").is_some();
+            *runs.lock().unwrap().entry((n, redriven)).or_default() += 1;
+            let fail = n == 2 && failing.load(Ordering::SeqCst);
+            async move {
+                if fail {
+                    Err(HandlerError::reject("task 2 failed"))
+                } else {
+                    Ok(())
                 }
-            },
-        )
+            }
+        })
         .build()
         .unwrap()
 }
@@ -83,7 +79,11 @@ fn last_delivered(redis: &RedisServer, group: &str) -> String {
         .unwrap();
     let g = groups
         .iter()
-        .find(|g| g.get("name").map(|v| redis::from_redis_value_ref::<String>(v).unwrap()) == Some(group.into()))
+        .find(|g| {
+            g.get("name")
+                .map(|v| redis::from_redis_value_ref::<String>(v).unwrap())
+                == Some(group.into())
+        })
         .expect("the group");
     redis::from_redis_value_ref(&g["last-delivered-id"]).unwrap()
 }
@@ -91,10 +91,7 @@ fn last_delivered(redis: &RedisServer, group: &str) -> String {
 /// Five entries, read by `workers` (which fails task 2 into the dead-letter
 /// stream) and `audit` (which runs all five).
 async fn five_tasks(admin: &Admin) {
-    admin
-        .create_group("tasks", "workers", "0")
-        .await
-        .unwrap();
+    admin.create_group("tasks", "workers", "0").await.unwrap();
     admin.create_group("tasks", "audit", "0").await.unwrap();
     for n in 1..=5 {
         admin
@@ -112,7 +109,12 @@ async fn a_redriven_dead_letter_runs_in_its_own_group_and_a_caught_up_group_neve
     let failing = Arc::new(AtomicBool::new(true));
     let (workers_runs, audit_runs) = (Runs::default(), Runs::default());
     let workers = broker(&redis, "workers", &workers_runs, &failing);
-    let audit = broker(&redis, "audit", &audit_runs, &Arc::new(AtomicBool::new(false)));
+    let audit = broker(
+        &redis,
+        "audit",
+        &audit_runs,
+        &Arc::new(AtomicBool::new(false)),
+    );
     workers.start().await.unwrap();
     audit.start().await.unwrap();
     let dlq = admin.dlq_of("tasks");
@@ -138,7 +140,10 @@ async fn a_redriven_dead_letter_runs_in_its_own_group_and_a_caught_up_group_neve
     assert_eq!(redriven.group, "workers");
     // In the same script as the XADD: audit, caught up, is past the new entry.
     let audit_after = group(&admin, "audit").await;
-    assert_eq!(audit_after.last_delivered_id, redriven.id, "{audit_after:?}");
+    assert_eq!(
+        audit_after.last_delivered_id, redriven.id,
+        "{audit_after:?}"
+    );
     assert_eq!(audit_after.lag, Some(0), "{audit_after:?}");
     assert_eq!(
         audit_after.entries_read,
@@ -178,7 +183,10 @@ async fn a_group_behind_reads_the_redriven_entry_and_acks_it_without_running_it(
     assert_eq!(report.count(), 1, "{report:?}");
     let id = report.redriven[0].id.clone();
     let audit_group = group(&admin, "audit").await;
-    assert_ne!(audit_group.last_delivered_id, id, "audit is behind: not moved");
+    assert_ne!(
+        audit_group.last_delivered_id, id,
+        "audit is behind: not moved"
+    );
     let raw: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
         .arg("tasks")
         .arg(id.as_str())
@@ -186,7 +194,9 @@ async fn a_group_behind_reads_the_redriven_entry_and_acks_it_without_running_it(
         .query(&mut redis.conn())
         .unwrap();
     assert!(
-        raw[0].1.contains(&("redriven_for".into(), "workers".into())),
+        raw[0]
+            .1
+            .contains(&("redriven_for".into(), "workers".into())),
         "the entry names its group: {raw:?}"
     );
     eventually("workers ran the redriven task 2", WAIT, || {
@@ -194,15 +204,28 @@ async fn a_group_behind_reads_the_redriven_entry_and_acks_it_without_running_it(
     })
     .await;
 
-    let audit = broker(&redis, "audit", &audit_runs, &Arc::new(AtomicBool::new(false)));
+    let audit = broker(
+        &redis,
+        "audit",
+        &audit_runs,
+        &Arc::new(AtomicBool::new(false)),
+    );
     audit.start().await.unwrap();
-    eventually("audit read everything, the redriven entry too, and holds nothing", WAIT, || {
-        (1..=5).all(|n| runs_of(&audit_runs, n, false) == 1)
-            && last_delivered(&redis, "audit") == id.as_str()
-            && pending_count(&mut redis.conn(), "tasks", "audit") == 0
-    })
+    eventually(
+        "audit read everything, the redriven entry too, and holds nothing",
+        WAIT,
+        || {
+            (1..=5).all(|n| runs_of(&audit_runs, n, false) == 1)
+                && last_delivered(&redis, "audit") == id.as_str()
+                && pending_count(&mut redis.conn(), "tasks", "audit") == 0
+        },
+    )
     .await;
-    assert_eq!(runs_of(&audit_runs, 2, true), 0, "and acked it without running it");
+    assert_eq!(
+        runs_of(&audit_runs, 2, true),
+        0,
+        "and acked it without running it"
+    );
     assert_eq!(workers.stop().await.unwrap().exit_code(), 0);
     assert_eq!(audit.stop().await.unwrap().exit_code(), 0);
 }

@@ -88,7 +88,10 @@ async fn a_paused_stream_subscription_reads_nothing_until_resumed() {
     let id = SubscriptionId::stream("orders", "g", "c1");
     let nobody = SubscriptionId::stream("orders", "g", "nobody");
     assert!(
-        matches!(broker.pause_local(&nobody), Err(Error::NoSuchSubscription { .. })),
+        matches!(
+            broker.pause_local(&nobody),
+            Err(Error::NoSuchSubscription { .. })
+        ),
         "an unknown subscription is refused"
     );
     broker.pause_local(&id).unwrap();
@@ -174,7 +177,10 @@ async fn a_paused_list_subscription_pops_nothing_until_resumed_and_a_channel_can
         .find(|s| s.kind == SourceKind::Channel)
         .unwrap();
     assert!(
-        matches!(broker.pause_local(&channel.id()), Err(Error::NotPausable { .. })),
+        matches!(
+            broker.pause_local(&channel.id()),
+            Err(Error::NotPausable { .. })
+        ),
         "a channel cannot be paused"
     );
 

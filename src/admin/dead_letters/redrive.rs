@@ -315,12 +315,12 @@ impl Admin {
                             tracing::debug!(stream = %origin.stream, groups = moved, "other groups moved past a redriven entry");
                         }
                         report.redriven.push(Redriven {
-                        dead_letter: dl.id.clone(),
-                        stream: origin.stream.clone(),
-                        group: origin.group.clone(),
-                        id: EntryId(id),
-                        lifted_mark: (lifted == 1)
-                            .then(|| origin.order_key.clone().unwrap_or_default()),
+                            dead_letter: dl.id.clone(),
+                            stream: origin.stream.clone(),
+                            group: origin.group.clone(),
+                            id: EntryId(id),
+                            lifted_mark: (lifted == 1)
+                                .then(|| origin.order_key.clone().unwrap_or_default()),
                         });
                     }
                     Ok((_, reason, _, _)) => report.skipped.push(skip(reason)),

@@ -171,9 +171,7 @@ impl Subscription {
         };
         // An ordered stream's partitions share one set of slots: its
         // concurrency stays as built.
-        board
-            .scale()
-            .configure(opts.concurrency, order.is_none());
+        board.scale().configure(opts.concurrency, order.is_none());
         let mut sub = Subscription {
             lease,
             shape: Shape::Plain,

@@ -22,6 +22,9 @@ fn stream_row() -> SubscriptionStatus {
         }),
         partitions: Vec::new(),
         paused: false,
+        fleet_paused: false,
+        concurrency: 4,
+        in_flight: 1,
     }
 }
 

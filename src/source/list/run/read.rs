@@ -19,7 +19,11 @@ impl Loop {
     pub(super) fn start_read(&mut self) {
         let sub = self.sub.clone();
         // As many as the free handler slots (the pop counts as one).
-        let room = self.sub.board.concurrency().saturating_sub(self.running.len());
+        let room = self
+            .sub
+            .board
+            .concurrency()
+            .saturating_sub(self.running.len());
         let conn = self.reader.lend();
         // While a failed item waits, a pop waits no longer than until it is
         // due (a blocking pop's timeout of 0 would wait forever).

@@ -60,7 +60,11 @@ impl Loop {
             return None;
         }
         // The concurrency may have shrunk below what runs (`rillkit scale`).
-        let free = self.sub.board.concurrency().saturating_sub(self.handlers.len());
+        let free = self
+            .sub
+            .board
+            .concurrency()
+            .saturating_sub(self.handlers.len());
         match self.reading.cursor() {
             // What it holds now awaits an XACK or a dead-letter move: the
             // re-read skips those and takes the next one.
