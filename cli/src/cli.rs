@@ -220,6 +220,55 @@ pub enum Command {
         #[arg(long, short = 'f')]
         follow: bool,
     },
+    /// Pause a consumer group (or a list) in every rillkit process.
+    ///
+    /// Kept in Redis (HSET <control> paused_at_ms): every process stops
+    /// reading within a second, what it holds still runs and is acked, and
+    /// a process started later starts paused, until `rillkit resume`.
+    Pause {
+        /// The stream (with --group) or the list.
+        key: String,
+        /// The stream's consumer group.
+        #[arg(long)]
+        group: Option<String>,
+    },
+    /// Resume a consumer group (or a list) in every rillkit process.
+    Resume {
+        /// The stream (with --group) or the list.
+        key: String,
+        /// The stream's consumer group.
+        #[arg(long)]
+        group: Option<String>,
+    },
+    /// Set the concurrency of every rillkit process of a group (or a list).
+    ///
+    /// Kept in Redis (HSET <control> concurrency): every process follows it
+    /// within a second, without a restart. Batch and ordered subscriptions
+    /// keep theirs. --reset gives each process its own back.
+    Scale {
+        /// The stream (with --group) or the list.
+        key: String,
+        /// The stream's consumer group.
+        #[arg(long)]
+        group: Option<String>,
+        /// Handlers each process runs at once (1 to 10000).
+        #[arg(
+            long,
+            value_name = "N",
+            required_unless_present = "reset",
+            conflicts_with = "reset"
+        )]
+        concurrency: Option<usize>,
+        /// Give each process its own concurrency back.
+        #[arg(long)]
+        reset: bool,
+    },
+    /// The live rillkit processes: host, pid, version, and per subscription
+    /// its concurrency, handlers in flight and state.
+    ///
+    /// Each process renews its record every 500 ms; a stopped one leaves at
+    /// once, a dead one within 5 s.
+    Fleet,
 }
 
 /// `pending STREAM GROUP [filters]`, or `pending claim|ack …`.

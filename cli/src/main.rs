@@ -27,6 +27,7 @@ macro_rules! say_inline {
 mod cli;
 mod dlq;
 mod entries;
+mod fleet;
 mod metrics;
 mod operator;
 mod output;
@@ -247,6 +248,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             count,
             follow,
         } => entries::tail(&ctx, stream, *count, *follow).await,
+        Command::Pause { key, group } => fleet::pause(&ctx, key, group.as_deref(), true).await,
+        Command::Resume { key, group } => fleet::pause(&ctx, key, group.as_deref(), false).await,
+        Command::Scale {
+            key,
+            group,
+            concurrency,
+            ..
+        } => fleet::scale(&ctx, key, group.as_deref(), *concurrency).await,
+        Command::Fleet => fleet::fleet(&ctx).await,
         Command::Metrics { max_groups, .. } => {
             metrics::metrics(&ctx, *max_groups, listener, (topology, tls)).await
         }

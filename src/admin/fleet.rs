@@ -151,6 +151,19 @@ impl Admin {
         Ok(fleet)
     }
 
+    /// The type of the key `key` (`TYPE`): `stream`, `list`, `hash`…, or
+    /// `None` when there is no such key.
+    ///
+    /// # Errors
+    /// A connection error; [`Error::Redis`] when the ACL refuses `TYPE`.
+    pub async fn key_type(&self, key: &str) -> Result<Option<String>, Error> {
+        let mut cmd = redis::cmd("TYPE");
+        cmd.arg(key);
+        let t: String = redis::from_redis_value(self.query(&cmd).await?)
+            .map_err(|e| Error::unparsable("TYPE reply", e.to_string()))?;
+        Ok((t != "none").then_some(t))
+    }
+
     async fn control<A>(
         &self,
         kind: SourceKind,

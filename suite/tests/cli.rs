@@ -7,6 +7,7 @@
 mod support;
 
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use serde_json::Value;
 use support::{RedisServer, stream_len, xadd};
@@ -290,22 +291,18 @@ fn status_pending_and_consumers_show_groups_and_their_entries() {
         .unwrap_or_else(|| panic!("ghost is listed: {doc}"));
     assert_eq!(ghost["inactive_ms"], Value::Null, "{doc}");
     assert_eq!(ghost["pending"], 0, "{doc}");
-    support::eventually_blocking(
-        "ghost idle for 50 ms",
-        std::time::Duration::from_secs(10),
-        || {
-            let rows: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
-                .arg("CONSUMERS")
-                .arg("orders")
-                .arg("billing")
-                .query(&mut c)
-                .unwrap();
-            rows.iter().any(|r| {
-                redis::from_redis_value_ref::<String>(&r[1]).unwrap() == "ghost"
-                    && redis::from_redis_value_ref::<u64>(&r[5]).unwrap() > 50
-            })
-        },
-    );
+    support::eventually_blocking("ghost idle for 50 ms", Duration::from_secs(10), || {
+        let rows: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg("orders")
+            .arg("billing")
+            .query(&mut c)
+            .unwrap();
+        rows.iter().any(|r| {
+            redis::from_redis_value_ref::<String>(&r[1]).unwrap() == "ghost"
+                && redis::from_redis_value_ref::<u64>(&r[5]).unwrap() > 50
+        })
+    });
     let text = ok(
         &url,
         &["consumers", "orders", "billing", "--prune-idle", "50ms"],
@@ -1218,7 +1215,7 @@ fn tail_follow_prints_new_entries_until_ctrl_c() {
     cmd.env_remove("REDIS_URL")
         .args(["--url", &url, "tail", "orders", "--follow"]);
     let mut p = support::Worker::spawn_command(cmd);
-    let wait = std::time::Duration::from_secs(10);
+    let wait = Duration::from_secs(10);
     support::eventually_blocking("the newest entry", wait, || {
         p.lines().iter().any(|l| l.starts_with(&first))
     });
@@ -1305,7 +1302,7 @@ fn a_long_redrive_shows_progress_and_ctrl_c_stops_it_with_the_count() {
     cmd.env_remove("REDIS_URL")
         .args(["--url", &url, "dlq", "redrive", "orders", "--yes"]);
     let mut p = support::Worker::spawn_command(cmd);
-    let wait = std::time::Duration::from_secs(60);
+    let wait = Duration::from_secs(60);
     support::eventually_blocking("a progress line", wait, || {
         p.log().iter().any(|l| {
             l.starts_with("rillkit: redriving from orders-dlq: ") && l.ends_with("/50000 done")
@@ -1573,7 +1570,7 @@ fn metrics_listen_serves_every_scrape_afresh() {
         let (head, body) = out.split_once("\r\n\r\n")?;
         Some((head.lines().next()?.to_owned(), body.to_owned()))
     };
-    let wait = std::time::Duration::from_secs(10);
+    let wait = Duration::from_secs(10);
     support::eventually_blocking("it listens", wait, || get("/metrics").is_some());
     let (status, body) = get("/metrics").unwrap();
     assert_eq!(status, "HTTP/1.1 200 OK");
@@ -2030,4 +2027,122 @@ mod ordered_redrive {
         );
         assert_eq!(stream_len(&mut c, "orders-dlq"), 2);
     }
+}
+
+/// `rillkit fleet --json` until `done` holds of it (the records are renewed
+/// every 500 ms), up to 30 s.
+fn fleet_when(url: &str, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let mut last = Vec::new();
+    let mut ok = false;
+    support::eventually_blocking(what, Duration::from_secs(30), || {
+        last = json(url, &["fleet"]).as_array().cloned().expect("an array");
+        ok = done(&last);
+        ok
+    });
+    assert!(ok);
+    last
+}
+
+/// The `state` and `concurrency` of each process's one subscription.
+fn states(fleet: &[Value]) -> Vec<(String, u64)> {
+    fleet
+        .iter()
+        .map(|p| {
+            let s = &p["subscriptions"][0];
+            (
+                s["state"].as_str().unwrap_or_default().to_owned(),
+                s["concurrency"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn pause_scale_and_fleet_reach_every_worker_process() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    let env = |name: &'static str| {
+        [
+            ("RILLKIT_STREAM", "tasks"),
+            ("RILLKIT_GROUP", "workers"),
+            ("RILLKIT_CONSUMER", name),
+            ("RILLKIT_CONCURRENCY", "2"),
+            ("RILLKIT_BLOCK_MS", "30000"),
+        ]
+    };
+    let w1 = support::Worker::spawn(&url, &env("w1"));
+    let w2 = support::Worker::spawn(&url, &env("w2"));
+    fleet_when(&url, "both workers in the fleet view", |f| f.len() == 2);
+
+    // Usage: a stream needs its group, which must exist; bounds are checked.
+    let (code, err) = fails(&url, &["pause", "tasks"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--group"), "{err}");
+    let (code, err) = fails(&url, &["pause", "tasks", "--group", "nope"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no consumer group"), "{err}");
+    let (code, err) = fails(
+        &url,
+        &["scale", "tasks", "--group", "workers", "--concurrency", "0"],
+    );
+    assert_eq!(code, 2, "{err}");
+
+    let text = ok(&url, &["pause", "tasks", "--group", "workers"]);
+    assert!(text.contains("paused in every rillkit process"), "{text}");
+    fleet_when(&url, "both paused", |f| {
+        f.len() == 2 && states(f).iter().all(|(s, _)| s == "paused")
+    });
+    for n in 0..10 {
+        xadd(&mut c, "tasks", &format!(r#"{{"id":{n}}}"#));
+    }
+    // Started while the pause is on: paused from its first read.
+    let w3 = support::Worker::spawn(&url, &env("w3"));
+    let fleet = fleet_when(&url, "the third paused too", |f| {
+        f.len() == 3 && states(f).iter().all(|(s, _)| s == "paused")
+    });
+    for p in &fleet {
+        for field in ["consumer", "host", "pid", "version"] {
+            assert!(!p[field].is_null(), "{field}: {p}");
+        }
+        let s = &p["subscriptions"][0];
+        assert_eq!(
+            (s["stream"].as_str(), s["group"].as_str()),
+            (Some("tasks"), Some("workers"))
+        );
+        assert_eq!(s["consumer"], p["consumer"]);
+        assert_eq!(s["in_flight"], 0);
+        assert_eq!(s["fleet_paused"], true);
+    }
+    let pids: Vec<u64> = fleet.iter().map(|p| p["pid"].as_u64().unwrap()).collect();
+    for w in [&w1, &w2, &w3] {
+        assert!(pids.contains(&u64::from(w.pid())), "{pids:?}");
+        assert!(w.handled().is_empty(), "nothing handled while paused");
+    }
+
+    let t = std::time::Instant::now();
+    ok(
+        &url,
+        &["scale", "tasks", "--group", "workers", "--concurrency", "8"],
+    );
+    fleet_when(&url, "concurrency 8 in every process", |f| {
+        f.len() == 3 && states(f).iter().all(|(_, n)| *n == 8)
+    });
+    eprintln!("scale to 8 seen by every process after {:?}", t.elapsed());
+    let text = ok(&url, &["fleet"]);
+    assert!(text.contains("8 (built 2)"), "{text}");
+
+    ok(&url, &["resume", "tasks", "--group", "workers"]);
+    support::eventually_blocking("the backlog drained", Duration::from_secs(30), || {
+        [&w1, &w2, &w3]
+            .iter()
+            .map(|w| w.handled().len())
+            .sum::<usize>()
+            == 10
+    });
+    for mut w in [w1, w2, w3] {
+        w.signal("TERM");
+        assert_eq!(w.wait_exit(Duration::from_secs(30)), Some(0));
+    }
+    fleet_when(&url, "a stopped process leaves the view", |f| f.is_empty());
 }
