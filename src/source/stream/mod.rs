@@ -172,6 +172,9 @@ impl Subscription {
         // An ordered stream's partitions share one set of slots: its
         // concurrency stays as built.
         board.scale().configure(opts.concurrency, order.is_none());
+        for part in board.parts() {
+            part.scale().configure(opts.concurrency, false);
+        }
         let mut sub = Subscription {
             lease,
             shape: Shape::Plain,
