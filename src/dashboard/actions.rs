@@ -27,8 +27,8 @@ pub(super) fn banner(done: Option<&str>, n: u64, skipped: u64) -> Option<String>
         "redrive" => format!("Redriven: {n}."),
         "purge" => format!("Purged: {n}."),
         "handover" => format!("Handed over: {n} pending entries."),
-        "pause" => "Paused: the subscription reads nothing new until it is resumed.".to_owned(),
-        "resume" => "Resumed: the subscription reads again.".to_owned(),
+        "pause" => "Paused in every process: the group (or list) reads nothing new until it is resumed.".to_owned(),
+        "resume" => "Resumed in every process: the group (or list) reads again.".to_owned(),
         _ => return None,
     };
     if skipped > 0 {

@@ -33,6 +33,7 @@ mod actions;
 mod csrf;
 mod dlq;
 mod entry;
+mod fleet;
 mod handover;
 mod history;
 mod pages;
@@ -225,8 +226,10 @@ impl Dashboard {
     /// | `POST {path}/dlq/{stream}/redrive` | redrive one (`id`), a range (`start`, `end`, `count`) or what a filter selects (`error`, `from`, `to`, `count`) |
     /// | `POST {path}/dlq/{stream}/purge` | delete one, a range or a filter's selection |
     /// | `POST {path}/stream/{stream}/handover` | hand a dead consumer's pending entries to another consumer (`group`, `consumer`, `to`, `count`) |
-    /// | `POST {path}/subscription/pause` | pause a stream or list subscription of the broker (`kind`: `stream`, `list` or `list_at_most_once`; `key`, `group`, `consumer`): see [`Broker::pause_local`] |
-    /// | `POST {path}/subscription/resume` | resume it ([`Broker::resume_local`]) |
+    /// | `POST {path}/subscription/pause` | pause the group (or list) of a stream or list subscription of the broker in every process (`kind`: `stream`, `list` or `list_at_most_once`; `key`, `group`, `consumer`): see [`Broker::pause_fleet`] |
+    /// | `POST {path}/subscription/resume` | resume it in every process ([`Broker::resume_fleet`]), and in this one ([`Broker::resume_local`]) |
+    /// | `GET {path}/fleet` | the live rillkit processes ([`Admin::fleet`]): per subscription its concurrency, handlers in flight, state |
+    /// | `POST {path}/fleet/scale` | set a group's (or list's) concurrency in every process (`kind`, `key`, `group`, `concurrency`, empty for each its own): [`Admin::scale_group`] |
     pub fn scope(&self, path: &str) -> actix_web::Scope {
         let base = path.trim_end_matches('/').to_owned();
         web::scope(path)
@@ -254,6 +257,8 @@ impl Dashboard {
             )
             .route("/subscription/pause", web::post().to(pause::pause))
             .route("/subscription/resume", web::post().to(pause::resume))
+            .route("/fleet", web::get().to(fleet::page))
+            .route("/fleet/scale", web::post().to(fleet::scale))
     }
 
     async fn admin(&self) -> Result<Admin, Error> {

@@ -134,7 +134,7 @@ pub(super) fn overview(
         true,
         html! {
             @if let Some(done) = done { p.done { (done) } }
-            p.muted { "Broker " (format!("{:?}", status.phase).to_lowercase()) ". Refreshes every 5 s." }
+            p.muted { "Broker " (format!("{:?}", status.phase).to_lowercase()) ". Refreshes every 5 s. " a #fleet-link href={ (base) "/fleet" } { "The fleet" } }
             @if rows.is_empty() {
                 p { "No streams: the broker subscribes to none, and none were declared." }
             }
@@ -193,7 +193,11 @@ pub(super) fn overview(
                         @for s in &status.subscriptions {
                             tr data-key=(s.key) data-consumer=(s.consumer) {
                                 td { (kind(s.kind)) } td { (s.key) } td { (s.group) } td { (s.consumer) }
-                                td.state { (state(&s.state)) @if s.paused && s.state != SubscriptionState::Paused { " (pausing)" } }
+                                td.state {
+                                    (state(&s.state))
+                                    @if s.paused && s.state != SubscriptionState::Paused { " (pausing)" }
+                                    @if s.fleet_paused { " (fleet pause)" }
+                                }
                                 td.n { (s.handled) } td.n { (s.failed) } td.n { (s.dead_lettered) }
                                 @if let Some(token) = token { td { (super::pause::button(base, token, s)) } }
                             }

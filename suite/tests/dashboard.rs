@@ -946,16 +946,24 @@ async fn pause_and_resume_a_subscription_from_the_overview() {
         .click()
         .await
         .unwrap();
-    let done = text_when(&c, "p.done", |t| t.starts_with("Paused:")).await;
-    assert!(done.starts_with("Paused:"), "{done}");
+    let done = text_when(&c, "p.done", |t| t.starts_with("Paused in every process")).await;
+    assert!(done.starts_with("Paused in every process"), "{done}");
     eventually("paused", WAIT, || state() == SubscriptionState::Paused).await;
+    // For the fleet: kept in the group's control hash.
+    let mut conn = redis.conn();
+    let kept: bool = redis::cmd("HEXISTS")
+        .arg("{orders}:rillkit:control:billing")
+        .arg("paused_at_ms")
+        .query(&mut conn)
+        .unwrap();
+    assert!(kept, "the pause is kept in Redis for every process");
+    assert!(broker.status().subscriptions[0].fleet_paused);
     // The page offers Resume now, and says so once reloaded.
     c.refresh().await.unwrap();
-    let shown = text_when(&c, &format!("{row} td.state"), |t| t == "paused").await;
-    assert_eq!(shown, "paused");
+    let shown = text_when(&c, &format!("{row} td.state"), |t| t.starts_with("paused")).await;
+    assert_eq!(shown, "paused (fleet pause)");
 
     broker.publish(&orders, &1u64).await.unwrap();
-    let mut conn = redis.conn();
     let lag = |conn: &mut redis::Connection| -> i64 {
         let groups: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
             .arg("GROUPS")
@@ -975,8 +983,8 @@ async fn pause_and_resume_a_subscription_from_the_overview() {
         .click()
         .await
         .unwrap();
-    let done = text_when(&c, "p.done", |t| t.starts_with("Resumed:")).await;
-    assert!(done.starts_with("Resumed:"), "{done}");
+    let done = text_when(&c, "p.done", |t| t.starts_with("Resumed in every process")).await;
+    assert!(done.starts_with("Resumed in every process"), "{done}");
     eventually("handled after the resume", WAIT, || {
         runs.load(Ordering::SeqCst) == 1
     })
@@ -988,6 +996,68 @@ async fn pause_and_resume_a_subscription_from_the_overview() {
             .is_ok(),
         "Pause is offered again"
     );
+    c.close().await.unwrap();
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
+
+/// The fleet page lists the live processes from their records in Redis, and
+/// its Scale form sets the group's concurrency in every process.
+#[actix_rt::test]
+async fn the_fleet_page_shows_the_process_and_scales_its_group() {
+    let Some(driver) = driver() else { return };
+    let redis = RedisServer::start();
+    let orders = Stream::new("orders", "billing");
+    let broker = Broker::builder(redis.url())
+        .subscribe(
+            &orders,
+            ConsumerOptions::default()
+                .with_consumer("c1")
+                .with_concurrency(2),
+            |_: u64| async { HandlerResult::Ok(()) },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let base = serve(vec![("/rillkit", Dashboard::new(broker.clone()))]);
+    let c = browser(&driver).await;
+    c.goto(&format!("{base}/rillkit/")).await.unwrap();
+    c.find(Locator::Css("#fleet-link"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let row = "#fleet tr[data-consumer='c1'][data-key='orders']";
+    // The record is written within 500 ms of the start.
+    let mut shown = String::new();
+    for _ in 0..100 {
+        if let Ok(cell) = c.find(Locator::Css(&format!("{row} td.concurrency"))).await {
+            shown = cell.text().await.unwrap();
+            break;
+        }
+        c.refresh().await.unwrap();
+    }
+    assert_eq!(shown, "2");
+    let field = c
+        .find(Locator::Css(&format!("{row} form.scale input[name='concurrency']")))
+        .await
+        .unwrap();
+    field.clear().await.unwrap();
+    field.send_keys("6").await.unwrap();
+    c.find(Locator::Css(&format!("{row} button.scale")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let done = text_when(&c, "p.done", |t| t.starts_with("Scaled")).await;
+    assert!(done.starts_with("Scaled"), "{done}");
+    eventually("the process follows", WAIT, || {
+        broker.status().subscriptions[0].concurrency == 6
+    })
+    .await;
+    let shown = text_when(&c, &format!("{row} td.concurrency"), |t| t.starts_with('6')).await;
+    assert!(shown.starts_with('6'), "{shown}");
     c.close().await.unwrap();
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
