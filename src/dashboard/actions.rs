@@ -27,7 +27,10 @@ pub(super) fn banner(done: Option<&str>, n: u64, skipped: u64) -> Option<String>
         "redrive" => format!("Redriven: {n}."),
         "purge" => format!("Purged: {n}."),
         "handover" => format!("Handed over: {n} pending entries."),
-        "pause" => "Paused in every process: the group (or list) reads nothing new until it is resumed.".to_owned(),
+        "pause" => {
+            "Paused in every process: the group (or list) reads nothing new until it is resumed."
+                .to_owned()
+        }
         "resume" => "Resumed in every process: the group (or list) reads again.".to_owned(),
         _ => return None,
     };

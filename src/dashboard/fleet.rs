@@ -127,8 +127,9 @@ pub(super) async fn scale(
         n => match n.parse::<usize>() {
             Ok(n) => Some(n),
             Err(_) => {
-                return HttpResponse::BadRequest()
-                    .body(format!("concurrency must be a number within 1 and {MAX_CONCURRENCY}"));
+                return HttpResponse::BadRequest().body(format!(
+                    "concurrency must be a number within 1 and {MAX_CONCURRENCY}"
+                ));
             }
         },
     };

@@ -42,6 +42,8 @@ pub(crate) struct FleetWatch {
     busy: Arc<AtomicBool>,
     /// Stopping: the record is deleted and must not be written again.
     stopped: Arc<AtomicBool>,
+    /// A record was written: the stop deletes it.
+    written: Arc<AtomicBool>,
 }
 
 impl FleetWatch {
@@ -55,6 +57,7 @@ impl FleetWatch {
             }),
             busy: Arc::default(),
             stopped: Arc::default(),
+            written: Arc::default(),
         }
     }
 
@@ -62,12 +65,13 @@ impl FleetWatch {
         if self.busy.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (boards, redis, me, busy, stopped) = (
+        let (boards, redis, me, busy, stopped, written) = (
             self.boards.clone(),
             self.redis.clone(),
             self.me.clone(),
             self.busy.clone(),
             self.stopped.clone(),
+            self.written.clone(),
         );
         actix_rt::spawn(async move {
             if let Err(e) = control::look(&redis, &boards, |_| true).await {
@@ -77,19 +81,21 @@ impl FleetWatch {
                 busy.store(false, Ordering::SeqCst);
                 return;
             }
-            if let Err(e) = renew(&redis, &boards, &me).await {
-                tracing::debug!(error = %e, "fleet record renewal failed; trying again");
+            match renew(&redis, &boards, &me).await {
+                Ok(true) => written.store(true, Ordering::SeqCst),
+                Ok(false) => {}
+                Err(e) => tracing::debug!(error = %e, "fleet record renewal failed; trying again"),
             }
             busy.store(false, Ordering::SeqCst);
         });
     }
 }
 
-/// Writes this process's record (when it has stream or list
-/// subscriptions).
-async fn renew(redis: &Addr<RedisActor>, boards: &Boards, me: &Identity) -> Result<(), Error> {
+/// Writes this process's record, when it has stream or list
+/// subscriptions; answers whether it did.
+async fn renew(redis: &Addr<RedisActor>, boards: &Boards, me: &Identity) -> Result<bool, Error> {
     let Some(record) = registry::record(me, &boards.list()) else {
-        return Ok(());
+        return Ok(false);
     };
     let json = serde_json::to_vec(&record).expect("a fleet record serializes");
     redis
@@ -107,7 +113,7 @@ async fn renew(redis: &Addr<RedisActor>, boards: &Boards, me: &Identity) -> Resu
         })
         .await
         .unwrap_or(Err(Error::ShutDown))
-        .map(drop)
+        .map(|_| true)
 }
 
 impl Actor for FleetWatch {
@@ -129,10 +135,11 @@ impl Handler<Stop> for FleetWatch {
 
     fn handle(&mut self, _: Stop, _: &mut Self::Context) -> Self::Result {
         self.stopped.store(true, Ordering::SeqCst);
-        let (redis, key, busy) = (
+        let (redis, key, busy, written) = (
             self.redis.clone(),
             registry::record_key(&self.me.token),
             self.busy.clone(),
+            self.written.clone(),
         );
         Box::pin(
             async move {
@@ -140,6 +147,9 @@ impl Handler<Stop> for FleetWatch {
                 let until = std::time::Instant::now() + Duration::from_secs(1);
                 while busy.load(Ordering::SeqCst) && std::time::Instant::now() < until {
                     actix_rt::time::sleep(Duration::from_millis(10)).await;
+                }
+                if !written.load(Ordering::SeqCst) {
+                    return;
                 }
                 let mut del = redis::cmd("DEL");
                 del.arg(&key);

@@ -1039,7 +1039,9 @@ async fn the_fleet_page_shows_the_process_and_scales_its_group() {
     }
     assert_eq!(shown, "2");
     let field = c
-        .find(Locator::Css(&format!("{row} form.scale input[name='concurrency']")))
+        .find(Locator::Css(&format!(
+            "{row} form.scale input[name='concurrency']"
+        )))
         .await
         .unwrap();
     field.clear().await.unwrap();
