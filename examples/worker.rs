@@ -22,6 +22,7 @@
 //! | `RILLKIT_CLAIM_IDLE_MS` | 30000 | `claim_idle` |
 //! | `RILLKIT_SHUTDOWN_TIMEOUT_MS` | 30000 | drain deadline |
 //! | `RILLKIT_CONCURRENCY` | 1 | handlers at once |
+//! | `RILLKIT_AUTOSCALE` | unset | `<min>-<max>`: grow and shrink the handlers between these on the group's backlog ([`ConsumerOptions::with_autoscale`](rillkit::ConsumerOptions::with_autoscale)) |
 //! | `RILLKIT_LEASE_TTL_MS` | 10000 | the consumer name's lease ([`ConsumerOptions::with_lease_ttl`](rillkit::ConsumerOptions::with_lease_ttl)) |
 //! | `RILLKIT_PRUNE_IDLE_MS` | unset | prune the group's idle empty consumers ([`ConsumerOptions::with_prune_idle`](rillkit::ConsumerOptions::with_prune_idle)) |
 //! | `RILLKIT_ORDER_BY` | unset | `<field>`: order by that member of the JSON (or entry field): [`Stream::ordered_by`](rillkit::Stream::ordered_by); publish into partition `<stream>:p<crc32(key) mod P>` |
@@ -236,6 +237,15 @@ async fn main() {
     }
     if let Ok(name) = std::env::var("RILLKIT_CONSUMER") {
         opts = opts.with_consumer(name);
+    }
+    if let Ok(range) = std::env::var("RILLKIT_AUTOSCALE") {
+        let bounds = range
+            .split_once('-')
+            .and_then(|(min, max)| Some((min.parse().ok()?, max.parse().ok()?)));
+        let Some((min, max)) = bounds else {
+            panic!("RILLKIT_AUTOSCALE is <min>-<max> handlers, e.g. 1-32, not {range:?}");
+        };
+        opts = opts.with_autoscale(min..=max);
     }
     match std::env::var("RILLKIT_ON_KEY_FAILURE").as_deref() {
         Ok("fail_rest") => opts = opts.with_on_key_failure(rillkit::OnKeyFailure::FailRest),

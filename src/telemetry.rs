@@ -54,6 +54,10 @@ pub(crate) const END_TO_END: &str = "rillkit_end_to_end_latency_seconds";
 pub(crate) const ACK_ROUND_TRIP: &str = "rillkit_ack_round_trip_seconds";
 /// Handlers running now.
 pub(crate) const IN_FLIGHT: &str = "rillkit_handlers_in_flight";
+/// Gauge: the concurrency in effect (as built, fleet-wide or autoscaled).
+pub(crate) const CONCURRENCY: &str = "rillkit_concurrency";
+/// Counter: changes of the autoscaler (label `direction`: up, down).
+pub(crate) const AUTOSCALE_CHANGES: &str = "rillkit_autoscale_changes_total";
 /// Read connections opened again after a loss or a failover.
 pub(crate) const RECONNECTS: &str = "rillkit_reconnects_total";
 /// Consumers restarted by the supervisor after an unrecoverable error or a
@@ -139,6 +143,16 @@ pub(crate) fn describe() {
     );
     describe_histogram!(ACK_ROUND_TRIP, Unit::Seconds, "XACK round trips.");
     describe_gauge!(IN_FLIGHT, Unit::Count, "Handlers running now.");
+    describe_gauge!(
+        CONCURRENCY,
+        Unit::Count,
+        "Handlers the subscription may run at once now (as built, set fleet-wide, or autoscaled)."
+    );
+    describe_counter!(
+        AUTOSCALE_CHANGES,
+        Unit::Count,
+        "Concurrency changes of the autoscaler (label direction: up, down)."
+    );
     describe_gauge!(LAG, Unit::Count, LAG_HELP);
     describe_gauge!(PENDING, Unit::Count, PENDING_HELP);
     describe_gauge!(OLDEST_PENDING_AGE, Unit::Seconds, OLDEST_PENDING_AGE_HELP);
@@ -150,6 +164,19 @@ pub(crate) fn describe() {
         STATE,
         "1 for the state the subscription is in (label state: starting, running, reconnecting, restarting, waiting_for_lease, failed, stopped, paused), 0 for the others."
     );
+}
+
+/// Counts an autoscaler's change and sets the concurrency gauge.
+pub(crate) fn autoscaled(stream: &str, group: &str, direction: &'static str, concurrency: usize) {
+    metrics::counter!(AUTOSCALE_CHANGES, "stream" => stream.to_owned(), "group" => group.to_owned(), "direction" => direction)
+        .increment(1);
+    self::concurrency(stream, group, concurrency);
+}
+
+/// Sets the concurrency gauge of a subscription.
+pub(crate) fn concurrency(stream: &str, group: &str, concurrency: usize) {
+    metrics::gauge!(CONCURRENCY, "stream" => stream.to_owned(), "group" => group.to_owned())
+        .set(concurrency as f64);
 }
 
 /// Sets a group's consumer count (server-wide collector).

@@ -43,7 +43,9 @@ pub use dead_letters::{
 };
 pub use pending::PendingFilter;
 
-pub use crate::fleet::{FleetControl, FleetProcess, FleetSubscription, MAX_CONCURRENCY};
+pub use crate::fleet::{
+    FleetAutoscale, FleetControl, FleetProcess, FleetSubscription, MAX_CONCURRENCY,
+};
 
 use std::collections::BTreeSet;
 use std::fmt;

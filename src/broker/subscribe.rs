@@ -353,6 +353,12 @@ fn stream_batch_source(
     native: BatchHandler,
 ) -> Pending {
     Box::new(move |cluster, drain| {
+        if opts.autoscale().is_some() {
+            return Err(crate::source::stream::not_autoscaled(
+                &names.name,
+                "a batch subscription",
+            ));
+        }
         let mut sub = Subscription::build(names, opts, each, cluster, drain)?;
         if matches!(sub.shape, Shape::Plain) {
             sub.shape = Shape::Batched(native);

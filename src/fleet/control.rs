@@ -10,8 +10,6 @@
 //!   Unix epoch); no field, no pause;
 //! - `concurrency`: the fleet-wide concurrency; no field, each process's own.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use actix::Addr;
 use redis::Value;
 
@@ -25,8 +23,7 @@ use crate::status::{Board, Boards};
 pub(crate) const PAUSED: &str = "paused_at_ms";
 /// The field that holds the fleet-wide concurrency.
 pub(crate) const CONCURRENCY: &str = "concurrency";
-/// The highest concurrency `scale` accepts.
-pub const MAX_CONCURRENCY: usize = 10_000;
+pub use crate::status::scale::MAX_CONCURRENCY;
 
 /// The control hash of a stream's `group`, or of a list (`group` empty).
 pub(crate) fn control_key(kind: SourceKind, key: &str, group: &str) -> String {
@@ -81,9 +78,7 @@ pub(crate) fn read_cmd(key: &str) -> redis::Cmd {
 /// paused_at_ms` to resume.
 pub(crate) fn pause_cmd(key: &str, on: bool) -> redis::Cmd {
     if on {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let now = crate::util::now_ms();
         let mut cmd = redis::cmd("HSET");
         cmd.arg(key).arg(PAUSED).arg(now);
         cmd

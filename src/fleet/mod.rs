@@ -15,7 +15,7 @@ pub(crate) mod control;
 pub(crate) mod registry;
 
 pub use control::{FleetControl, MAX_CONCURRENCY};
-pub use registry::{FleetProcess, FleetSubscription};
+pub use registry::{FleetAutoscale, FleetProcess, FleetSubscription};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,6 +77,7 @@ impl FleetWatch {
             if let Err(e) = control::look(&redis, &boards, |_| true).await {
                 tracing::debug!(error = %e, "fleet control read failed; trying again");
             }
+            autoscale(&redis, &boards).await;
             if stopped.load(Ordering::SeqCst) {
                 busy.store(false, Ordering::SeqCst);
                 return;
@@ -88,6 +89,37 @@ impl FleetWatch {
             }
             busy.store(false, Ordering::SeqCst);
         });
+    }
+}
+
+/// One look of every autoscaled subscription's autoscaler, with its group's
+/// lag (`XINFO GROUPS`) as the backlog.
+async fn autoscale(redis: &Addr<RedisActor>, boards: &Boards) {
+    for board in boards.list() {
+        if board.scale().autoscaler().is_none() {
+            continue;
+        }
+        let mut cmd = redis::cmd("XINFO");
+        cmd.arg("GROUPS").arg(&*board.stream);
+        let reply = redis
+            .send(Query("xinfo|groups", cmd))
+            .await
+            .unwrap_or(Err(Error::ShutDown));
+        let lag = match reply.map(crate::redis::info::groups) {
+            Ok(Ok(groups)) => groups
+                .into_iter()
+                .find(|g| g.name == *board.group)
+                .and_then(|g| g.lag),
+            Ok(Err(e)) => {
+                tracing::debug!(stream = %board.stream, error = %e, "autoscale: unreadable XINFO GROUPS reply");
+                continue;
+            }
+            Err(e) => {
+                tracing::debug!(stream = %board.stream, error = %e, "autoscale: XINFO GROUPS failed; trying again");
+                continue;
+            }
+        };
+        board.autoscale(lag);
     }
 }
 

@@ -9,7 +9,7 @@
 //! hash tag: under a cluster the records and the set share a slot.
 
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +77,25 @@ pub struct FleetSubscription {
     pub paused: bool,
     /// The fleet-wide pause is on.
     pub fleet_paused: bool,
+    /// Its autoscaler, when it has one.
+    #[serde(default)]
+    pub autoscale: Option<FleetAutoscale>,
+}
+
+/// What a subscription's autoscaler saw and decided last.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct FleetAutoscale {
+    /// Its bounds, in handlers.
+    pub min: usize,
+    /// Its upper bound.
+    pub max: usize,
+    /// The concurrency it asks for now (a fleet-wide one overrides it).
+    pub current: usize,
+    /// The group's lag at its last look (`None`: Redis could not tell).
+    pub backlog: Option<u64>,
+    /// Its last change: when (ms since the Unix epoch), from, to.
+    pub last_change: Option<(u64, usize, usize)>,
 }
 
 /// The name of `kind` in a record; `None` for a channel, which has no place
@@ -96,12 +115,7 @@ pub(crate) struct Identity {
     pub started_at_ms: u64,
 }
 
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub(crate) use crate::util::now_ms;
 
 /// The process's record now, from its subscriptions' boards; `None` when
 /// it has no stream or list subscription.
@@ -123,6 +137,13 @@ pub(crate) fn record(me: &Identity, boards: &[Arc<Board>]) -> Option<FleetProces
                 state: s.state.name().to_owned(),
                 paused: s.paused,
                 fleet_paused: s.fleet_paused,
+                autoscale: b.scale().autoscaler().map(|a| FleetAutoscale {
+                    min: a.min,
+                    max: a.max,
+                    current: a.current,
+                    backlog: a.backlog,
+                    last_change: a.last_change,
+                }),
             })
         })
         .collect();

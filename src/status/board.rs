@@ -269,11 +269,37 @@ impl Board {
         self.scale.concurrency()
     }
 
+    /// One look of the autoscaler, if it has one: the group's backlog
+    /// (`None`: unknown). When the concurrency changes, logs it, counts it
+    /// and wakes the loop.
+    pub(crate) fn autoscale(&self, backlog: Option<u64>) {
+        let Some((from, to)) = self
+            .scale
+            .autoscale_tick(std::time::Instant::now(), backlog)
+        else {
+            return;
+        };
+        let direction = if to > from { "up" } else { "down" };
+        tracing::info!(
+            stream = %self.stream,
+            group = %self.group,
+            consumer = %self.consumer,
+            from,
+            to,
+            backlog = ?backlog,
+            in_effect = self.concurrency(),
+            "autoscaled {direction}"
+        );
+        crate::telemetry::autoscaled(&self.stream, &self.group, direction, self.concurrency());
+        self.pause.send_modify(|_| {});
+    }
+
     /// Sets (or clears) the fleet-wide concurrency and, when the
     /// concurrency in effect changed, wakes the loop so it starts (or stops
     /// starting) handlers at once.
     pub(crate) fn set_fleet_concurrency(&self, n: Option<usize>) {
         if self.scale.set_fleet(n) {
+            crate::telemetry::concurrency(&self.stream, &self.group, self.concurrency());
             self.pause.send_modify(|_| {});
         }
     }
@@ -320,6 +346,9 @@ impl Board {
     pub(crate) fn publish_state(&self) {
         let state = self.state.lock().expect("status lock");
         self.gauge(state.name());
+        if self.parent.is_none() && self.kind != SourceKind::Channel {
+            crate::telemetry::concurrency(&self.stream, &self.group, self.concurrency());
+        }
     }
 
     pub(crate) fn set_state(&self, state: SubscriptionState) {

@@ -10,14 +10,15 @@
 //! [`SubscriptionState::Paused`] through [`Board::settle_pause`] once no
 //! read of its own is in flight.
 
+mod autoscale;
 mod board;
 mod display;
 mod poller;
-mod scale;
+pub(crate) mod scale;
 
 pub(crate) use board::{Board, Boards, int};
 pub(crate) use poller::{StatusPoller, Stop};
-pub(crate) use scale::Scale;
+pub(crate) use scale::{MAX_CONCURRENCY, Scale};
 
 use std::time::{Duration, SystemTime};
 

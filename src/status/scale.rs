@@ -2,7 +2,15 @@
 //! built with, a fleet-wide value an operator set (`rillkit scale`, kept in
 //! Redis and read by every process of the group), and how many run now.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use super::autoscale::Autoscaler;
+
+/// The highest concurrency a scale or an autoscale bound may set, in
+/// handlers.
+pub const MAX_CONCURRENCY: usize = 10_000;
 
 /// A subscription's concurrency, shared by its loop (which reads it every
 /// turn and reports its handlers in flight) and the fleet watch (which
@@ -19,6 +27,12 @@ pub(crate) struct Scale {
     fleet: AtomicUsize,
     /// Handlers running now.
     in_flight: AtomicUsize,
+    /// The most handlers that ran at once since the autoscaler last looked.
+    peak: AtomicUsize,
+    /// The autoscaler's concurrency, 0 without one.
+    auto: AtomicUsize,
+    /// The autoscaler, when the subscription has one.
+    autoscaler: Mutex<Option<Autoscaler>>,
 }
 
 impl Scale {
@@ -53,17 +67,51 @@ impl Scale {
     }
 
     /// The concurrency in effect: the fleet-wide value where one is set and
-    /// the subscription may change, else as built.
+    /// the subscription may change, else the autoscaler's, else as built.
     pub(crate) fn concurrency(&self) -> usize {
-        match self.fleet() {
-            Some(n) if self.scalable() => n,
+        match (self.fleet(), self.auto.load(Ordering::Relaxed)) {
+            (Some(n), _) if self.scalable() => n,
+            (_, auto) if auto > 0 => auto,
             _ => self.configured(),
         }
+    }
+
+    /// Gives the subscription an autoscaler between `min` and `max`
+    /// handlers, starting at `min`.
+    pub(crate) fn autoscale(&self, min: usize, max: usize) {
+        *self.autoscaler.lock().expect("autoscaler lock") = Some(Autoscaler::new(min, max));
+        self.auto.store(min, Ordering::Relaxed);
+    }
+
+    /// A copy of the autoscaler's state, when there is one.
+    pub(crate) fn autoscaler(&self) -> Option<Autoscaler> {
+        self.autoscaler.lock().expect("autoscaler lock").clone()
+    }
+
+    /// One look of the autoscaler (see [`Autoscaler::tick`]) with the
+    /// handlers that ran at most since the last one; answers the change
+    /// `(from, to)` of its concurrency, if any.
+    pub(crate) fn autoscale_tick(
+        &self,
+        now: Instant,
+        backlog: Option<u64>,
+    ) -> Option<(usize, usize)> {
+        let mut slot = self.autoscaler.lock().expect("autoscaler lock");
+        let a = slot.as_mut()?;
+        let peak = self
+            .peak
+            .swap(self.in_flight.load(Ordering::Relaxed), Ordering::Relaxed);
+        let from = a.current;
+        let to = a.tick(now, backlog, peak)?;
+        a.last_change = Some((crate::util::now_ms(), from, to));
+        self.auto.store(to, Ordering::Relaxed);
+        Some((from, to))
     }
 
     /// The loop's handlers in flight, as of its last turn.
     pub(crate) fn set_in_flight(&self, n: usize) {
         self.in_flight.store(n, Ordering::Relaxed);
+        self.peak.fetch_max(n, Ordering::Relaxed);
     }
 
     /// Handlers in flight.

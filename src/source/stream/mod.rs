@@ -172,6 +172,12 @@ impl Subscription {
         // An ordered stream's partitions share one set of slots: its
         // concurrency stays as built.
         board.scale().configure(opts.concurrency, order.is_none());
+        if let Some((min, max)) = opts.autoscale {
+            if order.is_some() {
+                return Err(not_autoscaled(&names.name, "a stream ordered by key"));
+            }
+            board.scale().autoscale(min, max);
+        }
         for part in board.parts() {
             part.scale().configure(opts.concurrency, false);
         }
@@ -189,6 +195,17 @@ impl Subscription {
             sub.shape = Shape::Ordered(ordered::Ordered::build(order, &sub, cluster)?);
         }
         Ok(sub)
+    }
+}
+
+/// The error `build()` returns for autoscaling where the concurrency
+/// cannot change (`what`: a batch subscription, an ordered stream).
+pub(crate) fn not_autoscaled(stream: &str, what: &str) -> crate::error::ConfigError {
+    crate::error::ConfigError::Invalid {
+        kind: Some(crate::kind::SourceKind::Stream),
+        key: stream.to_owned(),
+        option: "autoscale",
+        reason: format!("not for {what}: its concurrency stays as built (use with_concurrency)"),
     }
 }
 

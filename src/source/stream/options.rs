@@ -15,6 +15,7 @@ use crate::traceparent::TraceLinking;
 /// | [`with_block`](Self::with_block) | 5 s | `XREADGROUP … BLOCK <ms>` |
 /// | [`with_count`](Self::with_count) | 10 entries | `XREADGROUP … COUNT <n>`, the most one read fetches |
 /// | [`with_concurrency`](Self::with_concurrency) | 1 handler | handlers running at once |
+/// | [`with_autoscale`](Self::with_autoscale) | off | concurrency grown and shrunk between bounds on the group's backlog |
 /// | [`with_max_retries`](Self::with_max_retries) | 3 | runs after the first; then the dead-letter stream |
 /// | [`with_max_failed_sends`](Self::with_max_failed_sends) | 3 | times the server may drop the read connection while sending one entry (read in pieces after the first); then it is dead-lettered by id |
 /// | [`with_claim_idle`](Self::with_claim_idle) | 30 s | min idle time before XCLAIM takes an entry over: crash recovery |
@@ -52,6 +53,7 @@ pub struct ConsumerOptions {
     pub(crate) prune_idle: Option<Duration>,
     pub(crate) on_key_failure: OnKeyFailure,
     pub(crate) trace_linking: TraceLinking,
+    pub(crate) autoscale: Option<(usize, usize)>,
 }
 
 impl Default for ConsumerOptions {
@@ -68,6 +70,7 @@ impl Default for ConsumerOptions {
             retry_backoff: RetryBackoff::default(),
             lease_ttl: Some(Duration::from_secs(10)),
             prune_idle: None,
+            autoscale: None,
             on_key_failure: OnKeyFailure::Skip,
             trace_linking: TraceLinking::Link,
         }
@@ -120,6 +123,43 @@ impl ConsumerOptions {
     pub fn with_concurrency(mut self, handlers: usize) -> Self {
         self.concurrency = handlers;
         self
+    }
+
+    /// Grows and shrinks this subscription's concurrency between `min` and
+    /// `max` handlers (inclusive) on the group's backlog, starting at `min`
+    /// (replacing [`with_concurrency`](Self::with_concurrency)). Every 500 ms
+    /// the process reads the group's lag (`XINFO GROUPS`) and the handlers
+    /// it ran at most since the last look: while entries wait (a backlog,
+    /// growing or not) and every slot was busy, it doubles, up to `max`;
+    /// once nothing has waited for 5 s and fewer than half the slots were
+    /// busy, it halves, never below `min` nor below twice what ran. Each
+    /// change is logged (`autoscaled`) and counted
+    /// (`rillkit_autoscale_changes_total`, label `direction`); the value in
+    /// effect is the gauge `rillkit_concurrency`, the status's
+    /// [`concurrency`](crate::SubscriptionStatus::concurrency) and the fleet
+    /// view's. A fleet-wide concurrency (`rillkit scale`) overrides it while
+    /// set. Not for a batch subscription or a stream ordered by key (its
+    /// `build()` fails).
+    ///
+    /// ```
+    /// use rillkit::ConsumerOptions;
+    ///
+    /// let opts = ConsumerOptions::default().with_autoscale(1..=32);
+    /// assert_eq!(opts.autoscale(), Some((1, 32)));
+    /// assert_eq!(opts.concurrency(), 1);
+    /// ```
+    #[must_use]
+    pub fn with_autoscale(mut self, handlers: std::ops::RangeInclusive<usize>) -> Self {
+        let (min, max) = handlers.into_inner();
+        self.autoscale = Some((min, max));
+        self.concurrency = min.max(1);
+        self
+    }
+
+    /// The autoscaling bounds `(min, max)` in handlers, set with
+    /// [`with_autoscale`](Self::with_autoscale).
+    pub fn autoscale(&self) -> Option<(usize, usize)> {
+        self.autoscale
     }
 
     /// Sets how many times a failed entry is handled again before it goes to
@@ -365,6 +405,19 @@ impl ConsumerOptions {
         }
         if self.concurrency == 0 {
             return bad("concurrency", "must be at least 1");
+        }
+        if let Some((min, max)) = self.autoscale {
+            if min == 0 || min > max || max > crate::status::MAX_CONCURRENCY {
+                return Err(ConfigError::Invalid {
+                    kind: Some(SourceKind::Stream),
+                    key: stream.to_owned(),
+                    option: "autoscale",
+                    reason: format!(
+                        "needs 1 <= min <= max <= {}, not {min}..={max}",
+                        crate::status::MAX_CONCURRENCY
+                    ),
+                });
+            }
         }
         if self.claim_idle < Duration::from_millis(1) {
             return bad("claim_idle", "must be at least 1 ms");
