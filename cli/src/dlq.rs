@@ -40,6 +40,15 @@ pub async fn dead_letter_stream(
 
 pub async fn dlq(ctx: &Ctx, cmd: &Dlq) -> Result<(), Failure> {
     let admin = &ctx.admin;
+    let (key, explicit) = match cmd {
+        Dlq::List { select } | Dlq::Redrive { select, .. } | Dlq::Purge { select, .. } => {
+            (&select.stream, select.dlq.as_deref())
+        }
+        Dlq::Show { stream, dlq, .. } => (stream, dlq.as_deref()),
+    };
+    if let Some(dlq) = crate::list_dlq::dead_letter_list(admin, key, explicit).await? {
+        return crate::list_dlq::dlq(ctx, cmd, &dlq).await;
+    }
     match cmd {
         Dlq::List { select } => {
             let dlq = dead_letter_stream(admin, &select.stream, select.dlq.as_deref()).await?;

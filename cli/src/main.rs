@@ -28,6 +28,7 @@ mod cli;
 mod dlq;
 mod entries;
 mod fleet;
+mod list_dlq;
 mod metrics;
 mod operator;
 mod output;

@@ -32,7 +32,22 @@ pub async fn status(ctx: &Ctx, stream: Option<&str>) -> Result<(), Failure> {
             }
         }
     }
+    // A reliable list named, or those matching the pattern.
+    let named_list = match stream.filter(|s| !is_pattern(s)) {
+        // An empty list does not exist: its consumers' registry tells it.
+        Some(name) => match admin.key_type(name).await?.as_deref() {
+            Some(kind) => kind == "list",
+            None => admin.lists(name).await?.iter().any(|l| l == name),
+        },
+        None => false,
+    };
+    let lists: Vec<String> = match stream {
+        Some(name) if named_list => vec![name.to_owned()],
+        Some(name) if !is_pattern(name) => Vec::new(),
+        pattern => admin.lists(pattern.unwrap_or("*")).await?,
+    };
     let names: Vec<String> = match stream {
+        Some(_) if named_list => Vec::new(),
         Some(name) if !is_pattern(name) => vec![name.to_owned()],
         pattern => {
             let found = admin.streams(pattern.unwrap_or("*")).await?;
@@ -109,9 +124,26 @@ pub async fn status(ctx: &Ctx, stream: Option<&str>) -> Result<(), Failure> {
             "groups": group_docs,
         }));
     }
+    let (list_docs, list_rows) = list_status(ctx, &lists).await?;
     if ctx.json {
-        print_json(&json!({ "streams": streams }));
-    } else if rows.is_empty() {
+        print_json(&json!({ "streams": streams, "lists": list_docs }));
+        return Ok(());
+    }
+    if !list_rows.is_empty() {
+        say_inline!(
+            "{}",
+            table(
+                &["LIST", "LENGTH", "PROCESSING", "CONSUMERS", "LIVE", "DLQ"],
+                &list_rows,
+                ctx.cap,
+            )
+        );
+        if rows.is_empty() {
+            return Ok(());
+        }
+        say!("");
+    }
+    if rows.is_empty() {
         say!("no streams");
     } else {
         say_inline!(
@@ -134,6 +166,44 @@ pub async fn status(ctx: &Ctx, stream: Option<&str>) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// Each reliable list's figures: its length, the items its consumers hold,
+/// its consumers (live by heartbeat) and dead letters; as JSON documents and
+/// as table rows.
+async fn list_status(
+    ctx: &Ctx,
+    lists: &[String],
+) -> Result<(Vec<serde_json::Value>, Vec<Vec<String>>), Failure> {
+    let (mut docs, mut rows) = (Vec::new(), Vec::new());
+    for list in lists {
+        let s = ctx.admin.list_status(list).await?;
+        let processing: u64 = s.consumers.iter().map(|c| c.processing).sum();
+        let live = s.consumers.iter().filter(|c| c.alive).count();
+        rows.push(vec![
+            list.clone(),
+            s.length.to_string(),
+            processing.to_string(),
+            s.consumers.len().to_string(),
+            live.to_string(),
+            s.dead_letters.to_string(),
+        ]);
+        let consumers: Vec<_> = s
+            .consumers
+            .iter()
+            .map(|c| json!({ "name": c.name, "processing": c.processing, "alive": c.alive }))
+            .collect();
+        docs.push(json!({
+            "list": list,
+            "length": s.length,
+            "processing": processing,
+            "dlq": s.dlq,
+            "dead_letters": s.dead_letters,
+            "live_consumers": live,
+            "consumers": consumers,
+        }));
+    }
+    Ok((docs, rows))
 }
 
 /// `status` of a stream ordered by key: a row per partition and group,

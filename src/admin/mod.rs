@@ -32,6 +32,7 @@
 
 pub(crate) mod dead_letters;
 mod fleet;
+mod lists;
 mod metrics;
 mod ordered;
 mod pending;
@@ -41,6 +42,7 @@ mod preview;
 pub use dead_letters::{
     DeadLetter, DeadLetterFilter, DeadLetterOrigin, RedriveReport, Redriven, Skipped,
 };
+pub use lists::{ListConsumer, ListDeadLetter, ListRedriveReport, ListStatus};
 pub use pending::PendingFilter;
 
 pub use crate::fleet::{
@@ -242,6 +244,13 @@ impl Admin {
     /// A connection error; [`Error::Redis`] when the server refuses `SCAN`
     /// (ACL) or, under a cluster, `CLUSTER SLOTS`.
     pub async fn streams(&self, pattern: &str) -> Result<Vec<String>, Error> {
+        self.scan(pattern, "stream").await
+    }
+
+    /// The keys of type `kind` whose names match `pattern`, sorted, each
+    /// once: `SCAN … MATCH <pattern> TYPE <kind>` on every master (see
+    /// [`streams`](Self::streams)).
+    pub(crate) async fn scan(&self, pattern: &str, kind: &str) -> Result<Vec<String>, Error> {
         let mut found = BTreeSet::new();
         let nodes: Vec<Option<String>> = if self.cluster {
             let mut cmd = redis::cmd("CLUSTER");
@@ -264,7 +273,7 @@ impl Admin {
                     .arg("COUNT")
                     .arg(SCAN_COUNT)
                     .arg("TYPE")
-                    .arg("stream");
+                    .arg(kind);
                 let mut conn = self.conn.clone();
                 let v = conn
                     .on_node(&cmd, node.as_deref())

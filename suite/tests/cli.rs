@@ -2146,3 +2146,95 @@ fn pause_scale_and_fleet_reach_every_worker_process() {
     }
     fleet_when(&url, "a stopped process leaves the view", |f| f.is_empty());
 }
+
+#[test]
+fn a_reliable_lists_status_and_dead_letters_are_shown_redriven_and_purged() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    let mut w = support::Worker::spawn(
+        &url,
+        &[
+            ("RILLKIT_SOURCE", "list"),
+            ("RILLKIT_STREAM", "jobs"),
+            ("RILLKIT_CONSUMER", "l1"),
+            ("RILLKIT_MAX_RETRIES", "0"),
+        ],
+    );
+    let _: i64 = redis::cmd("LPUSH")
+        .arg("jobs")
+        .arg(r#"{"id":7,"fail":true}"#)
+        .query(&mut c)
+        .unwrap();
+    support::eventually_blocking("the item dead-lettered", Duration::from_secs(30), || {
+        redis::cmd("LLEN")
+            .arg("jobs-dlq")
+            .query::<i64>(&mut c)
+            .unwrap()
+            == 1
+    });
+
+    let doc = json(&url, &["status"]);
+    let lists = doc["lists"].as_array().expect("lists");
+    assert_eq!(lists.len(), 1, "{doc}");
+    let jobs = &lists[0];
+    assert_eq!(jobs["list"], "jobs");
+    assert_eq!(jobs["dead_letters"], 1);
+    assert_eq!(jobs["live_consumers"], 1);
+    assert_eq!(jobs["consumers"][0]["name"], "l1");
+    let text = ok(&url, &["status", "jobs"]);
+    assert!(text.contains("LIST") && text.contains("jobs"), "{text}");
+
+    let doc = json(&url, &["dlq", "list", "jobs"]);
+    assert_eq!(doc["dlq"], "jobs-dlq");
+    let letter = &doc["dead_letters"][0];
+    assert_eq!(letter["index"], 0);
+    assert_eq!(letter["item"], r#"{"id":7,"fail":true}"#);
+    assert!(
+        !letter["error"].as_str().unwrap_or_default().is_empty(),
+        "{letter}"
+    );
+    let text = ok(&url, &["dlq", "list", "jobs"]);
+    assert!(text.contains("INDEX") && text.contains("jobs"), "{text}");
+    let text = ok(&url, &["dlq", "show", "jobs", "0"]);
+    assert!(
+        text.contains(r#"item:             {"id":7,"fail":true}"#),
+        "{text}"
+    );
+    let (code, err) = fails(&url, &["dlq", "list", "jobs", "--start", "1-0"]);
+    assert_eq!(code, 2, "{err}");
+
+    // Redriven with the worker stopped: back on the list, waiting.
+    w.signal("TERM");
+    assert_eq!(w.wait_exit(Duration::from_secs(30)), Some(0));
+    let text = ok(&url, &["dlq", "redrive", "jobs", "--yes"]);
+    assert!(
+        text.contains("redrove 1 dead letter(s) from jobs-dlq"),
+        "{text}"
+    );
+    let waiting: Vec<String> = redis::cmd("LRANGE")
+        .arg("jobs")
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(waiting, [r#"{"id":7,"fail":true}"#]);
+    assert_eq!(llen(&mut c, "jobs-dlq"), 0);
+
+    // A dead letter of another writer: listed as such, and purged.
+    let _: i64 = redis::cmd("LPUSH")
+        .arg("jobs-dlq")
+        .arg("plain")
+        .query(&mut c)
+        .unwrap();
+    let text = ok(&url, &["dlq", "list", "jobs"]);
+    assert!(text.contains("(not a rillkit dead letter)"), "{text}");
+    let doc = json(&url, &["dlq", "purge", "jobs", "--yes"]);
+    assert_eq!(doc["deleted"], 1);
+    assert_eq!(llen(&mut c, "jobs-dlq"), 0);
+}
+
+/// `LLEN` of a list key.
+fn llen(c: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("LLEN").arg(key).query(c).unwrap()
+}
