@@ -122,6 +122,14 @@ pub async fn dlq(ctx: &Ctx, cmd: &Dlq) -> Result<(), Failure> {
                         duration(now_ms().saturating_sub(o.failed_at_ms))
                     );
                     say!("error:            {}", text(o.error.as_bytes()));
+                    for a in &o.attempts {
+                        say!(
+                            "attempt:          delivery {} at {} ms: {}",
+                            a.delivery_count,
+                            a.at_ms,
+                            text(a.error.as_bytes())
+                        );
+                    }
                 }
                 None => say!("origin:           (not a rillkit dead letter)"),
             }

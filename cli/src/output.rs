@@ -195,6 +195,7 @@ pub fn dead_letter_json(d: &DeadLetter) -> Value {
             "delivery_count": o.delivery_count,
             "error": o.error,
             "failed_at_ms": o.failed_at_ms,
+            "attempts": o.attempts,
         })
     });
     json!({ "id": d.id.as_str(), "fields": fields_json(&d.fields), "origin": origin })

@@ -30,6 +30,10 @@ const APPENDED: [&str; 7] = [
 /// ordered by key.
 const APPENDED_ORDER: [&str; 2] = ["order_key", "on_key_failure"];
 
+/// What the move appends after [`APPENDED`] (before [`APPENDED_ORDER`])
+/// when the consumer saw the entry fail: its failed runs.
+const APPENDED_ATTEMPTS: &str = "attempts";
+
 /// Dead letters read per `XRANGE` while selecting.
 const PAGE: usize = 100;
 
@@ -38,12 +42,13 @@ const PAGE: usize = 100;
 ///
 /// The dead-letter move copies every original field verbatim, then appends
 /// `origin_stream`, `origin_id`, `origin_group`, `origin_consumer`,
-/// `delivery_count`, `error` and `failed_at_ms`, and for an entry of a
-/// stream [ordered by key](crate::Stream::ordered_by) `order_key` and
-/// `on_key_failure` after them. The last seven field/value pairs (nine when
-/// the last two are `order_key` and `on_key_failure`) are therefore the
-/// appended ones, whatever the original fields were called: an original
-/// field named `error` stays in [`fields`](Self::fields).
+/// `delivery_count`, `error` and `failed_at_ms`, then `attempts` when its
+/// consumer saw it fail, and for an entry of a stream [ordered by
+/// key](crate::Stream::ordered_by) `order_key` and `on_key_failure` after
+/// them. Read from the end (the last two pairs when they are `order_key` and
+/// `on_key_failure`, then the last one when it is `attempts`, then seven),
+/// the appended pairs are found whatever the original fields were called: an
+/// original field named `error` stays in [`fields`](Self::fields).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DeadLetter {
@@ -94,6 +99,23 @@ pub struct DeadLetterOrigin {
     /// `on_key_failure`: for an entry of a stream ordered by key, what its
     /// failure meant for the key's later entries (`skip` or `fail_rest`).
     pub on_key_failure: Option<String>,
+    /// `attempts`: its failed runs that the consumer which moved it saw, the
+    /// last 10, oldest first (empty for a dead letter written without them,
+    /// or for an entry that never ran there: it failed to decode, or ran
+    /// out of runs elsewhere).
+    pub attempts: Vec<DeadLetterAttempt>,
+}
+
+/// One failed run of a dead letter's entry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[non_exhaustive]
+pub struct DeadLetterAttempt {
+    /// The delivery count of the run.
+    pub delivery_count: u64,
+    /// When it ended, in ms since the Unix epoch.
+    pub at_ms: u64,
+    /// Its error (with its chain of causes).
+    pub error: String,
 }
 
 /// Reads a dead-letter stream entry apart (see [`DeadLetter`]).
@@ -106,12 +128,18 @@ pub(crate) fn split(id: EntryId, mut fields: Vec<(Vec<u8>, Vec<u8>)>) -> DeadLet
             .all(|((k, _), name)| k.as_slice() == name.as_bytes());
     let order = ordered.then(|| fields.split_off(n - APPENDED_ORDER.len()));
     let n = fields.len();
+    let with_attempts = n > APPENDED.len()
+        && fields[n - 1].0.as_slice() == APPENDED_ATTEMPTS.as_bytes()
+        && fields[n - 2].0.as_slice() == APPENDED[6].as_bytes();
+    let attempts = with_attempts.then(|| fields.pop().expect("an attempts pair"));
+    let n = fields.len();
     let laid_out = n >= APPENDED.len()
         && fields[n - APPENDED.len()..]
             .iter()
             .zip(APPENDED)
             .all(|((k, _), name)| k.as_slice() == name.as_bytes());
     if !laid_out {
+        fields.extend(attempts);
         fields.extend(order.into_iter().flatten());
         return DeadLetter {
             id,
@@ -138,10 +166,14 @@ pub(crate) fn split(id: EntryId, mut fields: Vec<(Vec<u8>, Vec<u8>)>) -> DeadLet
                 on_key_failure: order
                     .as_ref()
                     .map(|o| String::from_utf8_lossy(&o[1].1).into_owned()),
+                attempts: attempts
+                    .and_then(|(_, v)| serde_json::from_slice(&v).ok())
+                    .unwrap_or_default(),
             }),
         },
         _ => {
             fields.extend(appended);
+            fields.extend(attempts);
             fields.extend(order.into_iter().flatten());
             DeadLetter {
                 id,

@@ -40,7 +40,8 @@ mod pending;
 mod preview;
 
 pub use dead_letters::{
-    DeadLetter, DeadLetterFilter, DeadLetterOrigin, RedriveReport, Redriven, Skipped,
+    DeadLetter, DeadLetterAttempt, DeadLetterFilter, DeadLetterOrigin, RedriveReport, Redriven,
+    Skipped,
 };
 pub use lists::{ListConsumer, ListDeadLetter, ListRedriveReport, ListStatus};
 pub use pending::PendingFilter;

@@ -39,8 +39,8 @@ static PREVIEW: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PR
 /// caller goes on from `(<last id>` until it has enough or the range is
 /// exhausted, so one call never scans more than that many entries. A dead
 /// letter matches the text as `DeadLetterFilter::with_error_contains` does:
-/// its appended `error` (the last seven pairs are the appended ones)
-/// contains it, byte for byte.
+/// its appended `error` (of the seven appended pairs, read from the end past
+/// `attempts` and the ordered stream's two) contains it, byte for byte.
 const FILTERED_LUA: &str = r#"
 local cmd, from, to = ARGV[1], ARGV[2], ARGV[3]
 local want, max, text, budget = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
@@ -54,6 +54,11 @@ while scanned < budget do
     last = row[1]
     local f = row[2]
     local n = #f
+    -- The appended pairs end the entry: seven, then `attempts` when the
+    -- move recorded failed runs, then `order_key` and `on_key_failure` for
+    -- an ordered stream's entry.
+    if n >= 18 and f[n - 3] == 'order_key' and f[n - 1] == 'on_key_failure' then n = n - 4 end
+    if n >= 16 and f[n - 1] == 'attempts' and f[n - 3] == 'failed_at_ms' then n = n - 2 end
     local ok = text == ''
     if not ok and n >= 14 then
       ok = true
@@ -65,7 +70,7 @@ while scanned < budget do
     if ok then
       matched = matched + 1
       if want > 0 then
-        for i = 2, n, 2 do
+        for i = 2, #f, 2 do
           local v = f[i]
           if #v > max then
             f[i] = string.sub(v, 1, max) .. ' … (' .. #v .. ' bytes in all)'

@@ -217,6 +217,17 @@ fn dead_letter_page(
                             tr { th { "error" } td.error { pre { (o.error) } } }
                         }
                     }
+                    @if !o.attempts.is_empty() {
+                        h3 { "failed runs" }
+                        table id="attempts" {
+                            thead { tr { th { "delivery count" } th { "at (ms)" } th { "error" } } }
+                            tbody {
+                                @for a in &o.attempts {
+                                    tr { td.n { (a.delivery_count) } td.n { (a.at_ms) } td { pre { (a.error) } } }
+                                }
+                            }
+                        }
+                    }
                 }
                 None => { p.muted { "Not written by rillkit: no origin." } }
             }

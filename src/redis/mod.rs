@@ -187,6 +187,10 @@ pub(crate) struct DeadLetterEntry {
     /// An entry of a stream ordered by key: its key and what its failure
     /// means for the key's later entries, recorded in the copy.
     pub order: Option<DeadLetterOrder>,
+    /// Its failed runs seen by this consumer (the last 10, oldest first), a
+    /// JSON array of `{delivery_count, at_ms, error}`: the copy's
+    /// `attempts`.
+    pub attempts: Option<String>,
 }
 
 /// The ordering part of a dead letter.
@@ -236,8 +240,9 @@ pub(crate) struct Moved {
 ///
 /// The copy keeps every original field verbatim and adds `origin_stream`,
 /// `origin_id`, `origin_group`, `origin_consumer`, `delivery_count`, `error`
-/// and `failed_at_ms` (ms since the Unix epoch), and for an entry of a
-/// stream ordered by key `order_key` and `on_key_failure`. An entry this client could
+/// and `failed_at_ms` (ms since the Unix epoch), then `attempts` when the
+/// consumer saw the entry fail (a JSON array of its failed runs), and for an
+/// entry of a stream ordered by key `order_key` and `on_key_failure`. An entry this client could
 /// not be sent (`fields: None`) is copied by the script from the stream
 /// (`XRANGE <id> <id>`), and `{entry_bytes}` in its error text is replaced
 /// by the entry's size; an entry deleted meanwhile leaves a copy with the
@@ -359,6 +364,9 @@ impl Handler<DeadLetter> for RedisActor {
                 .arg(&e.error)
                 .arg("failed_at_ms")
                 .arg(now_ms);
+            if let Some(a) = &e.attempts {
+                call.arg("attempts").arg(a.as_str());
+            }
             if let Some(o) = &e.order {
                 call.arg("order_key")
                     .arg(o.key.as_slice())

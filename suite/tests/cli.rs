@@ -341,6 +341,11 @@ fn dead_letters_are_listed_shown_redriven_and_purged() {
     assert_eq!(list[0]["origin"]["error"], "timeout 1", "the appended one");
     assert_eq!(list[0]["origin"]["id"], "1-0");
     assert_eq!(list[0]["origin"]["delivery_count"], 4);
+    assert_eq!(
+        list[0]["origin"]["attempts"],
+        serde_json::json!([]),
+        "no failed runs recorded"
+    );
     let text = ok(&url, &["dlq", "list", "orders", "--error", "timeout"]);
     assert_eq!(text.lines().count(), 3, "header and two: {text}");
     assert!(!text.contains("invalid 2"), "{text}");

@@ -495,6 +495,8 @@ fn dead_letter(conn: &mut redis::Connection, stream: &str, data: &str, error: &s
         .arg(error)
         .arg("failed_at_ms")
         .arg("1700000000000")
+        .arg("attempts")
+        .arg(r#"[{"delivery_count":3,"at_ms":1699999999000,"error":"gateway timed out"},{"delivery_count":4,"at_ms":1700000000000,"error":"card declined"}]"#)
         .query(conn)
         .unwrap()
 }
@@ -577,6 +579,13 @@ async fn entry_pages_show_the_whole_payload_and_where_it_is() {
         assert!(origin.contains(want), "{want}: {origin}");
     }
     assert!(text_of(&c, "#fields").await.contains(&long));
+    // Each failed run the consumer saw, in order.
+    let runs = text_of(&c, "#attempts").await;
+    let (first, second) = (
+        runs.find("gateway timed out").expect(&runs),
+        runs.find("card declined").expect(&runs),
+    );
+    assert!(first < second, "{runs}");
     // Redrive from its page, confirmed: back on the stream.
     c.find(Locator::Css("div.actions button.redrive"))
         .await

@@ -423,3 +423,59 @@ async fn a_failed_dead_letter_move_loses_nothing_and_is_retried() {
         "a rejected entry never runs again"
     );
 }
+
+/// An entry that fails three times carries its three failed runs into its
+/// dead letter (`attempts`): delivery count, time and error of each.
+#[actix_rt::test]
+async fn a_dead_letter_keeps_every_failed_run() {
+    let redis = RedisServer::start();
+    let s = Stream::new("thrice", "g");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe(
+            &s,
+            opts(2).with_retry_backoff(rillkit::RetryBackoff::fixed(Duration::from_millis(10))),
+            move |_: Job| {
+                let n = r.fetch_add(1, Ordering::SeqCst) + 1;
+                async move { Err::<(), _>(HandlerError::retry(format!("timeout on run {n}"))) }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker.publish(&s, &Job { id: 1 }).await.unwrap();
+    let dlq = "thrice-dlq".to_owned();
+    support::eventually("dead-lettered after three runs", WAIT, || {
+        stream_len(&mut redis.conn(), &dlq) == 1
+    })
+    .await;
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    let admin = rillkit::admin::Admin::connect(&redis.url()).await.unwrap();
+    let dl = admin
+        .dead_letters(&dlq, &rillkit::admin::DeadLetterFilter::new())
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    let origin = dl.origin.expect("a rillkit dead letter");
+    let attempts: Vec<(u64, String)> = origin
+        .attempts
+        .iter()
+        .map(|a| (a.delivery_count, a.error.clone()))
+        .collect();
+    assert_eq!(attempts.len(), 3, "{attempts:?}");
+    for (i, (count, error)) in attempts.iter().enumerate() {
+        assert_eq!(*count, i as u64 + 1);
+        assert!(
+            error.contains(&format!("timeout on run {}", i + 1)),
+            "{error}"
+        );
+    }
+    assert!(origin.attempts.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+    assert_eq!(
+        origin.error, attempts[2].1,
+        "the last run's error is the dead letter's"
+    );
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}

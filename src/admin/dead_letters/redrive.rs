@@ -73,9 +73,10 @@ pub struct Skipped {
 /// letter alone.
 ///
 /// It reads the dead letter itself, so what it puts back is what is there
-/// now; checks that the entry ends with the seven appended fields (for an
-/// entry of a stream ordered by key, followed by `order_key` and
-/// `on_key_failure`) and that its `origin_stream` is KEYS[1]; reads the
+/// now; checks that the entry ends with the seven appended fields (then
+/// `attempts` when the move recorded them, and for an entry of a stream
+/// ordered by key `order_key` and `on_key_failure`) and that its
+/// `origin_stream` is KEYS[1]; reads the
 /// origin stream's groups (`XINFO GROUPS`): the dead letter stays when the
 /// stream has groups but not its `origin_group` (no one would run it); for
 /// `on_key_failure` = `fail_rest` reads the key's mark (`HGET`: a key of
@@ -103,6 +104,9 @@ local key, rule = nil, nil
 if n >= 18 and f[n - 3] == 'order_key' and f[n - 1] == 'on_key_failure' then
   key, rule = f[n - 2], f[n]
   n = n - 4
+end
+if n >= 16 and f[n - 1] == 'attempts' and f[n - 3] == 'failed_at_ms' then
+  n = n - 2
 end
 local names = {'origin_stream', 'origin_id', 'origin_group', 'origin_consumer',
                'delivery_count', 'error', 'failed_at_ms'}
@@ -201,8 +205,8 @@ impl Admin {
     /// origin stream, oldest first, each as a **new** entry (a new id) with
     /// its original fields verbatim plus `redriven_from` = the dead letter's
     /// `origin_id` (an earlier `redriven_from`, from an earlier redrive, is
-    /// replaced; the appended fields, `order_key` and `on_key_failure`
-    /// included, are left out), and deletes it from `dlq`. Each dead letter
+    /// replaced; the appended fields, `attempts`, `order_key` and
+    /// `on_key_failure` included, are left out), and deletes it from `dlq`. Each dead letter
     /// moves in one Lua script (`XRANGE`, `XADD`, `XDEL` over the origin
     /// stream and `dlq`), so it ends up in exactly one of the two streams.
     /// This is the one redrive: the `rillkit` tool and the dashboard call it

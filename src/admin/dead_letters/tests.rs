@@ -68,3 +68,31 @@ fn an_entry_not_laid_out_as_a_dead_letter_keeps_every_field_and_no_origin() {
         "an original error field is never matched"
     );
 }
+
+#[test]
+fn the_failed_runs_are_read_apart_between_the_seven_and_the_order_pairs() {
+    let mut fields = pairs(&[("data", "{}"), ("attempts", "an original field")]);
+    for (k, v) in appended("boom") {
+        fields.push((k.as_bytes().to_vec(), v.into_bytes()));
+    }
+    fields.push((
+        b"attempts".to_vec(),
+        br#"[{"delivery_count":1,"at_ms":5,"error":"a"},{"delivery_count":2,"at_ms":6,"error":"b"}]"#
+            .to_vec(),
+    ));
+    fields.push((b"order_key".to_vec(), b"k".to_vec()));
+    fields.push((b"on_key_failure".to_vec(), b"skip".to_vec()));
+    let dl = split(EntryId("9-0".into()), fields);
+    assert_eq!(
+        dl.fields,
+        pairs(&[("data", "{}"), ("attempts", "an original field")])
+    );
+    let o = dl.origin.expect("laid out");
+    let runs: Vec<(u64, &str)> = o
+        .attempts
+        .iter()
+        .map(|a| (a.delivery_count, a.error.as_str()))
+        .collect();
+    assert_eq!(runs, [(1, "a"), (2, "b")]);
+    assert_eq!(o.order_key.as_deref(), Some(&b"k"[..]));
+}

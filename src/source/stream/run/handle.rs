@@ -143,6 +143,7 @@ impl Loop {
                 self.acks.push(msg.id);
             }
             Verdict::DeadLetter { error, why } => {
+                self.retries.failed(&msg.id, count, &error);
                 let (stream, id) = (&msg.stream, &msg.id);
                 match why {
                     Why::Rejected => {
@@ -159,6 +160,7 @@ impl Loop {
                 self.dead_letter(msg, error);
             }
             Verdict::Retry { error } => {
+                self.retries.failed(&msg.id, count, &error);
                 let (stream, id, delivery_count) =
                     (msg.stream.clone(), msg.id.clone(), msg.delivery_count);
                 let wait = self.schedule_retry(msg);

@@ -12,7 +12,7 @@
 //! unchanged), so another consumer's reclaimer takes it once the rest of its
 //! wait is over.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
@@ -33,13 +33,28 @@ pub(super) type ClaimedBack = (Vec<Message>, Result<Value, Error>);
 /// After a failed take-back, how long before trying again.
 const TAKE_BACK_RETRY: Duration = Duration::from_millis(500);
 
-/// Entries waiting out their retry backoff, and those on their way back.
+/// The most failed runs of one entry kept for its dead letter.
+const ATTEMPTS_KEPT: usize = 10;
+
+/// Entries waiting out their retry backoff, those on their way back, and
+/// the failed runs of the entries held here.
 #[derive(Default)]
 pub(super) struct Retries {
     /// By due instant.
     waiting: RetryQueue<Message>,
     /// Waiting entries on their way back (`XCLAIM … RETRYCOUNT`).
     claims: FuturesUnordered<LocalBoxFuture<'static, ClaimedBack>>,
+    /// The last [`ATTEMPTS_KEPT`] failed runs of each held entry that failed
+    /// here, oldest first, for its dead letter's `attempts`.
+    attempts: HashMap<EntryId, VecDeque<Attempt>>,
+}
+
+/// One failed run of an entry.
+#[derive(serde::Serialize)]
+struct Attempt {
+    delivery_count: u64,
+    at_ms: u64,
+    error: String,
 }
 
 impl Retries {
@@ -56,6 +71,36 @@ impl Retries {
     /// Forgets every waiting entry (it stays pending).
     pub(super) fn forget_waiting(&mut self) {
         drop(self.waiting.take_all());
+    }
+
+    /// Records a failed run of `id` (its delivery count, now, the error).
+    pub(super) fn failed(&mut self, id: &EntryId, delivery_count: u64, error: &str) {
+        let runs = self.attempts.entry(id.clone()).or_default();
+        if runs.len() == ATTEMPTS_KEPT {
+            runs.pop_front();
+        }
+        runs.push_back(Attempt {
+            delivery_count,
+            at_ms: crate::util::now_ms(),
+            error: error.to_owned(),
+        });
+    }
+
+    /// The failed runs of `id` recorded here, as a JSON array (`None` when
+    /// there are none), forgotten.
+    pub(super) fn take_attempts(&mut self, id: &EntryId) -> Option<String> {
+        let runs = self.attempts.remove(id)?;
+        serde_json::to_string(&runs).ok()
+    }
+
+    /// Forgets the failed runs of entries no longer held.
+    pub(super) fn settled<'a>(&mut self, ids: impl IntoIterator<Item = &'a EntryId>) {
+        if self.attempts.is_empty() {
+            return;
+        }
+        for id in ids {
+            self.attempts.remove(id);
+        }
     }
 
     /// The next take-back Redis answered (pending while none is in

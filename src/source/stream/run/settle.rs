@@ -27,6 +27,7 @@ impl Loop {
 
     fn dead_letter_with(&mut self, msg: Message, error: String, because_marked: bool) {
         let order = self.dead_letter_order(&msg.id, because_marked);
+        let attempts = self.retries.take_attempts(&msg.id);
         let names = &self.sub.names;
         self.held.insert(msg.id.clone());
         let entry = Arc::new(DeadLetterEntry {
@@ -40,6 +41,7 @@ impl Loop {
             error,
             dlq_max_len: names.dlq_max_len,
             order,
+            attempts,
         });
         self.dead_letters.send(entry, None);
     }
@@ -49,6 +51,7 @@ impl Loop {
     /// its size where `error` says `{entry_bytes}`). Held and retried as
     /// [`dead_letter`](Self::dead_letter).
     pub(super) fn dead_letter_by_id(&mut self, id: EntryId, delivery_count: u64, error: String) {
+        let attempts = self.retries.take_attempts(&id);
         let names = &self.sub.names;
         self.held.insert(id.clone());
         let entry = Arc::new(DeadLetterEntry {
@@ -62,6 +65,7 @@ impl Loop {
             error,
             dlq_max_len: names.dlq_max_len,
             order: None,
+            attempts,
         });
         self.dead_letters.send(entry, None);
     }
@@ -103,6 +107,7 @@ impl Loop {
     /// broker, a lost group) are settled here: their keys run on and they
     /// are no longer held.
     pub(super) fn on_acked(&mut self, ids: Vec<EntryId>) {
+        self.retries.settled(&ids);
         for id in &ids {
             self.release_key(id);
             self.held.remove(id);
