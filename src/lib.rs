@@ -59,7 +59,7 @@
 //! | health, readiness, pause | [`Broker::status`], [`Status`], [`SubscriptionId`], [`Broker::pause_local`] | `PING`, `XINFO GROUPS` |
 //! | TLS, Sentinel, Cluster | [`Topology`], [`Tls`], [`Broker::with_topology`], [`BrokerBuilder::tls`] | |
 //! | inspect and repair: pending entries, claims, dead letters, redrive | [`admin::Admin`] | `XPENDING`, `XCLAIM`, `XRANGE` |
-//! | a web dashboard (feature `dashboard`) | `dashboard::Dashboard`, an actix-web scope | |
+//! | a web dashboard | the package `rillkit-dashboard`: an actix-web scope over [`admin`] | |
 //! | the `rillkit` command-line tool | the package `rillkit-cli` (`cargo install --path cli` from a clone, `cargo install rillkit-cli` once published): status, pending entries, dead letters, publish, tail, metrics | |
 //! | trace context across Redis (feature `otel`) | [`TraceParent`], [`TraceLinking`]: `send` and `process` spans by the OpenTelemetry messaging conventions, through `tracing-opentelemetry` | a `traceparent` field |
 //! | metrics | the [`metrics`](https://docs.rs/metrics) facade: install any recorder (Prometheus, StatsD, …) | |
@@ -80,9 +80,6 @@
 pub mod admin;
 mod broker;
 mod connection;
-#[cfg(feature = "dashboard")]
-#[cfg_attr(docsrs, doc(cfg(feature = "dashboard")))]
-pub mod dashboard;
 mod delivery;
 mod error;
 mod fleet;
@@ -181,8 +178,4 @@ pub mod guide {
     pub struct Migrating;
     #[doc = include_str!("../docs/guide/src/contributing.md")]
     pub struct Contributing;
-    /// The dashboard chapter's blocks need the `dashboard` feature.
-    #[cfg(feature = "dashboard")]
-    #[doc = include_str!("../docs/guide/src/dashboard.md")]
-    pub struct Dashboard;
 }

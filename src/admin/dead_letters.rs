@@ -65,6 +65,12 @@ pub struct DeadLetter {
 }
 
 impl DeadLetter {
+    /// Reads a dead-letter stream's entry apart (see [`DeadLetter`]): `id`
+    /// and its field/value pairs as `XRANGE` answers them.
+    pub fn from_entry(id: EntryId, fields: Vec<(Vec<u8>, Vec<u8>)>) -> DeadLetter {
+        split(id, fields)
+    }
+
     /// The value of the first original field named `name`, if any.
     pub fn field(&self, name: &str) -> Option<&[u8]> {
         self.fields

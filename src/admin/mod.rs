@@ -36,7 +36,6 @@ mod lists;
 mod metrics;
 mod ordered;
 mod pending;
-#[cfg(feature = "dashboard")]
 mod preview;
 
 pub use dead_letters::{
@@ -206,7 +205,7 @@ impl Admin {
     ///
     /// # Errors
     /// As [`streams`](Self::streams).
-    pub(crate) async fn origin_streams(&self) -> Result<Vec<String>, Error> {
+    pub async fn origin_streams(&self) -> Result<Vec<String>, Error> {
         let found = self.streams("*").await?;
         let dlqs: std::collections::HashSet<String> =
             found.iter().map(|n| self.dlq_of(n)).collect();

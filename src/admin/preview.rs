@@ -1,6 +1,7 @@
-//! Entries cut to size on the server, for pages that show them (feature
-//! `dashboard`): a page sends only what it shows, however large the
-//! entries are.
+//! Entries cut to size on the server, for pages that show them (the
+//! dashboard's): a page sends only what it shows, however large the entries
+//! are; dead letters filtered and counted by error in a script; deletes and
+//! capped appends.
 
 use std::sync::LazyLock;
 
@@ -106,7 +107,11 @@ impl Admin {
     /// `start` is the upper bound), every field value longer than
     /// `max_bytes` cut on the server to that many bytes plus ` … (<n> bytes
     /// in all)`. A missing key has none.
-    pub(crate) async fn preview(
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key is not a stream or a bound is
+    /// malformed; a connection error.
+    pub async fn preview(
         &self,
         stream: &str,
         (start, end): (&str, &str),
@@ -135,7 +140,10 @@ impl Admin {
     /// [`preview`](Self::preview) does. The filter runs in a Lua script, at
     /// most 1000 entries per call, and only the matches are sent. Answers
     /// them in the order read, and whether the range was exhausted.
-    pub(crate) async fn dead_letters_filtered(
+    ///
+    /// # Errors
+    /// As [`preview`](Self::preview).
+    pub async fn dead_letters_filtered(
         &self,
         dlq: &str,
         (from, to): (&str, &str),
@@ -172,7 +180,10 @@ impl Admin {
     /// How many dead letters of `dlq` between `from` and `to` have an
     /// appended error containing `error` (any when empty): counted in a Lua
     /// script, 1000 entries a call, nothing but the count sent.
-    pub(crate) async fn count_dead_letters(
+    ///
+    /// # Errors
+    /// As [`preview`](Self::preview).
+    pub async fn count_dead_letters(
         &self,
         dlq: &str,
         (from, to): (&str, &str),
@@ -236,7 +247,11 @@ impl Admin {
 
     /// Deletes the entries `ids` of `stream` (`XDEL`, 100 ids a call);
     /// answers how many were there.
-    pub(crate) async fn delete(&self, stream: &str, ids: &[EntryId]) -> Result<u64, Error> {
+    ///
+    /// # Errors
+    /// As [`preview`](Self::preview) (pages deleted before an error stay
+    /// deleted).
+    pub async fn delete(&self, stream: &str, ids: &[EntryId]) -> Result<u64, Error> {
         let mut deleted = 0;
         for page in ids.chunks(100) {
             let mut cmd = redis::cmd("XDEL");
@@ -253,7 +268,10 @@ impl Admin {
 
     /// Appends an entry to `stream`, keeping about `keep` entries: `XADD
     /// <stream> MAXLEN ~ <keep> * <field> <value> …`.
-    pub(crate) async fn add_capped(
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the key holds another type; a connection error.
+    pub async fn add_capped(
         &self,
         stream: &str,
         keep: usize,

@@ -410,6 +410,7 @@ impl Board {
             key: self.stream.to_string(),
             group: self.group.to_string(),
             consumer: self.consumer.to_string(),
+            dlq: self.dlq.to_string(),
             state: self.state.lock().expect("status lock").clone(),
             handled: self.handled.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),

@@ -176,6 +176,10 @@ pub struct SubscriptionStatus {
     pub group: String,
     /// This subscription's consumer name.
     pub consumer: String,
+    /// Where it moves what fails for good: the dead-letter stream (or list);
+    /// empty for a channel and an ordered stream (each partition has its
+    /// own).
+    pub dlq: String,
     /// Where its consumer is.
     pub state: SubscriptionState,
     /// Handler runs that returned `Ok` since the broker started.
@@ -210,7 +214,7 @@ pub struct SubscriptionStatus {
     pub fleet_paused: bool,
     /// Handlers it may run at once now: its `concurrency`, or the fleet-wide
     /// value set with `rillkit scale` (or
-    /// [`Admin::scale`](crate::admin::Admin::scale)) where it may change.
+    /// [`Admin::scale_group`](crate::admin::Admin::scale_group)) where it may change.
     pub concurrency: usize,
     /// Handlers running now (as of its loop's last turn).
     pub in_flight: usize,

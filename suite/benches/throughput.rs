@@ -808,7 +808,7 @@ async fn dashboard_overview_ms(url: &str) -> (f64, f64) {
             .unwrap();
     }
     let broker = Broker::builder(url).build().unwrap();
-    let dashboard = rillkit::dashboard::Dashboard::new(broker).streams(names);
+    let dashboard = rillkit_dashboard::Dashboard::new(broker).streams(names);
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new().service(dashboard.scope("/rillkit"))
     })

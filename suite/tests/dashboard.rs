@@ -23,8 +23,8 @@ use std::time::Duration;
 use actix_web::{App, HttpServer};
 use fantoccini::{Client, ClientBuilder, Locator};
 use rillkit::SubscriptionState;
-use rillkit::dashboard::Dashboard;
 use rillkit::prelude::*;
+use rillkit_dashboard::Dashboard;
 use support::{RedisServer, eventually};
 
 const WAIT: Duration = Duration::from_secs(30);

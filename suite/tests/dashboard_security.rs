@@ -12,8 +12,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 
 use actix_web::{App, HttpServer};
-use rillkit::dashboard::Dashboard;
 use rillkit::prelude::*;
+use rillkit_dashboard::Dashboard;
 use support::{RedisServer, stream_len};
 
 /// A raw HTTP/1.1 request; answers the status, the headers and the body.

@@ -42,7 +42,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("operations beside the consumers", &["retention", "fleet"]),
     ("supervision", &["supervisor"]),
     ("the broker", &["broker"]),
-    ("over the public API", &["admin", "dashboard", "test_util"]),
+    ("over the public API", &["admin", "test_util"]),
 ];
 
 /// One use of a module by another: where, and which module.

@@ -12,7 +12,7 @@
 //! while the broker runs and every subscription reads (readiness, from
 //! `Broker::status`). `GET /metrics` serves rillkit's metrics as Prometheus text
 //! (metrics-exporter-prometheus's recorder, installed here: rillkit itself
-//! installs none). `/rillkit/` serves the dashboard (feature `dashboard`),
+//! installs none). `/rillkit/` serves the dashboard (the package `rillkit-dashboard`),
 //! behind a guard that lets only loopback clients in: reach it through
 //! `kubectl port-forward` or an SSH tunnel, or replace the guard with the
 //! application's own authentication (behind a reverse proxy or sidecar on
@@ -144,15 +144,15 @@ async fn main() -> std::io::Result<()> {
     }
     let (b, s) = (broker.clone(), orders.clone());
     let dashboard = match std::env::var("RILLKIT_DASHBOARD_STREAMS").as_deref() {
-        Ok("all") => rillkit::dashboard::Dashboard::new(broker.clone()).all_streams(true),
-        Ok(names) => rillkit::dashboard::Dashboard::new(broker.clone()).streams(
+        Ok("all") => rillkit_dashboard::Dashboard::new(broker.clone()).all_streams(true),
+        Ok(names) => rillkit_dashboard::Dashboard::new(broker.clone()).streams(
             names
                 .split(',')
                 .map(str::trim)
                 .filter(|n| !n.is_empty())
                 .map(String::from),
         ),
-        Err(_) => rillkit::dashboard::Dashboard::new(broker.clone()),
+        Err(_) => rillkit_dashboard::Dashboard::new(broker.clone()),
     };
     let server = HttpServer::new(move || {
         App::new()

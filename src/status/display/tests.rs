@@ -8,6 +8,7 @@ fn stream_row() -> SubscriptionStatus {
         key: "orders".into(),
         group: "billing".into(),
         consumer: "web-1".into(),
+        dlq: "orders-dlq".into(),
         state: SubscriptionState::Running,
         handled: 1204,
         failed: 3,

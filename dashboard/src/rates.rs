@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::Broker;
+use rillkit::Broker;
 
 /// How often the counters are sampled.
 pub(super) const PERIOD: Duration = Duration::from_secs(5);

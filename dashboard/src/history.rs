@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use maud::{Markup, html};
 
 use super::Dashboard;
-use crate::admin::Admin;
-use crate::error::Error;
+use rillkit::Error;
+use rillkit::admin::Admin;
 
 /// The history key of `stream`.
 pub(super) fn key(stream: &str) -> String {

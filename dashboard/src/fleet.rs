@@ -10,7 +10,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::{Ctx, actions, pages};
-use crate::admin::{FleetProcess, FleetSubscription, MAX_CONCURRENCY};
+use rillkit::admin::{FleetProcess, FleetSubscription, MAX_CONCURRENCY};
 
 #[derive(Deserialize)]
 pub(super) struct FleetQuery {

@@ -9,8 +9,8 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use super::StreamRow;
 use super::dlq::Filter;
 use super::stream::StreamPage;
-use crate::admin::DeadLetter;
-use crate::{Status, SubscriptionState};
+use rillkit::admin::DeadLetter;
+use rillkit::{Status, SubscriptionState};
 
 /// Longest value shown, in bytes: the server cuts longer ones (see
 /// `Admin::preview`) and notes their full length.
@@ -116,6 +116,7 @@ fn state(s: &SubscriptionState) -> String {
         SubscriptionState::Failed => "failed".into(),
         SubscriptionState::Stopped => "stopped".into(),
         SubscriptionState::Paused => "paused".into(),
+        other => other.name().into(),
     }
 }
 
@@ -232,12 +233,13 @@ pub(super) fn overview(
     )
 }
 
-fn kind(k: crate::SourceKind) -> &'static str {
+fn kind(k: rillkit::SourceKind) -> &'static str {
     match k {
-        crate::SourceKind::Stream => "stream",
-        crate::SourceKind::List => "list",
-        crate::SourceKind::ListAtMostOnce => "list (at most once)",
-        crate::SourceKind::Channel => "channel",
+        rillkit::SourceKind::Stream => "stream",
+        rillkit::SourceKind::List => "list",
+        rillkit::SourceKind::ListAtMostOnce => "list (at most once)",
+        rillkit::SourceKind::Channel => "channel",
+        _ => "other",
     }
 }
 

@@ -7,7 +7,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
 use super::{Ctx, actions, pages};
-use crate::error::Error;
+use rillkit::Error;
 
 /// Dead letters per page.
 pub(super) const PAGE: usize = 20;

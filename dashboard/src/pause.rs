@@ -10,9 +10,9 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::{Ctx, actions, pages};
-use crate::error::Error;
-use crate::kind::SourceKind;
-use crate::status::{SubscriptionId, SubscriptionStatus};
+use rillkit::Error;
+use rillkit::SourceKind;
+use rillkit::SubscriptionStatus;
 
 /// The name of `kind` in a form (`stream`, `list`, `list_at_most_once`);
 /// `None` for a channel, which cannot be paused.
@@ -95,13 +95,16 @@ async fn act(pause: bool, ctx: &Ctx, req: &HttpRequest, form: &Pick) -> HttpResp
         return HttpResponse::BadRequest()
             .body("kind must be stream, list or list_at_most_once (a channel cannot be paused)");
     };
-    let id = SubscriptionId {
-        kind,
-        key: form.key.clone(),
-        group: form.group.clone(),
-        consumer: form.consumer.clone(),
-    };
     let broker = &ctx.dash.broker;
+    let found = broker.status().subscriptions.into_iter().find(|s| {
+        s.kind == kind && s.key == form.key && s.group == form.group && s.consumer == form.consumer
+    });
+    let Some(id) = found.as_ref().map(SubscriptionStatus::id) else {
+        return HttpResponse::NotFound().body(format!(
+            "the broker has no {} subscription {:?} (group {:?}, consumer {:?})",
+            form.kind, form.key, form.group, form.consumer
+        ));
+    };
     // For the whole fleet; a resume also undoes a pause of this process.
     let done = if pause {
         broker.pause_fleet(&id).await

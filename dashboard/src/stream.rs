@@ -6,8 +6,8 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
 use super::{Ctx, actions, pages};
-use crate::admin::{Admin, ConsumerInfo, GroupInfo, PendingEntry, StreamEntry};
-use crate::error::Error;
+use rillkit::Error;
+use rillkit::admin::{Admin, ConsumerInfo, GroupInfo, PendingEntry, StreamEntry};
 
 /// Pending entries shown per group and page.
 pub(super) const PENDING: usize = 50;

@@ -6,8 +6,8 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use maud::{Markup, html};
 
 use super::{Ctx, actions, pages};
-use crate::admin::{Admin, DeadLetter, PendingEntry, StreamEntry};
-use crate::error::Error;
+use rillkit::Error;
+use rillkit::admin::{Admin, DeadLetter, PendingEntry, StreamEntry};
 
 /// Longest value an entry's page shows, in bytes: values are whole up to
 /// here (a page holding a larger one would be too large for a browser);
@@ -113,7 +113,7 @@ pub(super) async fn dead_letter(
     let dlq = ctx.dash.dlq_of(&admin, &stream);
     match read(&admin, &dlq, &id).await {
         Ok(Some(e)) => {
-            let dl = crate::admin::dead_letters::split(e.id, e.fields);
+            let dl = rillkit::admin::DeadLetter::from_entry(e.id, e.fields);
             let read_only = ctx.dash.read_only;
             ctx.page(&req, |token| {
                 dead_letter_page(&ctx.base, &stream, &dlq, &dl, (!read_only).then_some(token))

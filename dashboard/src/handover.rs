@@ -10,8 +10,8 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::{Ctx, actions, pages, stream};
-use crate::admin::ConsumerInfo;
-use crate::stream::EntryId;
+use rillkit::EntryId;
+use rillkit::admin::ConsumerInfo;
 
 /// Pending entries claimed per `XCLAIM`.
 const BATCH: usize = 100;
@@ -141,7 +141,7 @@ pub(super) async fn handover(
                     .await?,
             );
         }
-        Ok::<_, crate::Error>(())
+        Ok::<_, rillkit::Error>(())
     }
     .await;
     let (client, operator) = actions::who(&req);

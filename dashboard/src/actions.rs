@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::dlq::Filter;
 use super::{Ctx, csrf, pages};
-use crate::admin::DeadLetterFilter;
+use rillkit::admin::DeadLetterFilter;
 
 /// The banner after an action, from the page's query (`done`, `n`,
 /// `skipped`): one of a fixed set of sentences with its counts; `None` for
@@ -257,7 +257,7 @@ impl Verb {
 ///
 /// ```
 /// use actix_web::HttpMessage as _;
-/// use rillkit::dashboard::Operator;
+/// use rillkit_dashboard::Operator;
 ///
 /// # fn auth(req: &actix_web::dev::ServiceRequest) {
 /// // In the application's authentication middleware, once it knows the user:

@@ -1,4 +1,5 @@
-//! A web dashboard an actix-web application mounts (feature `dashboard`):
+//! A web dashboard for [rillkit](https://docs.rs/rillkit) that an
+//! actix-web application mounts:
 //! streams and groups at a glance, a group's consumers (dead ones flagged,
 //! with a hand-over of their entries) and pending entries, each entry whole
 //! on a page of its own, and dead letters, filtered, with redrive and purge.
@@ -8,7 +9,7 @@
 //! use rillkit::Broker;
 //!
 //! # async fn serve(broker: Broker) -> std::io::Result<()> {
-//! let dashboard = rillkit::dashboard::Dashboard::new(broker.clone());
+//! let dashboard = rillkit_dashboard::Dashboard::new(broker.clone());
 //! HttpServer::new(move || App::new().service(dashboard.scope("/rillkit")))
 //!     .bind(("127.0.0.1", 8080))?
 //!     .run()
@@ -51,8 +52,8 @@ use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use tokio::sync::Mutex;
 
-use crate::admin::Admin;
-use crate::{Broker, Error};
+use rillkit::admin::Admin;
+use rillkit::{Broker, Error};
 
 /// A dashboard over one broker's streams; cheap to clone (one per actix-web
 /// worker shares the same state). See the [module docs](self).
@@ -60,7 +61,7 @@ use crate::{Broker, Error};
 /// ```no_run
 /// use std::time::Duration;
 /// use actix_web::{App, HttpServer};
-/// use rillkit::dashboard::Dashboard;
+/// use rillkit_dashboard::Dashboard;
 ///
 /// # async fn serve(broker: rillkit::Broker, key: Vec<u8>) -> std::io::Result<()> {
 /// let dashboard = Dashboard::new(broker)
@@ -107,7 +108,7 @@ struct Shared {
 
 /// Returns the dashboard of `broker` as an actix-web scope mounted at
 /// `path`, with the defaults of [`Dashboard::new`]:
-/// `App::new().service(rillkit::dashboard::scope("/rillkit", broker.clone()))`.
+/// `App::new().service(rillkit_dashboard::scope("/rillkit", broker.clone()))`.
 pub fn scope(path: &str, broker: Broker) -> actix_web::Scope {
     Dashboard::new(broker).scope(path)
 }
@@ -290,7 +291,7 @@ impl Dashboard {
         };
         // Lists and channels are not streams: the subscriptions table shows them.
         for s in self.broker.status().subscriptions {
-            if s.kind != crate::SourceKind::Stream {
+            if s.kind != rillkit::SourceKind::Stream {
                 continue;
             }
             let dlq = self.dlq_of(admin, &s.key);
@@ -320,7 +321,7 @@ impl Dashboard {
             .status()
             .subscriptions
             .iter()
-            .any(|s| s.kind == crate::SourceKind::Stream && s.key == stream)
+            .any(|s| s.kind == rillkit::SourceKind::Stream && s.key == stream)
             || self.declared.iter().any(|d| d == stream);
         if listed {
             return Ok(true);
@@ -339,11 +340,11 @@ impl Dashboard {
     /// named), else the default for the topology.
     fn dlq_of(&self, admin: &Admin, stream: &str) -> String {
         self.broker
-            .boards()
-            .list()
-            .iter()
-            .find(|b| &*b.stream == stream)
-            .map(|b| b.dlq.to_string())
+            .status()
+            .subscriptions
+            .into_iter()
+            .find(|s| s.kind == rillkit::SourceKind::Stream && s.key == stream)
+            .map(|s| s.dlq)
             .unwrap_or_else(|| admin.dlq_of(stream))
     }
 }
@@ -522,7 +523,7 @@ impl StreamRow {
 }
 
 pub(crate) struct GroupRow {
-    pub info: crate::admin::GroupInfo,
+    pub info: rillkit::admin::GroupInfo,
     pub oldest_pending_age: Option<Duration>,
 }
 
@@ -571,10 +572,10 @@ async fn row(dash: &Dashboard, admin: &Admin, s: Shown) -> Result<StreamRow, Err
             rates: dash.shared.rates.of(&s.name),
             consumed_here: dash
                 .broker
-                .boards()
-                .list()
+                .status()
+                .subscriptions
                 .iter()
-                .any(|b| *b.stream == *s.name),
+                .any(|b| b.key == s.name),
             name: s.name,
             length,
             dlq: s.dlq,
@@ -590,3 +591,9 @@ async fn row(dash: &Dashboard, admin: &Admin, s: Shown) -> Result<StreamRow, Err
 async fn exists(admin: &Admin, key: &str) -> Result<bool, Error> {
     Ok(!admin.groups(key).await.unwrap_or_default().is_empty())
 }
+
+/// The guide's dashboard chapter, whose Rust blocks run as this crate's doc
+/// tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/src/dashboard.md")]
+pub struct GuideChapter;
