@@ -498,8 +498,21 @@ impl Handler<Eval> for RedisActor {
     }
 }
 
+/// How many more times a command answered `MOVED`, `ASK`, `TRYAGAIN` or
+/// `CLUSTERDOWN` after the cluster connection's own redirections is sent
+/// again, [`ROUTING_WAIT`] apart. Such an answer means the command did not
+/// run, so sending it again never runs it twice. While a slot migrates,
+/// commands that follow `ASK` at once on one multiplexed connection can take
+/// each other's `ASKING` (the one without it is sent back to the owner, which
+/// answers `ASK` again): a moment later the redirection goes through.
+const ROUTING_RETRIES: u32 = 5;
+/// The wait before a command answered a redirection is sent again.
+const ROUTING_WAIT: Duration = Duration::from_millis(50);
+
 /// Any other command on a shared connection (PING, XPENDING, XCLAIM…), with
-/// its ACL name (`"xclaim"`), which a refusal names.
+/// its ACL name (`"xclaim"`), which a refusal names. A redirection that
+/// outlasts the cluster connection's own is tried again (see
+/// [`ROUTING_RETRIES`]).
 #[derive(Message, Clone)]
 #[rtype(result = "Result<Value, Error>")]
 pub(crate) struct Query(pub &'static str, pub redis::Cmd);
@@ -511,10 +524,23 @@ impl Handler<Query> for RedisActor {
         let pool = self.pool.clone();
         Box::pin(async move {
             let Query(command, cmd) = msg;
-            pool.run(command, COMMAND_WAIT, |mut conn| async move {
-                cmd.query_async(&mut conn).await
-            })
-            .await
+            let mut tries = 0;
+            loop {
+                let once = cmd.clone();
+                let answer = pool
+                    .run(command, COMMAND_WAIT, |mut conn| async move {
+                        once.query_async(&mut conn).await
+                    })
+                    .await;
+                match answer {
+                    Err(e) if e.class() == Class::Routing && tries < ROUTING_RETRIES => {
+                        tries += 1;
+                        tracing::debug!(command, error = %e, "redirected again; sending the command once more");
+                        tokio::time::sleep(ROUTING_WAIT).await;
+                    }
+                    answer => return answer,
+                }
+            }
         })
     }
 }
