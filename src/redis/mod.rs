@@ -106,22 +106,39 @@ impl Handler<Publish> for RedisActor {
         let wait = self.publish_timeout;
         Box::pin(async move {
             // Sent once: a publish whose reply is lost may have been applied,
-            // so it is never retried here (the caller decides).
-            let ids: Vec<String> = pool
-                .run("xadd", wait, |mut conn| async move {
-                    if let [one] = msg.payloads.as_slice() {
-                        let id: String = msg.xadd(one).query_async(&mut conn).await?;
-                        Ok(vec![id])
-                    } else {
-                        let mut pipe = redis::pipe();
-                        for p in &msg.payloads {
-                            pipe.add_command(msg.xadd(p));
+            // so it is never retried here (the caller decides). But one
+            // entry answered a redirection (see `ROUTING_RETRIES`) was not
+            // added: it is sent again.
+            let msg = Arc::new(msg);
+            let mut tries = 0;
+            loop {
+                let m = msg.clone();
+                let sent: Result<Vec<String>, Error> = pool
+                    .run("xadd", wait, |mut conn| async move {
+                        if let [one] = m.payloads.as_slice() {
+                            let id: String = m.xadd(one).query_async(&mut conn).await?;
+                            Ok(vec![id])
+                        } else {
+                            let mut pipe = redis::pipe();
+                            for p in &m.payloads {
+                                pipe.add_command(m.xadd(p));
+                            }
+                            pipe.query_async(&mut conn).await
                         }
-                        pipe.query_async(&mut conn).await
+                    })
+                    .await;
+                match sent {
+                    Err(e)
+                        if e.class() == Class::Routing
+                            && msg.payloads.len() == 1
+                            && tries < ROUTING_RETRIES =>
+                    {
+                        tries += 1;
+                        tokio::time::sleep(ROUTING_WAIT).await;
                     }
-                })
-                .await?;
-            Ok(ids.into_iter().map(EntryId).collect())
+                    sent => return Ok(sent?.into_iter().map(EntryId).collect()),
+                }
+            }
         })
     }
 }
