@@ -1,4 +1,5 @@
-use super::*;
+use super::{DeadLetterFilter, split};
+use crate::stream::EntryId;
 
 fn pairs(items: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
     items

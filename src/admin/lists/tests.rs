@@ -1,4 +1,4 @@
-use super::*;
+use super::{ListDeadLetter, glob};
 
 #[test]
 fn a_glob_matches_as_scan_does_for_star_and_question_mark() {

@@ -1,4 +1,7 @@
-use super::*;
+use redis::Value;
+
+use super::{FleetControl, control_key};
+use crate::kind::SourceKind;
 
 #[test]
 fn keys_share_the_sources_slot_and_tell_groups_apart() {

@@ -5,7 +5,9 @@ fn the_eviction_settings_are_read_from_info_memory() {
     assert_eq!(eviction("# Memory\r\nused_memory:1\r\n"), None);
 }
 
-use super::*;
+use redis::Value;
+
+use super::{ConsumerInfo, cluster_masters, consumers, eviction, groups, pending, scan};
 
 fn bulk(s: &str) -> Value {
     Value::BulkString(s.as_bytes().to_vec())

@@ -1,4 +1,6 @@
-use super::*;
+use redis::Value;
+
+use super::read_reply;
 
 fn bs(s: &[u8]) -> Value {
     Value::BulkString(s.to_vec())

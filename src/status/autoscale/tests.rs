@@ -1,4 +1,6 @@
-use super::*;
+use std::time::Instant;
+
+use super::{Autoscaler, QUIET};
 
 #[test]
 fn a_backlog_doubles_a_busy_consumer_up_to_max() {

@@ -1,4 +1,4 @@
-use super::*;
+use super::Scale;
 
 #[test]
 fn a_fleet_value_counts_only_where_the_concurrency_may_change() {

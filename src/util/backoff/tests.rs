@@ -1,4 +1,6 @@
-use super::*;
+use std::time::Duration;
+
+use super::{Retry, backoff};
 
 #[test]
 fn backoff_stays_within_100ms_and_10s_with_jitter() {
