@@ -18,7 +18,7 @@ pub(crate) mod info;
 pub(crate) mod reply;
 
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use actix::prelude::*;
 use redis::Value;
@@ -109,10 +109,9 @@ impl Handler<Publish> for RedisActor {
             // so it is never retried here (the caller decides). But one
             // entry answered a redirection (see `ROUTING_RETRIES`) was not
             // added: it is sent again.
-            let msg = Arc::new(msg);
             let mut tries = 0;
             loop {
-                let m = msg.clone();
+                let m = &msg;
                 let sent: Result<Vec<String>, Error> = pool
                     .run("xadd", wait, |mut conn| async move {
                         if let [one] = m.payloads.as_slice() {
@@ -341,9 +340,7 @@ impl Handler<DeadLetter> for RedisActor {
         let pool = self.pool.clone();
         Box::pin(async move {
             let e = &*msg.0;
-            let now_ms = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
+            let now_ms = crate::util::now_ms();
             let mut call = DEAD_LETTER.key(&*e.stream);
             call.key(&*e.dlq);
             let mark = e
@@ -543,10 +540,10 @@ impl Handler<Query> for RedisActor {
             let Query(command, cmd) = msg;
             let mut tries = 0;
             loop {
-                let once = cmd.clone();
+                let cmd = &cmd;
                 let answer = pool
                     .run(command, COMMAND_WAIT, |mut conn| async move {
-                        once.query_async(&mut conn).await
+                        cmd.query_async(&mut conn).await
                     })
                     .await;
                 match answer {

@@ -396,9 +396,7 @@ impl<'a> ListDeadLetter<'a> {
             error,
             consumer,
             attempts,
-            dead_lettered_at_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            dead_lettered_at_ms: crate::util::now_ms(),
         };
         serde_json::to_vec(&letter).unwrap_or_default()
     }
