@@ -104,6 +104,7 @@ pub mod test_util;
 mod traceparent;
 mod util;
 
+pub use crate::redis::commands::ServerCommands;
 pub use broker::{BatchOptions, Broker, BrokerBuilder};
 pub use broker::{Delivery, ItemDelivery, Removed, SubscriptionHandle};
 pub use connection::{Tls, Topology};
@@ -119,7 +120,7 @@ pub use source::stream::ConsumerOptions;
 pub use status::{
     PartitionStatus, ServerFigures, Status, SubscriptionId, SubscriptionState, SubscriptionStatus,
 };
-pub use stream::{Codec, EntryId, Json, Stream};
+pub use stream::{Codec, EntryId, Json, MessageKey, Stream};
 pub use supervisor::RestartPolicy;
 pub use traceparent::{InvalidTraceParent, TRACEPARENT_FIELD, TraceLinking, TraceParent};
 

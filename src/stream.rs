@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -79,11 +80,17 @@ pub struct Stream<C = Json> {
     max_len: Option<usize>,
     dlq_max_len: Option<usize>,
     retain_acked: bool,
+    idempotency_window: Duration,
     field: Arc<str>,
     /// Ordered by key over partitions (`None`: one stream).
     order: Option<crate::order::Order>,
     codec: C,
 }
+
+/// [`Stream::idempotency_window`]'s default.
+const DEFAULT_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(3600);
+const MIN_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(1);
+const MAX_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(86_400);
 
 impl Stream<Json> {
     /// A stream named `name`, consumed by group `group`, with JSON in field
@@ -99,6 +106,7 @@ impl Stream<Json> {
             max_len: None,
             dlq_max_len: None,
             retain_acked: false,
+            idempotency_window: DEFAULT_IDEMPOTENCY_WINDOW,
             field: "data".into(),
             order: None,
             codec: Json,
@@ -166,6 +174,32 @@ impl<C: Codec> Stream<C> {
     /// The dead-letter cap set with [`with_dlq_max_len`](Self::with_dlq_max_len).
     pub fn dlq_max_len(&self) -> Option<usize> {
         self.dlq_max_len
+    }
+
+    /// How long a message published with
+    /// [`Broker::publish_idempotent`](crate::Broker::publish_idempotent) is
+    /// recognised when it is published again: a resend within `window` of
+    /// the first publish adds nothing and answers the first entry's id.
+    /// From 1 s to 24 h, whole seconds on Redis 8.6 and later (the stream's
+    /// `IDMP-DURATION`, which also keeps only each producer's newest 10,000
+    /// ids). Default: 1 hour.
+    ///
+    /// On Redis 8.6 and later the window is the stream's: set the same one
+    /// in every producer of a stream. The first idempotent publish that
+    /// creates the stream sets it; one that asks for more raises it, which
+    /// clears the ids the stream kept so far; one that asks for less
+    /// changes nothing (a stream made by a plain `XADD` keeps the server's
+    /// 100 s until then).
+    #[must_use]
+    pub fn with_idempotency_window(mut self, window: Duration) -> Self {
+        self.idempotency_window = window;
+        self
+    }
+
+    /// The window set with
+    /// [`with_idempotency_window`](Self::with_idempotency_window).
+    pub fn idempotency_window(&self) -> Duration {
+        self.idempotency_window
     }
 
     /// Whether acked entries are trimmed, set with
@@ -256,6 +290,7 @@ impl<C: Codec> Stream<C> {
             max_len: self.max_len,
             dlq_max_len: self.dlq_max_len,
             retain_acked: self.retain_acked,
+            idempotency_window: self.idempotency_window,
             field: self.field,
             order: self.order,
             codec,
@@ -328,6 +363,7 @@ impl<C: Codec> Stream<C> {
             max_len: self.max_len,
             dlq_max_len: self.dlq_max_len,
             retain_acked: self.retain_acked,
+            idempotency_window: self.idempotency_window,
             order: self.order.clone(),
         }
     }
@@ -384,6 +420,12 @@ impl StreamNames {
                 "must be at least 1 entry (a cap of 0 would drop every dead letter)",
             );
         }
+        if !(MIN_IDEMPOTENCY_WINDOW..=MAX_IDEMPOTENCY_WINDOW).contains(&self.idempotency_window) {
+            return bad(
+                "idempotency_window",
+                "must be from 1 s to 24 h (86,400 s: the most Redis keeps a stream's message ids)",
+            );
+        }
         if self.max_len == Some(0) {
             return bad(
                 "max_len",
@@ -415,6 +457,7 @@ pub(crate) struct StreamNames {
     pub max_len: Option<usize>,
     pub dlq_max_len: Option<usize>,
     pub retain_acked: bool,
+    pub idempotency_window: Duration,
     /// Ordered by key over partitions.
     pub order: Option<crate::order::Order>,
 }
@@ -477,3 +520,38 @@ impl redis::ToRedisArgs for EntryId {
 }
 
 impl redis::ToSingleRedisArg for EntryId {}
+
+/// What a resent message is recognised by in
+/// [`Broker::publish_idempotent`](crate::Broker::publish_idempotent): who
+/// published it and its id within that producer.
+///
+/// The producer id must stay the same across the producer's restarts (a
+/// service name, a job name), so a message resent after a crash is
+/// recognised; two producers that number their messages on their own need
+/// different ids. The message id is any bytes: an order number, a
+/// document's id, a hash of the request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MessageKey {
+    producer: String,
+    id: Vec<u8>,
+}
+
+impl MessageKey {
+    /// The message `id` of `producer`.
+    pub fn new(producer: impl Into<String>, id: impl AsRef<[u8]>) -> Self {
+        MessageKey {
+            producer: producer.into(),
+            id: id.as_ref().to_vec(),
+        }
+    }
+
+    /// The producer id.
+    pub fn producer(&self) -> &str {
+        &self.producer
+    }
+
+    /// The message id.
+    pub fn id(&self) -> &[u8] {
+        &self.id
+    }
+}

@@ -136,6 +136,15 @@ pub enum Command {
         /// A stream name, or a glob pattern (default: every stream).
         stream: Option<String>,
     },
+    /// Which newer stream commands each master has, and so which paths
+    /// rillkit takes there.
+    ///
+    /// Asked with COMMAND DOCS of each master (every master of CLUSTER
+    /// SLOTS under a cluster): XACKDEL and XTRIM ACKED (Redis 8.2) for
+    /// streams kept with retain-acked, XREADGROUP CLAIM (8.4), XADD IDMP
+    /// (8.6) for idempotent publishes, XNACK (8.8), XREADGROUP MAXCOUNT
+    /// (8.10). Where one is missing, rillkit's scripts do the same work.
+    Server,
     /// The oldest pending entries of a group; `claim` and `ack` repair stuck
     /// ones.
     ///
@@ -181,6 +190,35 @@ pub enum Command {
         /// is (else checked); without it, the recorded count is used.
         #[arg(long, value_name = "N", requires = "key_field")]
         partitions: Option<u16>,
+        /// Publish each document once: the member of each JSON object
+        /// that holds its message id (a string, number or boolean). A
+        /// document whose id was published by the same --producer within
+        /// --window is not added again (its first entry's id is printed):
+        /// publishing the same file twice adds each document once.
+        /// XADD … IDMP on Redis 8.6 and later (which also keeps only each
+        /// producer's newest 10,000 ids), a script with a marker key
+        /// elsewhere.
+        #[arg(long, value_name = "FIELD", conflicts_with = "key_field")]
+        idempotency_key_field: Option<String>,
+        /// With --idempotency-key-field: the producer id the message ids
+        /// belong to; keep it the same across runs.
+        #[arg(
+            long,
+            value_name = "ID",
+            default_value = "rillkit-cli",
+            requires = "idempotency_key_field"
+        )]
+        producer: String,
+        /// With --idempotency-key-field: how long a message id is
+        /// recognised (1s to 24h).
+        #[arg(
+            long,
+            value_name = "DURATION",
+            default_value = "1h",
+            value_parser = humantime::parse_duration,
+            requires = "idempotency_key_field"
+        )]
+        window: std::time::Duration,
     },
     /// Every stream's and group's gauges in the Prometheus text format.
     ///

@@ -68,6 +68,54 @@ pub async fn publish(
     Ok(())
 }
 
+/// `publish --idempotency-key-field`: what makes each document's message
+/// key.
+pub struct Once<'a> {
+    pub field: &'a str,
+    pub producer: &'a str,
+    pub window: Duration,
+}
+
+/// `publish --idempotency-key-field`: each document added unless its
+/// message id was added by the producer within the window (the first
+/// entry's id is printed then). Every document must hold its id; one that
+/// does not stops the publish before anything is added.
+pub async fn publish_once(
+    ctx: &Ctx,
+    stream: &str,
+    documents: &[String],
+    once: &Once<'_>,
+    create: bool,
+) -> Result<(), Failure> {
+    let mut keys = Vec::with_capacity(documents.len());
+    for (n, doc) in documents.iter().enumerate() {
+        let Some(id) = rillkit::json_key(doc.as_bytes(), once.field) else {
+            return Err(Failure::Usage(format!(
+                "publish: document {} has no message id member {:?} (a string, number or boolean); nothing published",
+                n + 1,
+                text(once.field.as_bytes())
+            )));
+        };
+        keys.push(rillkit::MessageKey::new(once.producer, id));
+    }
+    let mut ids = Vec::new();
+    for (document, key) in documents.iter().zip(&keys) {
+        let fields = [("data", document.as_str())];
+        let id = ctx
+            .admin
+            .add_idempotent(stream, key, &fields, once.window, create)
+            .await?
+            .ok_or_else(|| {
+                Failure::NotFound(format!(
+                    "no stream {stream:?}: nothing published; to create it, add --create"
+                ))
+            })?;
+        ids.push(id);
+    }
+    print_ids(ctx, stream, &ids);
+    Ok(())
+}
+
 /// `publish --key-field`: each document into its key's partition of the
 /// ordered stream `stream`, pipelined. The partition count comes from
 /// `partitions` (recorded if none is, else checked) or from the record; a

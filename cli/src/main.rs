@@ -222,6 +222,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     };
     match &cli.command {
         Command::Status { stream } => queues::status(&ctx, stream.as_deref()).await,
+        Command::Server => queues::server(&ctx).await,
         Command::Pending(p) => queues::pending(&ctx, p).await,
         Command::Consumers {
             stream,
@@ -235,13 +236,24 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             create,
             key_field,
             partitions,
+            idempotency_key_field,
+            producer,
+            window,
         } => {
             let documents = entries::documents(document)?;
-            match key_field {
-                Some(field) => {
+            match (key_field, idempotency_key_field) {
+                (Some(field), _) => {
                     entries::publish_keyed(&ctx, stream, &documents, field, *partitions).await
                 }
-                None => entries::publish(&ctx, stream, &documents, *create).await,
+                (None, Some(field)) => {
+                    let once = entries::Once {
+                        field,
+                        producer,
+                        window: *window,
+                    };
+                    entries::publish_once(&ctx, stream, &documents, &once, *create).await
+                }
+                (None, None) => entries::publish(&ctx, stream, &documents, *create).await,
             }
         }
         Command::Tail {

@@ -168,6 +168,49 @@ pub async fn status(ctx: &Ctx, stream: Option<&str>) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `server`: each master's newer stream commands and the paths they give.
+pub async fn server(ctx: &Ctx) -> Result<(), Failure> {
+    let rows = ctx.admin.server_commands().await?;
+    let path = |has: bool, native: &'static str, script: &'static str| {
+        if has { native } else { script }
+    };
+    let mut docs = Vec::new();
+    let mut table_rows = Vec::new();
+    for (server, found) in &rows {
+        let retention = path(
+            found.ack_and_delete() && found.trim_acked(),
+            "XACKDEL + XTRIM ACKED",
+            "script",
+        );
+        let idempotent = path(found.idempotent_add(), "XADD IDMP", "script");
+        docs.push(json!({
+            "server": server,
+            "commands": found.names(),
+            "retention": retention,
+            "idempotent_publish": idempotent,
+        }));
+        table_rows.push(vec![
+            server.clone(),
+            retention.to_owned(),
+            idempotent.to_owned(),
+            found.to_string(),
+        ]);
+    }
+    if ctx.json {
+        print_json(&json!({ "servers": docs }));
+    } else {
+        say_inline!(
+            "{}",
+            table(
+                &["SERVER", "RETENTION", "IDEMPOTENT-PUBLISH", "COMMANDS"],
+                &table_rows,
+                ctx.cap,
+            )
+        );
+    }
+    Ok(())
+}
+
 /// Each reliable list's figures: its length, the items its consumers hold,
 /// its consumers (live by heartbeat) and dead letters; as JSON documents and
 /// as table rows.

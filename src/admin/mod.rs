@@ -30,6 +30,7 @@
 //!
 //! [`Broker`]: crate::Broker
 
+mod commands;
 pub(crate) mod dead_letters;
 mod fleet;
 mod lists;
@@ -109,6 +110,8 @@ pub struct Admin {
     conn: Shared,
     cluster: bool,
     describe: String,
+    /// What idempotent adds learned per stream.
+    known: std::sync::Arc<crate::redis::idempotent::Known>,
 }
 
 impl fmt::Debug for Admin {
@@ -191,6 +194,7 @@ impl Admin {
             conn,
             cluster: connector.is_cluster(),
             describe: connector.describe().to_owned(),
+            known: Default::default(),
         })
     }
 
@@ -247,23 +251,27 @@ impl Admin {
         self.scan(pattern, "stream").await
     }
 
+    /// Every master's `host:port` of `CLUSTER SLOTS` under a cluster; one
+    /// `None`, the one server, otherwise.
+    pub(crate) async fn masters(&self) -> Result<Vec<Option<String>>, Error> {
+        if !self.cluster {
+            return Ok(vec![None]);
+        }
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SLOTS");
+        Ok(reply::cluster_masters(self.query(&cmd).await?)
+            .map_err(|m| Error::unparsable("CLUSTER SLOTS reply", m))?
+            .into_iter()
+            .map(Some)
+            .collect())
+    }
+
     /// The keys of type `kind` whose names match `pattern`, sorted, each
     /// once: `SCAN … MATCH <pattern> TYPE <kind>` on every master (see
     /// [`streams`](Self::streams)).
     pub(crate) async fn scan(&self, pattern: &str, kind: &str) -> Result<Vec<String>, Error> {
         let mut found = BTreeSet::new();
-        let nodes: Vec<Option<String>> = if self.cluster {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("SLOTS");
-            reply::cluster_masters(self.query(&cmd).await?)
-                .map_err(|m| Error::unparsable("CLUSTER SLOTS reply", m))?
-                .into_iter()
-                .map(Some)
-                .collect()
-        } else {
-            vec![None]
-        };
-        for node in nodes {
+        for node in self.masters().await? {
             let mut cursor = 0u64;
             loop {
                 let mut cmd = redis::cmd("SCAN");

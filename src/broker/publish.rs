@@ -6,10 +6,10 @@ use serde::Serialize;
 use super::{Broker, spans};
 use crate::error::{ConfigError, Error};
 use crate::kind::SourceKind;
-use crate::redis::{Publish, Query};
+use crate::redis::{Publish, PublishOnce, Query};
 use crate::source::channel::Channel;
 use crate::source::list::List;
-use crate::stream::{Codec, EntryId, Stream};
+use crate::stream::{Codec, EntryId, MessageKey, Stream};
 
 impl Broker {
     /// Encodes `value` with the stream's codec and adds it as one entry
@@ -119,6 +119,89 @@ impl Broker {
             return Ok(Vec::new());
         }
         self.send_publish(stream, payloads).await
+    }
+
+    /// As [`publish`](Self::publish), but a message published again under
+    /// the same `key` (its producer and message id) within the stream's
+    /// [`idempotency_window`](Stream::idempotency_window) (1 hour by
+    /// default) is not added again: the call answers the first entry's id.
+    /// So a producer that lost a publish's reply, or restarted before it
+    /// knew, sends it again without making a copy a consumer would run
+    /// twice.
+    ///
+    /// Where the stream's server has it (Redis 8.6 and later), it is the
+    /// server's own `XADD <stream> IDMP <producer> <message id> * data
+    /// <bytes>`; the first such publish of a stream by this broker makes the
+    /// stream keep its producers' ids for the window and up to 10,000 per
+    /// producer (`XCFGSET … IDMP-DURATION … IDMP-MAXSIZE 10000`, only when it
+    /// keeps them shorter or fewer). On other servers one script adds the
+    /// entry with a marker key beside the stream
+    /// (`<stream slot>:rillkit:idmp:<producer>:<message id>`, expiring
+    /// after the window) and answers the marked id for a resend. Markers
+    /// are keys: an eviction policy that may evict any key (`allkeys-*`)
+    /// can forget one before its window ends.
+    ///
+    /// A publish that failed may have been added; unlike
+    /// [`publish`](Self::publish), sending it again is safe (within the
+    /// window), and this call does so itself after a redirection, `LOADING`
+    /// or a lost connection, up to 5 times.
+    ///
+    /// ```no_run
+    /// # async fn f(broker: rillkit::Broker) -> Result<(), rillkit::Error> {
+    /// use rillkit::{MessageKey, Stream};
+    ///
+    /// let orders = Stream::new("orders", "billing");
+    /// let key = MessageKey::new("checkout-api", "order-1042");
+    /// let first = broker.publish_idempotent(&orders, &key, &1042u64).await?;
+    /// let again = broker.publish_idempotent(&orders, &key, &1042u64).await?;
+    /// assert_eq!(first, again);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`publish`](Self::publish); [`Error::Config`] also for an ordered
+    /// stream (not supported) or a window outside 1 s ..= 24 h.
+    pub async fn publish_idempotent<T: Serialize + ?Sized, C: Codec>(
+        &self,
+        stream: &Stream<C>,
+        key: &MessageKey,
+        value: &T,
+    ) -> Result<EntryId, Error> {
+        let names = stream.names();
+        names.validate()?;
+        if names.order.is_some() {
+            return Err(Error::Config(ConfigError::Invalid {
+                kind: Some(SourceKind::Stream),
+                key: names.name.to_string(),
+                option: "partitions",
+                reason: "publish_idempotent does not publish to a stream ordered by key".into(),
+            }));
+        }
+        let payload = encode(stream, value)?;
+        let redis = self.redis_addr()?;
+        let span = spans::send(&names.name, 1);
+        let mut fields = vec![(names.field.as_bytes().to_vec(), payload)];
+        if let Some(tp) = traceparent_for(&span) {
+            fields.push((
+                crate::traceparent::TRACEPARENT_FIELD.as_bytes().to_vec(),
+                tp.as_str().as_bytes().to_vec(),
+            ));
+        }
+        let send = async {
+            redis
+                .send(PublishOnce {
+                    stream: names.name.clone(),
+                    key: key.clone(),
+                    fields,
+                    max_len: names.max_len,
+                    window: names.idempotency_window,
+                })
+                .await
+                .map_err(|_| Error::ShutDown)?
+                .map(|id| vec![id])
+        };
+        let mut ids = spans::run(&span, send).await?;
+        ids.pop().ok_or(Error::ShutDown)
     }
 
     /// Adds `value` to a stream [ordered by key](Stream::ordered_by), in the

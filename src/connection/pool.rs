@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio::sync::watch;
 
@@ -57,6 +57,23 @@ impl Shared {
                 .await
             }
             (conn, _) => cmd.query_async(conn).await,
+        }
+    }
+
+    /// Sends `cmd` to the master that owns `key`'s slot in a cluster, or to
+    /// the one server: for a command that names no key but asks about the
+    /// server a key lives on (`COMMAND DOCS`).
+    pub(crate) async fn on_key(&mut self, cmd: &Cmd, key: &[u8]) -> redis::RedisResult<Value> {
+        match self {
+            Shared::Cluster(c) => {
+                let route = Route::new(crate::keys::key_slot(key), SlotAddr::Master);
+                c.route_command(
+                    cmd.clone(),
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                )
+                .await
+            }
+            conn => cmd.query_async(conn).await,
         }
     }
 }

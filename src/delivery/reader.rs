@@ -42,6 +42,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::connection::{Connector, READ_TIMEOUT_MARGIN, client_name};
 use crate::error::{Class, Error};
+use crate::redis::commands::{self, Detected};
 use crate::redis::{RedisActor, Unblock};
 
 /// How often a drain sends `CLIENT UNBLOCK` again while a blocked read
@@ -94,6 +95,9 @@ struct Opener {
     target: Arc<Mutex<Option<Unblock>>>,
     /// `CLIENT ID` or `CLIENT UNBLOCK` was refused: reads are not cut short.
     refused: Arc<AtomicBool>,
+    /// The newer commands the connection's server has, asked again on each
+    /// new connection (a failover or a reshard may change the server).
+    detected: Detected,
 }
 
 /// The connection a read runs on, taken from its [`Reader`]: the open one,
@@ -173,6 +177,7 @@ impl Opener {
             .connect_reader(&self.key, self.block + READ_TIMEOUT_MARGIN, &self.name)
             .await?;
         let unblock = self.client_id(&mut owner, node).await?;
+        self.detected.set(commands::ask(&mut owner).await?);
         *self.target() = unblock.clone();
         Ok(ReadConn {
             owner,
@@ -290,9 +295,17 @@ impl Reader {
                 block,
                 target: Arc::default(),
                 refused: Arc::default(),
+                detected: Detected::default(),
             },
             conn: None,
         }
+    }
+
+    /// The newer commands the server of the read connection has (all
+    /// `false` until a connection was opened), shared: it follows the
+    /// connection to a new server.
+    pub(crate) fn detected(&self) -> Detected {
+        self.opener.detected.clone()
     }
 
     /// The connection for one read, to use inside its future and give back

@@ -14,6 +14,8 @@
 //! [`Error::ShutDown`].
 
 pub(crate) mod chunked;
+pub(crate) mod commands;
+pub(crate) mod idempotent;
 pub(crate) mod info;
 pub(crate) mod reply;
 
@@ -43,6 +45,8 @@ pub(crate) struct RedisActor {
     /// Sentinel's failover announcements, heard while the actor lives.
     failovers: Option<Watcher>,
     publish_timeout: Duration,
+    /// What idempotent publishes learned per stream.
+    known: Arc<idempotent::Known>,
 }
 
 impl RedisActor {
@@ -51,6 +55,7 @@ impl RedisActor {
             pool,
             failovers,
             publish_timeout,
+            known: Arc::default(),
         }
     }
 }
@@ -142,14 +147,76 @@ impl Handler<Publish> for RedisActor {
     }
 }
 
+/// One idempotent `XADD` (see [`idempotent`]). Sent once, as a publish,
+/// but a resend is harmless: that is its point.
+#[derive(Message)]
+#[rtype(result = "Result<EntryId, Error>")]
+pub(crate) struct PublishOnce {
+    pub stream: Arc<str>,
+    pub key: crate::stream::MessageKey,
+    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+    pub max_len: Option<usize>,
+    pub window: Duration,
+}
+
+impl Handler<PublishOnce> for RedisActor {
+    type Result = ResponseFuture<Result<EntryId, Error>>;
+
+    fn handle(&mut self, msg: PublishOnce, _: &mut Self::Context) -> Self::Result {
+        let (pool, known, wait) = (self.pool.clone(), self.known.clone(), self.publish_timeout);
+        Box::pin(async move {
+            let fields: Vec<(&[u8], &[u8])> = msg
+                .fields
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .collect();
+            let add = idempotent::AddOnce {
+                stream: &msg.stream,
+                producer: msg.key.producer(),
+                message_id: msg.key.id(),
+                fields: &fields,
+                max_len: msg.max_len,
+                window: msg.window,
+                create: true,
+            };
+            let (add, known) = (&add, &known);
+            let mut tries = 0;
+            loop {
+                let added = pool
+                    .run("xadd", wait, |mut conn| async move {
+                        idempotent::add(&mut conn, known, add).await
+                    })
+                    .await;
+                match added {
+                    // A resend is harmless here: the first add's id comes back.
+                    Err(e) if e.is_retryable() && tries < ROUTING_RETRIES => {
+                        tries += 1;
+                        tokio::time::sleep(ROUTING_WAIT).await;
+                    }
+                    added => return added?.ok_or(Error::ShutDown),
+                }
+            }
+        })
+    }
+}
+
 /// XACK a batch of entry ids of one stream and group. The ids come back
 /// either way: acked, or with the error, to retry.
+///
+/// With `delete` (a stream kept with `retain_acked`, on a server that has
+/// it) the batch is `XACKDEL <stream> <group> ACKED IDS <n> <id>…`: each
+/// entry is acked and, when no other group still needs it, deleted in the
+/// same command. Refused there (a node of another version answered, an
+/// ACL), the same ids are sent as a plain `XACK` at once, and `XACKDEL` is
+/// withdrawn from `delete` until its server is asked again; the retention
+/// sweep trims what that leaves.
 #[derive(Message)]
 #[rtype(result = "Result<Vec<EntryId>, AckError>")]
 pub(crate) struct Ack {
     pub stream: Arc<str>,
     pub group: Arc<str>,
     pub ids: Vec<EntryId>,
+    pub delete: Option<commands::Detected>,
 }
 
 /// A failed [`Ack`], with the ids it did not acknowledge.
@@ -158,19 +225,49 @@ pub(crate) struct AckError {
     pub ids: Vec<EntryId>,
 }
 
+impl Ack {
+    fn xack(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("XACK");
+        cmd.arg(&*self.stream).arg(&*self.group).arg(&self.ids);
+        cmd
+    }
+
+    fn xackdel(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("XACKDEL");
+        cmd.arg(&*self.stream)
+            .arg(&*self.group)
+            .arg("ACKED")
+            .arg("IDS")
+            .arg(self.ids.len())
+            .arg(&self.ids);
+        cmd
+    }
+}
+
 impl Handler<Ack> for RedisActor {
     type Result = ResponseFuture<Result<Vec<EntryId>, AckError>>;
 
     fn handle(&mut self, msg: Ack, _: &mut Self::Context) -> Self::Result {
         let pool = self.pool.clone();
         Box::pin(async move {
-            let mut cmd = redis::cmd("XACK");
-            cmd.arg(&*msg.stream).arg(&*msg.group).arg(&msg.ids);
-            let result: Result<usize, Error> = pool
-                .run("xack", COMMAND_WAIT, |mut conn| async move {
-                    cmd.query_async(&mut conn).await
+            let deleting = msg.delete.as_ref().filter(|d| d.get().ack_and_delete());
+            let cmd = match deleting {
+                Some(_) => msg.xackdel(),
+                None => msg.xack(),
+            };
+            let run = |cmd: redis::Cmd| {
+                pool.run("xack", COMMAND_WAIT, |mut conn| async move {
+                    cmd.query_async::<Value>(&mut conn).await
                 })
-                .await;
+            };
+            let mut result = run(cmd).await;
+            if let (Some(detected), Err(e)) = (deleting, &result)
+                && !e.is_retryable()
+            {
+                tracing::warn!(stream = %msg.stream, error = %e, "XACKDEL refused; acking with XACK (the retention sweep trims what every group acked)");
+                detected.withdraw_ack_and_delete();
+                result = run(msg.xack()).await;
+            }
             match result {
                 Ok(_) => Ok(msg.ids),
                 Err(error) => Err(AckError {
@@ -554,6 +651,33 @@ impl Handler<Query> for RedisActor {
                     }
                     answer => return answer,
                 }
+            }
+        })
+    }
+}
+
+/// The newer stream commands of the master that holds `key` (see
+/// [`commands`]): all `false` when the server does not say.
+#[derive(Message)]
+#[rtype(result = "Result<commands::ServerCommands, Error>")]
+pub(crate) struct CommandsOf(pub Arc<str>);
+
+impl Handler<CommandsOf> for RedisActor {
+    type Result = ResponseFuture<Result<commands::ServerCommands, Error>>;
+
+    fn handle(&mut self, msg: CommandsOf, _: &mut Self::Context) -> Self::Result {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let key = msg.0;
+            let asked = pool
+                .run("command", COMMAND_WAIT, |mut conn| async move {
+                    conn.on_key(&commands::question(), key.as_bytes()).await
+                })
+                .await;
+            match asked {
+                Ok(reply) => Ok(commands::parse(&reply)),
+                Err(e) if e.is_retryable() => Err(e),
+                Err(_) => Ok(commands::ServerCommands::default()),
             }
         })
     }

@@ -3,22 +3,35 @@
 //! subscribes to it, trims every `retention_period` the entries every
 //! consumer group is done with.
 //!
-//! One script ([`TRIM_ACKED_LUA`]) finds, for each group, the oldest entry
-//! it still needs — its oldest pending entry, or the first entry after its
-//! last-delivered id, whichever is older — and runs `XTRIM <stream> MINID ~`
-//! up to the oldest of those: Redis 8.2's `ACKED` trimming, on Redis 7. A
-//! stream with no group is never trimmed. `MINID ~` removes whole macro nodes
-//! only, so up to about a hundred acked entries may stay a little longer.
+//! Where the stream's server has `XTRIM … ACKED` (Redis 8.2; asked with
+//! `COMMAND DOCS` of the master that holds the stream, before the first
+//! sweep, after a failed one and every [`ASK_AGAIN`]), a sweep is one
+//! script that runs `XTRIM <stream> MAXLEN 0 ACKED` when the stream has a
+//! group: every entry acked by every group goes, wherever it sits. On such
+//! a server the consumers' acks are `XACKDEL … ACKED` (see the stream
+//! loop's acks), so most entries leave the stream with their last ack and
+//! the sweep catches those whose last ack was a plain `XACK` (another
+//! client, a node of an older version).
+//!
+//! Elsewhere one script ([`TRIM_ACKED_LUA`]) finds, for each group, the
+//! oldest entry it still needs — its oldest pending entry, or the first
+//! entry after its last-delivered id, whichever is older — and runs `XTRIM
+//! <stream> MINID ~` up to the oldest of those. `MINID ~` removes whole
+//! macro nodes only, so up to about a hundred acked entries may stay a
+//! little longer.
+//!
+//! Either way a stream with no group is never trimmed.
 
 use std::sync::Arc;
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
 use redis::Value;
 
-use crate::redis::{Eval, RedisActor};
+use crate::redis::commands::ServerCommands;
+use crate::redis::{CommandsOf, Eval, RedisActor};
 use crate::stream::StreamNames;
 
 /// KEYS: stream. Answers how many entries were trimmed, or -1 when the
@@ -58,6 +71,24 @@ return redis.call('XTRIM', KEYS[1], 'MINID', '~', string.format('%.0f-%.0f', min
 
 static TRIM_ACKED: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(TRIM_ACKED_LUA));
 
+/// KEYS: stream. As [`TRIM_ACKED_LUA`], with the server's own `ACKED`
+/// trimming (which would empty a stream that has no group).
+const TRIM_ACKED_NATIVE_LUA: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if #redis.call('XINFO', 'GROUPS', KEYS[1]) == 0 then return -1 end
+return redis.call('XTRIM', KEYS[1], 'MAXLEN', '0', 'ACKED')
+"#;
+
+static TRIM_ACKED_NATIVE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(TRIM_ACKED_NATIVE_LUA));
+
+/// How long what the stream's server has is trusted before it is asked
+/// again (an upgrade, a failover to a node of another version).
+const ASK_AGAIN: Duration = Duration::from_secs(600);
+
+/// What the stream's server has, and when it was asked.
+type Asked = Option<(ServerCommands, std::time::Instant)>;
+
 /// Trims one stream every `period`. Stopped with [`Stop`].
 pub(crate) struct RetentionActor {
     stream: Arc<str>,
@@ -65,6 +96,8 @@ pub(crate) struct RetentionActor {
     period: Duration,
     /// A trim is on its way: skip a tick rather than pile them up.
     busy: Arc<AtomicBool>,
+    /// What the stream's server has (`None`: to ask before the next sweep).
+    asked: Arc<Mutex<Asked>>,
 }
 
 impl RetentionActor {
@@ -74,6 +107,7 @@ impl RetentionActor {
             redis,
             period,
             busy: Arc::default(),
+            asked: Arc::default(),
         }
     }
 
@@ -81,22 +115,52 @@ impl RetentionActor {
         if self.busy.swap(true, Ordering::SeqCst) {
             return;
         }
-        let req = self.redis.send(Eval {
-            script: &TRIM_ACKED,
-            keys: vec![self.stream.as_bytes().to_vec()],
-            args: Vec::new(),
-        });
-        let (stream, busy) = (self.stream.clone(), self.busy.clone());
+        let (stream, busy, asked, redis) = (
+            self.stream.clone(),
+            self.busy.clone(),
+            self.asked.clone(),
+            self.redis.clone(),
+        );
         actix_rt::spawn(async move {
-            match req.await {
-                Ok(Ok(Value::Int(n))) if n > 0 => {
-                    tracing::debug!(%stream, trimmed = n, "trimmed entries every group has acked")
+            let known = *asked.lock().expect("asked lock");
+            let found = match known {
+                Some((found, at)) if at.elapsed() < ASK_AGAIN => Some(found),
+                _ => match redis.send(CommandsOf(stream.clone())).await {
+                    Ok(Ok(found)) => {
+                        *asked.lock().expect("asked lock") =
+                            Some((found, std::time::Instant::now()));
+                        Some(found)
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(%stream, error = %e, "retention: the server did not answer; trying again next period");
+                        None
+                    }
+                    Err(_) => None,
+                },
+            };
+            if let Some(found) = found {
+                let script = if found.trim_acked() {
+                    &*TRIM_ACKED_NATIVE
+                } else {
+                    &*TRIM_ACKED
+                };
+                let req = redis.send(Eval {
+                    script,
+                    keys: vec![stream.as_bytes().to_vec()],
+                    args: Vec::new(),
+                });
+                match req.await {
+                    Ok(Ok(Value::Int(n))) if n > 0 => {
+                        tracing::debug!(%stream, trimmed = n, "trimmed entries every group has acked")
+                    }
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        // Ask the server again: it may be another one now.
+                        *asked.lock().expect("asked lock") = None;
+                        tracing::warn!(%stream, error = %e, "retention trim failed; trying again next period")
+                    }
+                    Err(_) => {}
                 }
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(%stream, error = %e, "retention trim failed; trying again next period")
-                }
-                Err(_) => {}
             }
             busy.store(false, Ordering::SeqCst);
         });

@@ -2243,3 +2243,85 @@ fn a_reliable_lists_status_and_dead_letters_are_shown_redriven_and_purged() {
 fn llen(c: &mut redis::Connection, key: &str) -> i64 {
     redis::cmd("LLEN").arg(key).query(c).unwrap()
 }
+
+#[test]
+fn the_same_500_documents_published_twice_with_an_idempotency_key_leave_500_entries() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    let lines: String = (0..500)
+        .map(|n| format!("{{\"doc\":\"d-{n}\",\"n\":{n}}}\n"))
+        .collect();
+    let args = [
+        "publish",
+        "docs",
+        "-",
+        "--create",
+        "--idempotency-key-field",
+        "doc",
+    ];
+    let first = with_stdin(&url, &args, &lines);
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let again = with_stdin(&url, &args, &lines);
+    assert_eq!(again.status.code(), Some(0));
+    // The same ids, in the same order: the first entries'.
+    assert_eq!(first.stdout, again.stdout);
+    assert_eq!(String::from_utf8_lossy(&first.stdout).lines().count(), 500);
+    assert_eq!(stream_len(&mut c, "docs"), 500);
+    // Another producer's ids are its own.
+    let other = with_stdin(
+        &url,
+        &[
+            "publish",
+            "docs",
+            "-",
+            "--idempotency-key-field",
+            "doc",
+            "--producer",
+            "nightly",
+        ],
+        "{\"doc\":\"d-0\"}\n",
+    );
+    assert_eq!(other.status.code(), Some(0));
+    assert_eq!(stream_len(&mut c, "docs"), 501);
+    // A document without its id stops the publish before anything is added.
+    let out = with_stdin(&url, &args, "{\"doc\":\"d-900\"}\n{\"n\":1}\n");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("document 2"));
+    assert_eq!(stream_len(&mut c, "docs"), 501);
+}
+
+#[test]
+fn server_shows_the_paths_each_master_gives() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut c = redis.conn();
+    let doc = json(&url, &["server"]);
+    let servers = doc["servers"].as_array().expect("servers");
+    assert_eq!(servers.len(), 1, "{doc}");
+    let xackdel = support::server::has_command(&mut c, "XACKDEL");
+    let commands: Vec<&str> = servers[0]["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(commands.contains(&"XACKDEL"), xackdel, "{doc}");
+    assert_eq!(
+        servers[0]["retention"],
+        if xackdel {
+            "XACKDEL + XTRIM ACKED"
+        } else {
+            "script"
+        },
+        "{doc}"
+    );
+    let text = ok(&url, &["server"]);
+    assert!(text.starts_with("SERVER"), "{text}");
+    assert_eq!(text.lines().count(), 2, "{text}");
+}

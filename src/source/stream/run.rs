@@ -99,7 +99,19 @@ pub(crate) async fn consume(
     let stall = Stall::new(sub.opts.claim_idle);
     let fence = Fence::of(&sub);
     let (stream, group) = (sub.names.name.clone(), sub.names.group.clone());
-    let acks = Acks::new(stream, group, redis.clone(), metrics.ack_round_trip.clone());
+    let reader = Reader::new(
+        connector.clone(),
+        sub.names.name.clone(),
+        &[&sub.names.group, &sub.consumer, "reader"],
+        sub.opts.block,
+    );
+    let acks = Acks::new(
+        stream,
+        group,
+        redis.clone(),
+        sub.names.retain_acked.then(|| reader.detected()),
+        metrics.ack_round_trip.clone(),
+    );
     let dead_letters = DeadLetters::new(redis.clone(), metrics.clone(), sub.board.clone());
     let handlers = Handlers::new(metrics.in_flight.clone());
     let names = (sub.names.name.clone(), sub.consumer.clone());
@@ -118,15 +130,7 @@ pub(crate) async fn consume(
         timers: Timers::new(sub.opts.prune_idle.map(|_| now)),
         refresh: Refresh::new(sub.names.name.clone(), sub.opts.claim_idle, stall.clone()),
         stall: stall.clone(),
-        reading: Reading::new(
-            Reader::new(
-                connector.clone(),
-                sub.names.name.clone(),
-                &[&sub.names.group, &sub.consumer, "reader"],
-                sub.opts.block,
-            ),
-            connector,
-        ),
+        reading: Reading::new(reader, connector),
         sub,
         metrics,
         redis,

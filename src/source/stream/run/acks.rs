@@ -1,6 +1,7 @@
 //! The XACK batch: ids of entries whose handler succeeded, sent as one
-//! `XACK` on a shared connection, retried with backoff until Redis accepts
-//! it. Its state is its own: the loop pushes ids, says at each turn whether
+//! `XACK` on a shared connection (`XACKDEL … ACKED` for a stream kept with
+//! `retain_acked` on a server that has it), retried with backoff until
+//! Redis accepts it. Its state is its own: the loop pushes ids, says at each turn whether
 //! the batch must go now, and gets back the ids Redis settled.
 
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use futures::future::LocalBoxFuture;
 
 use super::{Ewma, FETCH_WINDOW, maybe};
 use crate::error::{Class, Error};
+use crate::redis::commands::Detected;
 use crate::redis::{Ack, AckError, RedisActor};
 use crate::stream::EntryId;
 use crate::util::{Retry, log_wait};
@@ -23,6 +25,9 @@ pub(super) struct Acks {
     stream: Arc<str>,
     group: Arc<str>,
     redis: Addr<RedisActor>,
+    /// For a stream kept with `retain_acked`: what its server has, so acks
+    /// delete what every group has acked where `XACKDEL` exists.
+    delete: Option<Detected>,
     /// The ack round trip histogram of the subscription's series.
     round_trip_metric: metrics::Histogram,
     /// Ids to XACK with the next batch.
@@ -45,12 +50,14 @@ impl Acks {
         stream: Arc<str>,
         group: Arc<str>,
         redis: Addr<RedisActor>,
+        delete: Option<Detected>,
         round_trip_metric: metrics::Histogram,
     ) -> Self {
         Acks {
             stream,
             group,
             redis,
+            delete,
             round_trip_metric,
             waiting: Vec::new(),
             since: None,
@@ -111,12 +118,21 @@ impl Acks {
         self.on_wire_ids = ids.len();
         let redis = self.redis.clone();
         let (stream, group) = (self.stream.clone(), self.group.clone());
+        let delete = self.delete.clone();
         self.on_wire = Some(Box::pin(async move {
             if let Some(d) = delay {
                 tokio::time::sleep(d).await;
             }
             let t0 = Instant::now();
-            let res = match redis.send(Ack { stream, group, ids }).await {
+            let res = match redis
+                .send(Ack {
+                    stream,
+                    group,
+                    ids,
+                    delete,
+                })
+                .await
+            {
                 Ok(r) => r,
                 // The actor is gone: the ids went with the message.
                 Err(_) => Err(AckError {

@@ -1,0 +1,274 @@
+//! The newer stream commands, where the server has them: what each server
+//! has is learned from it; idempotent publishes add each message once on
+//! every server (`XADD … IDMP` or a script); a stream kept with
+//! `retain_acked` loses its entries with their last ack (`XACKDEL`) and its
+//! sweep trims exactly what every group acked (`XTRIM … ACKED`).
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rillkit::admin::Admin;
+use rillkit::prelude::*;
+use rillkit::{MessageKey, ServerCommands};
+use support::server::has_command;
+use support::{RedisServer, eventually, stream_len};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn marker_keys(c: &mut redis::Connection) -> usize {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*rillkit:idmp:*").query(c).unwrap();
+    keys.len()
+}
+
+/// Whether `XADD` on this server takes `IDMP` (asked by trying it).
+fn has_idmp(c: &mut redis::Connection) -> bool {
+    redis::cmd("XADD")
+        .arg("probe:idmp")
+        .arg("IDMP")
+        .arg("p")
+        .arg("1")
+        .arg("*")
+        .arg("f")
+        .arg("v")
+        .query::<String>(c)
+        .is_ok()
+}
+
+#[actix_rt::test]
+async fn what_each_server_has_is_asked_of_it() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let admin = Admin::connect(&redis.url()).await.unwrap();
+    let rows = admin.server_commands().await.unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let found: ServerCommands = rows[0].1;
+    assert_eq!(
+        found.ack_and_delete(),
+        has_command(&mut c, "XACKDEL"),
+        "{found}"
+    );
+    assert_eq!(found.hand_back(), has_command(&mut c, "XNACK"), "{found}");
+    assert_eq!(found.idempotent_add(), has_idmp(&mut c), "{found}");
+    if !has_command(&mut c, "XACKDEL") {
+        assert_eq!(found, ServerCommands::default(), "{found}");
+        assert_eq!(found.to_string(), "none of the newer stream commands");
+    }
+}
+
+#[actix_rt::test]
+async fn the_same_500_documents_published_twice_leave_500_entries() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let idmp = has_idmp(&mut c);
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    broker.start().await.unwrap();
+    let orders = Stream::new("orders", "billing");
+    let mut first = Vec::new();
+    for n in 0..500u64 {
+        let key = MessageKey::new("checkout", format!("order-{n}"));
+        first.push(broker.publish_idempotent(&orders, &key, &n).await.unwrap());
+    }
+    for (n, id) in first.iter().enumerate() {
+        let key = MessageKey::new("checkout", format!("order-{n}"));
+        let again = broker
+            .publish_idempotent(&orders, &key, &(n as u64))
+            .await
+            .unwrap();
+        assert_eq!(&again, id, "a resend answers the first entry's id");
+    }
+    assert_eq!(stream_len(&mut c, "orders"), 500);
+    // Another producer's ids are its own.
+    let other = MessageKey::new("refunds", "order-0");
+    broker
+        .publish_idempotent(&orders, &other, &0u64)
+        .await
+        .unwrap();
+    assert_eq!(stream_len(&mut c, "orders"), 501);
+    if idmp {
+        // The server's own history, kept long and large enough: no marker.
+        assert_eq!(marker_keys(&mut c), 0);
+        let info: redis::Value = redis::cmd("XINFO")
+            .arg("STREAM")
+            .arg("orders")
+            .query(&mut c)
+            .unwrap();
+        let text = format!("{info:?}");
+        assert!(text.contains("10000"), "IDMP-MAXSIZE raised: {text}");
+    } else {
+        assert_eq!(marker_keys(&mut c), 501, "one marker per message");
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg("{orders}:rillkit:idmp:checkout:order-7")
+            .query(&mut c)
+            .unwrap();
+        assert!(ttl > 3_000_000 && ttl <= 3_600_000, "a 1 h window: {ttl}");
+    }
+    let _ = broker.stop().await.unwrap();
+}
+
+#[actix_rt::test]
+async fn a_message_is_added_again_once_its_window_is_over() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let admin = Admin::connect(&redis.url()).await.unwrap();
+    let key = MessageKey::new("importer", "row-1");
+    let window = Duration::from_secs(1);
+    let fields = [("data", "1")];
+    let first = admin
+        .add_idempotent("rows", &key, &fields, window, true)
+        .await
+        .unwrap()
+        .expect("created");
+    let again = admin
+        .add_idempotent("rows", &key, &fields, window, true)
+        .await
+        .unwrap();
+    assert_eq!(again.as_ref(), Some(&first));
+    assert_eq!(stream_len(&mut c, "rows"), 1);
+    // Past the window (plus the server's expiry cycle), it is new again.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let id = admin
+            .add_idempotent("rows", &key, &fields, window, true)
+            .await
+            .unwrap()
+            .unwrap();
+        if id != first {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never added again");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(stream_len(&mut c, "rows"), 2);
+    // Without `create`, a missing stream is not made.
+    let none = admin
+        .add_idempotent("missing", &key, &fields, window, false)
+        .await
+        .unwrap();
+    assert_eq!(none, None);
+    assert_eq!(stream_len(&mut c, "missing"), 0);
+    let exists: bool = redis::cmd("EXISTS").arg("missing").query(&mut c).unwrap();
+    assert!(!exists);
+}
+
+/// A broker with two groups on `orders`, kept with `retain_acked`, each
+/// counting what it handled.
+fn two_groups(redis: &RedisServer, period: Duration) -> (Broker, Arc<AtomicU64>) {
+    let handled = Arc::new(AtomicU64::new(0));
+    let mut builder = Broker::builder(redis.url()).retention_period(period);
+    for group in ["billing", "audit"] {
+        let h = handled.clone();
+        let s = Stream::new("orders", group).with_retain_acked(true);
+        builder = builder.subscribe(
+            &s,
+            ConsumerOptions::default()
+                .with_consumer("c1")
+                .with_claim_idle(Duration::from_secs(3600))
+                .with_block(Duration::from_millis(100)),
+            move |_: u64| {
+                let h = h.clone();
+                async move {
+                    h.fetch_add(1, Ordering::SeqCst);
+                    HandlerResult::Ok(())
+                }
+            },
+        );
+    }
+    (builder.build().unwrap(), handled)
+}
+
+#[actix_rt::test]
+async fn acked_entries_leave_the_stream_with_their_last_ack() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    if !support::server::command_or_skip(
+        &mut c,
+        "XACKDEL",
+        "Redis 8.2+",
+        "acked_entries_leave_the_stream_with_their_last_ack",
+    ) {
+        return;
+    }
+    // The sweep runs once at start, then only after an hour: what leaves
+    // the stream leaves with the acks.
+    let (broker, handled) = two_groups(&redis, Duration::from_secs(3600));
+    broker.start().await.unwrap();
+    let orders = Stream::new("orders", "billing");
+    broker.publish_batch(&orders, 0..300u64).await.unwrap();
+    eventually("both groups handled all 300", WAIT, || {
+        handled.load(Ordering::SeqCst) == 600
+    })
+    .await;
+    eventually("every entry gone with its last ack", WAIT, || {
+        stream_len(&mut c, "orders") == 0
+    })
+    .await;
+    assert!(redis.command_calls("xackdel") > 0);
+    let _ = broker.stop().await.unwrap();
+}
+
+#[actix_rt::test]
+async fn the_sweep_trims_exactly_what_every_group_acked() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    if !support::server::command_or_skip(
+        &mut c,
+        "XACKDEL",
+        "Redis 8.2+",
+        "the_sweep_trims_exactly_what_every_group_acked",
+    ) {
+        return;
+    }
+    // 50 entries both groups read and acked with a plain XACK (another
+    // client), and one `audit` still holds.
+    for n in 0..51u64 {
+        let _: String = redis::cmd("XADD")
+            .arg("orders")
+            .arg("*")
+            .arg("data")
+            .arg(n)
+            .query(&mut c)
+            .unwrap();
+    }
+    for group in ["billing", "audit"] {
+        let () = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg("orders")
+            .arg(group)
+            .arg("0")
+            .query(&mut c)
+            .unwrap();
+        let read: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(group)
+            .arg("other")
+            .arg("COUNT")
+            .arg(100)
+            .arg("STREAMS")
+            .arg("orders")
+            .arg(">")
+            .query(&mut c)
+            .unwrap();
+        let mut ids: Vec<String> = read.keys[0].ids.iter().map(|e| e.id.clone()).collect();
+        if group == "audit" {
+            ids.remove(10);
+        }
+        let _: u64 = redis::cmd("XACK")
+            .arg("orders")
+            .arg(group)
+            .arg(&ids)
+            .query(&mut c)
+            .unwrap();
+    }
+    let (broker, _) = two_groups(&redis, Duration::from_millis(100));
+    broker.start().await.unwrap();
+    // A sweep by macro node (`MINID ~`) would leave these 50 in their
+    // node; `XTRIM … ACKED` takes each acked one, the held one stays.
+    eventually("every acked entry trimmed", WAIT, || {
+        stream_len(&mut c, "orders") == 1
+    })
+    .await;
+    let _ = broker.stop().await.unwrap();
+}
