@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use rillkit::admin::Admin;
 use rillkit::prelude::*;
-use rillkit::{MessageKey, ServerCommands};
+use rillkit::{MessageKey, ServerCommands, Topology};
 use support::server::has_command;
 use support::{RedisServer, eventually, stream_len};
 
@@ -271,4 +271,202 @@ async fn the_sweep_trims_exactly_what_every_group_acked() {
     })
     .await;
     let _ = broker.stop().await.unwrap();
+}
+
+#[actix_rt::test]
+async fn on_a_cluster_each_stream_takes_its_masters_path() {
+    let cluster = support::RedisCluster::start();
+    let topology = Topology::cluster(cluster.seeds());
+    // A stream on each master.
+    let mut names: Vec<String> = Vec::new();
+    let mut owners = std::collections::HashSet::new();
+    for i in 0.. {
+        let name = format!("orders-{i}");
+        if owners.insert(cluster.owner_of_slot(cluster.slot_of(&name))) {
+            names.push(name);
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    let mut c = cluster.conn_for_key(&names[0]);
+    let xackdel = has_command(&mut c, "XACKDEL");
+    let admin = Admin::connect_topology(&topology, None).await.unwrap();
+    let rows = admin.server_commands().await.unwrap();
+    assert_eq!(rows.len(), 3, "one row per master: {rows:?}");
+    assert!(rows.iter().all(|(_, f)| f.ack_and_delete() == xackdel));
+
+    let handled = Arc::new(AtomicU64::new(0));
+    let mut builder = Broker::with_topology(topology).retention_period(Duration::from_secs(3600));
+    let streams: Vec<Stream> = names
+        .iter()
+        .map(|n| Stream::new(n, "billing").with_retain_acked(true))
+        .collect();
+    for s in &streams {
+        let h = handled.clone();
+        builder = builder.subscribe(
+            s,
+            ConsumerOptions::default()
+                .with_consumer("c1")
+                .with_block(Duration::from_millis(200)),
+            move |_: u64| {
+                let h = h.clone();
+                async move {
+                    h.fetch_add(1, Ordering::SeqCst);
+                    HandlerResult::Ok(())
+                }
+            },
+        );
+    }
+    let broker = builder.build().unwrap();
+    broker.start().await.unwrap();
+    for _ in 0..2 {
+        for s in &streams {
+            for n in 0..100u64 {
+                let key = MessageKey::new("importer", n.to_string());
+                broker.publish_idempotent(s, &key, &n).await.unwrap();
+            }
+        }
+    }
+    eventually("each message handled once", WAIT, || {
+        handled.load(Ordering::SeqCst) == 300
+    })
+    .await;
+    for name in &names {
+        let mut conn = cluster.conn_for_key(name);
+        if xackdel {
+            eventually("acked entries gone with their ack", WAIT, || {
+                stream_len(&mut conn, name) == 0
+            })
+            .await;
+        } else {
+            assert_eq!(stream_len(&mut conn, name), 100, "{name}: each once");
+        }
+    }
+    let _ = broker.stop().await.unwrap();
+    assert_eq!(handled.load(Ordering::SeqCst), 300, "nothing ran twice");
+}
+
+/// The `redis-server` on the `PATH` (Debian's 7.0 in CI) when the suite's
+/// has `XACKDEL` and it has not: the two versions of an upgrade.
+fn older_server() -> Option<&'static str> {
+    let suites = RedisServer::start();
+    if !has_command(&mut suites.conn(), "XACKDEL") {
+        return None;
+    }
+    let older = RedisServer::start_binary("redis-server", &[]);
+    (!has_command(&mut older.conn(), "XACKDEL")).then_some("redis-server")
+}
+
+#[actix_rt::test]
+async fn a_cluster_of_two_versions_consumes_reclaims_and_retains() {
+    let test = "a_cluster_of_two_versions_consumes_reclaims_and_retains";
+    let Some(older) = older_server() else {
+        support::server::print_skip(
+            test,
+            "and the redis-server on the PATH do not differ in XACKDEL (run it with RILLKIT_REDIS_SERVER set to Redis 8.2+ and Redis 7 on the PATH)",
+        );
+        return;
+    };
+    let cluster = support::RedisCluster::start_mixed(older);
+    // A stream on each master: the first on the older one.
+    let mut names: Vec<Option<String>> = vec![None; 3];
+    for i in 0.. {
+        let name = format!("orders-{i}");
+        let owner = cluster.owner_of_slot(cluster.slot_of(&name));
+        names[owner].get_or_insert(name);
+        if names.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let names: Vec<String> = names.into_iter().flatten().collect();
+    // 50 entries each that a consumer which then died had read.
+    for name in &names {
+        let mut c = cluster.conn_for_key(name);
+        for n in 0..50u64 {
+            let _: String = redis::cmd("XADD")
+                .arg(name)
+                .arg("*")
+                .arg("data")
+                .arg(1000 + n)
+                .query(&mut c)
+                .unwrap();
+        }
+        let () = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(name)
+            .arg("billing")
+            .arg("0")
+            .query(&mut c)
+            .unwrap();
+        let _: redis::Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg("billing")
+            .arg("ghost")
+            .arg("STREAMS")
+            .arg(name)
+            .arg(">")
+            .query(&mut c)
+            .unwrap();
+    }
+    let topology = Topology::cluster(cluster.seeds());
+    let admin = Admin::connect_topology(&topology, None).await.unwrap();
+    let rows = admin.server_commands().await.unwrap();
+    assert_eq!(
+        rows.iter().filter(|(_, f)| f.ack_and_delete()).count(),
+        2,
+        "two masters of the newer version: {rows:?}"
+    );
+    let handled = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let mut builder = Broker::with_topology(topology).retention_period(Duration::from_millis(200));
+    let streams: Vec<Stream> = names
+        .iter()
+        .map(|n| Stream::new(n, "billing").with_retain_acked(true))
+        .collect();
+    for s in &streams {
+        let (h, name) = (handled.clone(), s.name().to_owned());
+        builder = builder.subscribe(
+            s,
+            ConsumerOptions::default()
+                .with_consumer("c1")
+                .with_claim_idle(Duration::from_secs(1))
+                .with_block(Duration::from_millis(200)),
+            move |n: u64| {
+                *h.lock().unwrap().entry((name.clone(), n)).or_insert(0u32) += 1;
+                std::future::ready(HandlerResult::Ok(()))
+            },
+        );
+    }
+    let broker = builder.build().unwrap();
+    broker.start().await.unwrap();
+    for s in &streams {
+        for n in 0..100u64 {
+            let key = MessageKey::new("importer", n.to_string());
+            broker.publish_idempotent(s, &key, &n).await.unwrap();
+            broker.publish_idempotent(s, &key, &n).await.unwrap();
+        }
+    }
+    eventually("150 entries of each stream handled", WAIT, || {
+        handled.lock().unwrap().len() == 450
+    })
+    .await;
+    for name in &names[1..] {
+        let mut conn = cluster.conn_for_key(name);
+        eventually("the newer masters' streams emptied", WAIT, || {
+            stream_len(&mut conn, name) == 0
+        })
+        .await;
+    }
+    // The older master's stream: acked with XACK, trimmed by the script
+    // (whole macro nodes), nothing pending.
+    let mut conn = cluster.conn_for_key(&names[0]);
+    eventually("the older master's stream trimmed", WAIT, || {
+        stream_len(&mut conn, &names[0]) < 150
+    })
+    .await;
+    let _ = broker.stop().await.unwrap();
+    assert!(
+        handled.lock().unwrap().values().all(|n| *n == 1),
+        "each entry ran once"
+    );
 }

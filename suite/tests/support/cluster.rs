@@ -156,7 +156,17 @@ impl RedisCluster {
     /// settle in time; the message has `redis-cli`'s output, every node's
     /// view of the cluster, and every node's log.
     pub fn start() -> RedisCluster {
-        Self::create(0)
+        Self::create(0, None)
+    }
+
+    /// Like [`RedisCluster::start`], with node 0 (a master) running the
+    /// server binary `first` and the others the suite's: a cluster in the
+    /// middle of an upgrade.
+    ///
+    /// # Panics
+    /// As [`RedisCluster::start`].
+    pub fn start_mixed(first: &str) -> RedisCluster {
+        Self::create(0, Some(first))
     }
 
     /// Like [`RedisCluster::start`] with one replica per master: six nodes,
@@ -167,14 +177,18 @@ impl RedisCluster {
     /// # Panics
     /// As [`RedisCluster::start`].
     pub fn start_with_replicas() -> RedisCluster {
-        Self::create(1)
+        Self::create(1, None)
     }
 
-    fn create(replicas: usize) -> RedisCluster {
+    fn create(replicas: usize, first: Option<&str>) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..MASTERS * (1 + replicas))
-            .map(|_| {
+            .map(|i| {
                 let bus_port = free_port().to_string();
-                RedisServer::start_with(&[
+                let start = |args: &[&str]| match first.filter(|_| i == 0) {
+                    Some(binary) => RedisServer::start_binary(binary, args),
+                    None => RedisServer::start_with(args),
+                };
+                start(&[
                     "--cluster-enabled",
                     "yes",
                     // Relative to `--dir`, the server's own temp dir.

@@ -47,6 +47,8 @@ pub struct RedisServer {
     args: Vec<String>,
     /// What counts as "up" after a (re)start.
     ready: Ready,
+    /// Another server binary than the suite's (`None`: the suite's).
+    binary: Option<String>,
 }
 
 /// When a freshly spawned server counts as started.
@@ -119,6 +121,15 @@ impl RedisServer {
         s
     }
 
+    /// Like [`RedisServer::start_with`], with the server binary `binary`
+    /// instead of the suite's (a cluster of two versions).
+    pub fn start_binary(binary: &str, args: &[&str]) -> Self {
+        let mut s = Self::unstarted(args, Ready::Pong);
+        s.binary = Some(binary.to_owned());
+        s.spawn();
+        s
+    }
+
     fn unstarted(args: &[&str], ready: Ready) -> Self {
         let process = Process::new("redis-server");
         RedisServer {
@@ -126,6 +137,7 @@ impl RedisServer {
             process,
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             ready,
+            binary: None,
         }
     }
 
@@ -169,7 +181,8 @@ impl RedisServer {
     /// Starts the process and waits (up to 10 s) until PING answers as
     /// `self.ready` asks.
     fn spawn(&mut self) {
-        let mut cmd = Command::new(redis_server_bin());
+        let binary = self.binary.clone().unwrap_or_else(redis_server_bin);
+        let mut cmd = Command::new(binary);
         cmd.args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
