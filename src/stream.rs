@@ -189,7 +189,8 @@ impl<C: Codec> Stream<C> {
     /// creates the stream sets it; one that asks for more raises it, which
     /// clears the ids the stream kept so far; one that asks for less
     /// changes nothing (a stream made by a plain `XADD` keeps the server's
-    /// 100 s until then).
+    /// 100 s until then). Raise it while nothing publishes to the stream:
+    /// ids sent before the change are forgotten.
     #[must_use]
     pub fn with_idempotency_window(mut self, window: Duration) -> Self {
         self.idempotency_window = window;

@@ -177,11 +177,12 @@ pub async fn server(ctx: &Ctx) -> Result<(), Failure> {
     let mut docs = Vec::new();
     let mut table_rows = Vec::new();
     for (server, found) in &rows {
-        let retention = path(
-            found.ack_and_delete() && found.trim_acked(),
-            "XACKDEL + XTRIM ACKED",
-            "script",
-        );
+        let retention = match (found.ack_and_delete(), found.trim_acked()) {
+            (true, true) => "XACKDEL + XTRIM ACKED",
+            (true, false) => "XACKDEL + script",
+            (false, true) => "XACK + XTRIM ACKED",
+            (false, false) => "script",
+        };
         let idempotent = path(found.idempotent_add(), "XADD IDMP", "script");
         docs.push(json!({
             "server": server,

@@ -52,7 +52,8 @@ impl Admin {
     /// elsewhere), with the same window rules: 1 s to 24 h.
     ///
     /// # Errors
-    /// [`Error::Config`] for a window out of range; a connection error;
+    /// [`Error::Config`] for a window out of range or more than 1,000
+    /// fields; a connection error;
     /// [`Error::Redis`] when Redis refuses (the key is not a stream, the
     /// ACL, `OOM`). Trying again is safe.
     pub async fn add_idempotent<F, V>(
@@ -73,6 +74,17 @@ impl Admin {
                 key: stream.to_owned(),
                 option: "idempotency_window",
                 reason: "must be from 1 s to 24 h".into(),
+            }));
+        }
+        if fields.len() > idempotent::MAX_FIELDS {
+            return Err(Error::Config(crate::ConfigError::Invalid {
+                kind: Some(crate::SourceKind::Stream),
+                key: stream.to_owned(),
+                option: "fields",
+                reason: format!(
+                    "an idempotent add takes at most {} field/value pairs",
+                    idempotent::MAX_FIELDS
+                ),
             }));
         }
         let fields: Vec<(&[u8], &[u8])> = fields

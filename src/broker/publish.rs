@@ -143,8 +143,9 @@ impl Broker {
     ///
     /// A publish that failed may have been added; unlike
     /// [`publish`](Self::publish), sending it again is safe (within the
-    /// window), and this call does so itself after a redirection, `LOADING`
-    /// or a lost connection, up to 5 times.
+    /// window), and this call does so itself, up to 5 times 50 ms apart,
+    /// after an error [`Error::is_retryable`] calls retryable (a
+    /// redirection, `LOADING`, a lost connection, `OOM`…).
     ///
     /// ```no_run
     /// # async fn f(broker: rillkit::Broker) -> Result<(), rillkit::Error> {

@@ -28,7 +28,8 @@ use crate::error::Error;
 /// or refused by an ACL).
 ///
 /// Shown by [`Admin::server_commands`](crate::admin::Admin::server_commands)
-/// and `rillkit status`.
+/// and `rillkit server`. rillkit takes `XACKDEL`, `XTRIM … ACKED` and `XADD
+/// … IDMP` where they exist; the others are reported only.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ServerCommands {
     ack_and_delete: bool,

@@ -32,12 +32,17 @@ use crate::stream::EntryId;
 
 /// How many message ids per producer a stream keeps on Redis 8.6 and later
 /// (its `IDMP-MAXSIZE`; the server's limit).
-pub const IDS_KEPT: u32 = 10_000;
+pub(crate) const IDS_KEPT: u32 = 10_000;
 
 /// KEYS: stream, marker. ARGV: window ms, max len (`''` none), create
-/// (`1`/`0`), then the field/value pairs. Answers `{id, 1}` for a resend,
-/// `{id, 0}` for a new entry, nil when the stream does not exist and may
-/// not be created.
+/// (`1`/`0`), producer and message id for `IDMP` (`''`: the marker's path),
+/// then the field/value pairs. Answers `{id, 1}` for a marked resend,
+/// `{id, 0}` for an add, nil when the stream does not exist and may not be
+/// created.
+///
+/// Both paths look at the marker first, so a message added by the marker's
+/// path and resent after the stream's master was upgraded (a failover, a
+/// rolling upgrade) is not added again by `IDMP`.
 const ADD_ONCE_LUA: &str = r#"
 local seen = redis.call('GET', KEYS[2])
 if seen then return {seen, 1} end
@@ -46,12 +51,19 @@ local args = {'XADD', KEYS[1]}
 if ARGV[2] ~= '' then
   args[#args + 1] = 'MAXLEN'; args[#args + 1] = '~'; args[#args + 1] = ARGV[2]
 end
+if ARGV[4] ~= '' then
+  args[#args + 1] = 'IDMP'; args[#args + 1] = ARGV[4]; args[#args + 1] = ARGV[5]
+end
 args[#args + 1] = '*'
-for i = 4, #ARGV do args[#args + 1] = ARGV[i] end
+for i = 6, #ARGV do args[#args + 1] = ARGV[i] end
 local id = redis.call(unpack(args))
-redis.call('SET', KEYS[2], id, 'PX', ARGV[1])
+if ARGV[4] == '' then redis.call('SET', KEYS[2], id, 'PX', ARGV[1]) end
 return {id, 0}
 "#;
+
+/// The most field/value pairs an idempotent add takes (Lua's `unpack`
+/// limit, with room to spare).
+pub(crate) const MAX_FIELDS: usize = 1_000;
 
 static ADD_ONCE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ADD_ONCE_LUA));
 
@@ -94,17 +106,18 @@ pub(crate) struct AddOnce<'a> {
 }
 
 /// What a connection's owner learned per stream: the stream's server's
-/// commands, and whether the stream was made to keep its ids. Forgotten
-/// for a stream whose add failed (the server may have changed).
+/// commands, and the window (s) the stream was made to keep its ids for
+/// (0: not yet). Forgotten for a stream whose add failed (the server may
+/// have changed) or that was gone.
 #[derive(Default)]
-pub(crate) struct Known(Mutex<HashMap<String, (ServerCommands, bool)>>);
+pub(crate) struct Known(Mutex<HashMap<String, (ServerCommands, u64)>>);
 
 impl Known {
-    fn get(&self, stream: &str) -> Option<(ServerCommands, bool)> {
+    fn get(&self, stream: &str) -> Option<(ServerCommands, u64)> {
         self.0.lock().expect("known lock").get(stream).copied()
     }
 
-    fn set(&self, stream: &str, known: (ServerCommands, bool)) {
+    fn set(&self, stream: &str, known: (ServerCommands, u64)) {
         self.0
             .lock()
             .expect("known lock")
@@ -161,55 +174,69 @@ async fn add_known(
             let found = match reply {
                 Ok(reply) => commands::parse(&reply),
                 Err(e) if retryable(&e) => return Err(e),
-                // Refused (an ACL, an old server): the script's path.
+                // Refused (an ACL, an old server): the marker's path.
                 Err(_) => ServerCommands::default(),
             };
-            (found, false)
+            (found, 0)
         }
     };
     if !found.idempotent_add() {
-        known.set(add.stream, (found, false));
-        return by_script(conn, add).await;
+        known.set(add.stream, (found, 0));
+        return by_script(conn, add, false).await;
     }
-    if !kept {
+    // Whole seconds, rounded up: a window is never shortened.
+    let window_s = add.window.as_millis().div_ceil(1000).max(1) as u64;
+    if kept < window_s {
         let answer: i64 = KEEP_IDS
             .key(add.stream)
-            .arg(add.window.as_secs().max(1))
+            .arg(window_s)
             .arg(IDS_KEPT)
             .arg(if add.create { "1" } else { "0" })
-            .invoke_async(conn)
+            .invoke_async(&mut *conn)
             .await?;
         if answer < 0 {
             return Ok(None);
         }
-        known.set(add.stream, (found, true));
+        known.set(add.stream, (found, window_s));
     }
-    let mut cmd = redis::cmd("XADD");
-    cmd.arg(add.stream);
-    if !add.create {
-        cmd.arg("NOMKSTREAM");
+    // Never created here: a stream made by the add would keep the server's
+    // 100 s and 100 ids; a stream gone since is made again by `KEEP_IDS`.
+    let added = by_script(conn, add, true).await?;
+    if added.is_none() && add.create {
+        known.forget(add.stream);
+        let answer: i64 = KEEP_IDS
+            .key(add.stream)
+            .arg(window_s)
+            .arg(IDS_KEPT)
+            .arg("1")
+            .invoke_async(&mut *conn)
+            .await?;
+        if answer >= 0 {
+            known.set(add.stream, (found, window_s));
+        }
+        return by_script(conn, add, true).await;
     }
-    if let Some(n) = add.max_len {
-        cmd.arg("MAXLEN").arg("~").arg(n);
-    }
-    cmd.arg("IDMP")
-        .arg(add.producer)
-        .arg(add.message_id)
-        .arg("*");
-    for (k, v) in add.fields {
-        cmd.arg(*k).arg(*v);
-    }
-    let id: Option<String> = cmd.query_async(conn).await?;
-    Ok(id.map(EntryId))
+    Ok(added)
 }
 
-async fn by_script(conn: &mut Shared, add: &AddOnce<'_>) -> redis::RedisResult<Option<EntryId>> {
+/// The add script: with `idmp`, the server's `XADD … IDMP` and no stream
+/// made; else a marker beside the entry.
+async fn by_script(
+    conn: &mut Shared,
+    add: &AddOnce<'_>,
+    idmp: bool,
+) -> redis::RedisResult<Option<EntryId>> {
     let mut invocation = ADD_ONCE.key(add.stream);
     invocation
         .key(marker_key(add.stream, add.producer, add.message_id))
         .arg(add.window.as_millis().max(1) as u64)
         .arg(add.max_len.map(|n| n.to_string()).unwrap_or_default())
-        .arg(if add.create { "1" } else { "0" });
+        .arg(if add.create && !idmp { "1" } else { "0" });
+    if idmp {
+        invocation.arg(add.producer).arg(add.message_id);
+    } else {
+        invocation.arg("").arg("");
+    }
     for (k, v) in add.fields {
         invocation.arg(*k).arg(*v);
     }

@@ -263,6 +263,7 @@ impl Handler<Ack> for RedisActor {
             let mut result = run(cmd).await;
             if let (Some(detected), Err(e)) = (deleting, &result)
                 && !e.is_retryable()
+                && e.class() != Class::GroupGone
             {
                 tracing::warn!(stream = %msg.stream, error = %e, "XACKDEL refused; acking with XACK (the retention sweep trims what every group acked)");
                 detected.withdraw_ack_and_delete();
