@@ -96,8 +96,9 @@ struct Opener {
     /// `CLIENT ID` or `CLIENT UNBLOCK` was refused: reads are not cut short.
     refused: Arc<AtomicBool>,
     /// The newer commands the connection's server has, asked again on each
-    /// new connection (a failover or a reshard may change the server).
-    detected: Detected,
+    /// new connection (a failover or a reshard may change the server), for
+    /// a source that picks its paths by them (`None`: not asked).
+    detected: Option<Detected>,
 }
 
 /// The connection a read runs on, taken from its [`Reader`]: the open one,
@@ -177,7 +178,9 @@ impl Opener {
             .connect_reader(&self.key, self.block + READ_TIMEOUT_MARGIN, &self.name)
             .await?;
         let unblock = self.client_id(&mut owner, node).await?;
-        self.detected.set(commands::ask(&mut owner).await?);
+        if let Some(detected) = &self.detected {
+            detected.set(commands::ask(&mut owner).await?);
+        }
         *self.target() = unblock.clone();
         Ok(ReadConn {
             owner,
@@ -295,17 +298,26 @@ impl Reader {
                 block,
                 target: Arc::default(),
                 refused: Arc::default(),
-                detected: Detected::default(),
+                detected: None,
             },
             conn: None,
         }
     }
 
+    /// Asks each new connection's server which newer commands it has
+    /// (`COMMAND DOCS`), for [`detected`](Self::detected).
+    #[must_use]
+    pub(crate) fn asking_commands(mut self) -> Self {
+        self.opener.detected = Some(Detected::default());
+        self
+    }
+
     /// The newer commands the server of the read connection has (all
-    /// `false` until a connection was opened), shared: it follows the
-    /// connection to a new server.
+    /// `false` until a connection was opened, or when not
+    /// [asked](Self::asking_commands)), shared: it follows the connection
+    /// to a new server.
     pub(crate) fn detected(&self) -> Detected {
-        self.opener.detected.clone()
+        self.opener.detected.clone().unwrap_or_default()
     }
 
     /// The connection for one read, to use inside its future and give back

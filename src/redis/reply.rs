@@ -33,6 +33,14 @@ fn list(v: Value) -> Option<Vec<Value>> {
 /// Parses a list of `[id, [field, value, …] | nil]` pairs (the entries part of
 /// XREADGROUP, XRANGE and XCLAIM replies).
 pub(crate) fn entries(v: Value) -> Result<Vec<RawEntry>, String> {
+    Ok(counted(v)?.into_iter().map(|(e, _)| e).collect())
+}
+
+/// As [`entries`], with the delivery count an `XREADGROUP … CLAIM` reply
+/// gives each entry after its body (`[id, fields, idle-ms, count]`: the
+/// count before this delivery, 0 for a new entry); `None` where the reply
+/// gives none.
+fn counted(v: Value) -> Result<Vec<(RawEntry, Option<u64>)>, String> {
     let items = match v {
         Value::Nil => return Ok(Vec::new()),
         other => list(other).ok_or("stream entries: expected an array")?,
@@ -70,10 +78,18 @@ pub(crate) fn entries(v: Value) -> Result<Vec<RawEntry>, String> {
                 Some(fields)
             }
         };
-        out.push(RawEntry {
-            id: EntryId(id),
-            fields,
-        });
+        // `CLAIM`'s idle time, then the delivery count.
+        let count = match (it.next(), it.next()) {
+            (Some(_), Some(Value::Int(n))) => Some(u64::try_from(n).unwrap_or(0)),
+            _ => None,
+        };
+        out.push((
+            RawEntry {
+                id: EntryId(id),
+                fields,
+            },
+            count,
+        ));
     }
     Ok(out)
 }
@@ -81,10 +97,16 @@ pub(crate) fn entries(v: Value) -> Result<Vec<RawEntry>, String> {
 /// Parses an XREADGROUP reply for a single stream: nil (the block timed out)
 /// or `[[stream, entries]]` (RESP2) / `{stream: entries}` (RESP3).
 pub(crate) fn read_reply(v: Value) -> Result<Vec<RawEntry>, String> {
+    Ok(read_reply_counted(v)?.into_iter().map(|(e, _)| e).collect())
+}
+
+/// As [`read_reply`], with each entry's delivery count before this
+/// delivery where the reply gives one (a read with `CLAIM`).
+pub(crate) fn read_reply_counted(v: Value) -> Result<Vec<(RawEntry, Option<u64>)>, String> {
     match v {
         Value::Nil => Ok(Vec::new()),
         Value::Map(streams) => match streams.into_iter().next() {
-            Some((_, e)) => entries(e),
+            Some((_, e)) => counted(e),
             None => Ok(Vec::new()),
         },
         other => {
@@ -96,7 +118,7 @@ pub(crate) fn read_reply(v: Value) -> Result<Vec<RawEntry>, String> {
             if pair.len() != 2 {
                 return Err("XREADGROUP: expected [stream, entries]".into());
             }
-            entries(pair.pop().unwrap_or(Value::Nil))
+            counted(pair.pop().unwrap_or(Value::Nil))
         }
     }
 }

@@ -492,3 +492,183 @@ async fn a_cluster_of_two_versions_consumes_reclaims_and_retains() {
         "each entry ran once"
     );
 }
+
+/// Every command the server runs while it lives, from `MONITOR` on a
+/// thread of its own.
+struct Monitor {
+    lines: Arc<std::sync::Mutex<Vec<String>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Monitor {
+    fn start(url: &str) -> Monitor {
+        let client = redis::Client::open(url).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        conn.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let ok: String = redis::cmd("MONITOR").query(&mut conn).unwrap();
+        assert_eq!(ok, "OK");
+        let lines: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let stop: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let (l, s) = (lines.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                match conn.recv_response() {
+                    Ok(redis::Value::SimpleString(line)) => l.lock().unwrap().push(line),
+                    Ok(_) => {}
+                    Err(e) if e.is_timeout() => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        Monitor {
+            lines,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The commands seen so far whose name is `name`, upper case, each as
+    /// its quoted arguments.
+    fn calls(&self, name: &str) -> Vec<Vec<String>> {
+        let quoted = format!("\"{name}\"");
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| {
+                let args = &l[l.find("] ")? + 2..];
+                let words: Vec<String> = args
+                    .split("\" \"")
+                    .map(|w| w.trim_matches('"').to_owned())
+                    .collect();
+                words
+                    .first()
+                    .is_some_and(|w| format!("\"{}\"", w.to_ascii_uppercase()) == quoted)
+                    .then_some(words)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn a_dead_consumers_entries_come_with_the_reads_of_another() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let test = "a_dead_consumers_entries_come_with_the_reads_of_another";
+    // XNACK (8.8) comes after XREADGROUP's CLAIM (8.4): a server with it
+    // has both.
+    if !support::server::command_or_skip(&mut c, "XNACK", "Redis 8.8+", test) {
+        return;
+    }
+    // 20 entries a consumer read and then died with.
+    for n in 0..20u64 {
+        let _: String = redis::cmd("XADD")
+            .arg("jobs")
+            .arg("*")
+            .arg("data")
+            .arg(n)
+            .query(&mut c)
+            .unwrap();
+    }
+    let () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("jobs")
+        .arg("workers")
+        .arg("0")
+        .query(&mut c)
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("workers")
+        .arg("ghost")
+        .arg("STREAMS")
+        .arg("jobs")
+        .arg(">")
+        .query(&mut c)
+        .unwrap();
+    let monitor = Monitor::start(&redis.url());
+    let runs = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let r = runs.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe(
+            &Stream::new("jobs", "workers"),
+            ConsumerOptions::default()
+                .with_consumer("c1")
+                .with_claim_idle(Duration::from_secs(1))
+                .with_block(Duration::from_millis(200)),
+            move |n: u64| {
+                let r = r.clone();
+                async move {
+                    // Long enough for refreshes of held entries to run.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    *r.lock().unwrap().entry(n).or_insert(0u32) += 1;
+                    HandlerResult::Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker
+        .publish_batch(&Stream::new("jobs", "workers"), 20..30u64)
+        .await
+        .unwrap();
+    eventually(
+        "the dead consumer's 20 and 10 new entries handled",
+        WAIT,
+        || runs.lock().unwrap().len() == 30,
+    )
+    .await;
+    eventually("every entry acked", WAIT, || {
+        let pending: (u64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
+            .arg("jobs")
+            .arg("workers")
+            .query(&mut c)
+            .unwrap();
+        pending.0 == 0
+    })
+    .await;
+    let _ = broker.stop().await.unwrap();
+    assert!(
+        runs.lock().unwrap().values().all(|n| *n == 1),
+        "each ran once"
+    );
+    let reads = monitor.calls("XREADGROUP");
+    assert!(
+        reads
+            .iter()
+            .any(|r| r.iter().any(|w| w.eq_ignore_ascii_case("CLAIM"))
+                && r.contains(&"c1".to_owned())),
+        "c1's reads carry CLAIM: {reads:?}"
+    );
+    assert!(monitor.calls("XAUTOCLAIM").is_empty());
+    // XCLAIM only as a refresh of held entries: to itself, at min-idle 0.
+    for claim in monitor.calls("XCLAIM") {
+        assert!(
+            claim.get(3).is_some_and(|w| w == "c1") && claim.get(4).is_some_and(|w| w == "0"),
+            "{claim:?}"
+        );
+        assert!(
+            claim.iter().any(|w| w.eq_ignore_ascii_case("JUSTID")),
+            "{claim:?}"
+        );
+    }
+    // No reclaim pass: no XPENDING … IDLE.
+    for pending in monitor.calls("XPENDING") {
+        assert!(
+            !pending.iter().any(|w| w.eq_ignore_ascii_case("IDLE")),
+            "{pending:?}"
+        );
+    }
+}

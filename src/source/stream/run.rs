@@ -104,7 +104,8 @@ pub(crate) async fn consume(
         sub.names.name.clone(),
         &[&sub.names.group, &sub.consumer, "reader"],
         sub.opts.block,
-    );
+    )
+    .asking_commands();
     let acks = Acks::new(
         stream,
         group,
@@ -319,6 +320,8 @@ impl Loop {
             && self.fence.is_none()
             && !self.sub.board.paused()
             && self.reclaim.is_idle()
+            // Reads take idle entries themselves.
+            && !self.claims_in_read()
             && matches!(self.reading.cursor(), Cursor::New)
             && !self.handlers.alone()
             && (idle || !self.reclaim.makes_room())

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::Loop;
 use crate::error::Error;
+use crate::redis::Query;
 use crate::stream::EntryId;
 
 impl Loop {
@@ -25,9 +26,37 @@ impl Loop {
     /// Makes fetched-but-unstarted entries claimable by any consumer now:
     /// `XCLAIM … 0 <ids> IDLE <claim_idle> RETRYCOUNT <count - 1> JUSTID` to
     /// ourselves gives back the delivery that never ran and makes the entries
-    /// look idle for `claim_idle`.
+    /// look idle for `claim_idle`. Where reads take idle entries themselves
+    /// and the server has `XNACK` (Redis 8.8), one `XNACK <stream> <group>
+    /// SILENT IDS <n> <ids>` does the same: each entry's count goes down by
+    /// the delivery that never ran, it is left with no owner, and the next
+    /// read with `CLAIM` of any consumer takes it at once.
     pub(super) fn hand_back(&mut self) {
         if self.queue.is_empty() {
+            return;
+        }
+        if self.claims_in_read() && self.reading.server().hand_back() {
+            let ids: Vec<EntryId> = self.queue.drain(..).map(|d| d.id).collect();
+            for id in &ids {
+                self.held.remove(id);
+            }
+            let s = &self.sub;
+            let mut cmd = redis::cmd("XNACK");
+            cmd.arg(&*s.names.name)
+                .arg(&*s.names.group)
+                .arg("SILENT")
+                .arg("IDS")
+                .arg(ids.len())
+                .arg(&ids);
+            let req = self.redis.send(Query("xnack", cmd));
+            let (stream, n) = (s.names.name.clone(), ids.len());
+            self.side.push(Box::pin(async move {
+                match req.await.unwrap_or(Err(Error::ShutDown)) {
+                    Ok(_) => tracing::info!(stream = %stream, entries = n, "handed unstarted entries back to the group (XNACK)"),
+                    Err(Error::ShutDown) => {}
+                    Err(e) => tracing::warn!(stream = %stream, entries = n, error = %e, "hand-back failed; entries are reclaimed after claim_idle"),
+                }
+            }));
             return;
         }
         let mut by_count: std::collections::BTreeMap<u64, Vec<EntryId>> = Default::default();

@@ -82,18 +82,21 @@ async fn claim<T: redis::FromRedisValue>(
     }
 }
 
-/// `XREADGROUP … >`: new entries, each on its first delivery.
+/// `XREADGROUP … >`: new entries, each on its first delivery; with
+/// `CLAIM`, the group's idle pending entries first, each with the delivery
+/// count the reply gives (the count before this delivery, plus one).
 pub(super) async fn read_new(
     conn: &mut ReadConn,
     cmd: redis::Cmd,
 ) -> Result<Vec<Delivered>, Error> {
     let v: Value = cmd.query_async(conn).await.map_err(Error::from_redis)?;
-    let entries = reply::read_reply(v).map_err(|m| Error::unparsable("XREADGROUP reply", m))?;
+    let entries =
+        reply::read_reply_counted(v).map_err(|m| Error::unparsable("XREADGROUP reply", m))?;
     Ok(entries
         .into_iter()
-        .map(|raw| Delivered {
+        .map(|(raw, before)| Delivered {
             raw,
-            delivery_count: 1,
+            delivery_count: before.map_or(1, |n| n + 1),
         })
         .collect())
 }

@@ -22,6 +22,7 @@ use super::{Loop, Subscription};
 use crate::connection::Connector;
 use crate::delivery::reader::{ReadConn, Reader, UNBLOCK_EVERY};
 use crate::error::{Class, Error};
+use crate::redis::commands::ServerCommands;
 use crate::redis::reply::Delivered;
 use crate::redis::{CreateGroup, RedisActor};
 use crate::stream::EntryId;
@@ -104,6 +105,12 @@ impl Reading {
             failed_sends: HashMap::new(),
             newest: None,
         }
+    }
+
+    /// The newer commands the read connection's server has (none before
+    /// the first connection).
+    pub(super) fn server(&self) -> ServerCommands {
+        self.reader.detected().get()
     }
 
     /// Whether a read is in flight (connecting, backing off or on the wire).
@@ -332,6 +339,43 @@ impl Reading {
 }
 
 impl Loop {
+    /// Whether reads of new entries take the group's idle pending entries
+    /// too (`XREADGROUP … CLAIM <claim_idle>`, Redis 8.4), instead of a
+    /// separate reclaim pass: where the read connection's server has it,
+    /// and never in a partition of an ordered stream (its entries change
+    /// hands only with its lease, and `CLAIM` serves the longest idle
+    /// first, not in id order).
+    ///
+    /// The lease rule holds as with the reclaimer: an entry a live consumer
+    /// holds is refreshed every `claim_idle / 3` (`XCLAIM … JUSTID`), so it
+    /// is never idle for `claim_idle`; a handler may run longer than that.
+    pub(super) fn claims_in_read(&self) -> bool {
+        self.fence.is_none() && self.reading.server().claim_in_read()
+    }
+
+    /// A read with `CLAIM` answered late (the server stalled while it
+    /// waited): the entries it claimed may belong to consumers that could
+    /// not refresh meanwhile, so none runs here. Each is kept pending with
+    /// its delivery count as it was and no idle time, for its holder's next
+    /// refresh to take back (or, if it is gone, for a claim after
+    /// `claim_idle`). Answers the new entries.
+    fn give_back_late_claims(&mut self, entries: Vec<Delivered>) -> Vec<Delivered> {
+        let (claimed, new): (Vec<_>, Vec<_>) =
+            entries.into_iter().partition(|d| d.delivery_count > 1);
+        let mut by_count: std::collections::BTreeMap<u64, Vec<EntryId>> = Default::default();
+        for d in claimed {
+            by_count
+                .entry(d.delivery_count - 1)
+                .or_default()
+                .push(d.raw.id);
+        }
+        for (count, ids) in by_count {
+            tracing::warn!(stream = %self.sub.names.name, entries = ids.len(), "a read with CLAIM answered late (the server stalled); its claimed entries are not run here");
+            self.give_back(ids, Duration::ZERO, Some(count), "late-claimed entries");
+        }
+        new
+    }
+
     /// Starts a read of up to `count` entries: new ones, or a page of this
     /// consumer's own PEL.
     pub(super) fn start_read(&mut self, count: usize) {
@@ -350,10 +394,14 @@ impl Loop {
                     .arg("COUNT")
                     .arg(count)
                     .arg("BLOCK")
-                    .arg(s.opts.block.as_millis() as u64)
-                    .arg("STREAMS")
-                    .arg(&*s.names.name)
-                    .arg(">");
+                    .arg(s.opts.block.as_millis() as u64);
+                // The group's idle pending entries first, in the same read
+                // (`XREADGROUP … CLAIM`): only after a quiet window, as a
+                // reclaim (a stall is not a death).
+                if self.claims_in_read() && self.stall.quiet() {
+                    cmd.arg("CLAIM").arg(s.opts.claim_idle.as_millis() as u64);
+                }
+                cmd.arg("STREAMS").arg(&*s.names.name).arg(">");
                 Read::New(cmd)
             }
             Cursor::Pending(start) => Read::Pel(PelRead {
@@ -394,6 +442,18 @@ impl Loop {
             }
         };
         self.sub.board.read_ok();
+        let entries = if done.late && done.pel.is_none() && self.claims_in_read() {
+            self.give_back_late_claims(entries)
+        } else {
+            entries
+        };
+        let claimed = entries.iter().filter(|d| d.delivery_count > 1).count();
+        if claimed > 0 && done.pel.is_none() {
+            tracing::info!(
+                stream = %self.sub.names.name, consumer = %self.sub.consumer, entries = claimed,
+                "claimed idle pending entries with the read"
+            );
+        }
         if done.strays {
             tracing::warn!(stream = %self.sub.names.name, consumer = %self.sub.consumer, "this consumer's pending entries hold entries it never received (a read of this process that reached Redis late); re-reading them first");
             self.reading.rewind();
