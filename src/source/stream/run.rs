@@ -320,8 +320,9 @@ impl Loop {
             && self.fence.is_none()
             && !self.sub.board.paused()
             && self.reclaim.is_idle()
-            // Reads take idle entries themselves.
-            && !self.claims_in_read()
+            // Where reads take idle entries, an idle consumer's next read
+            // does; a busy one only peeks.
+            && (!self.claims_in_read() || !idle)
             && matches!(self.reading.cursor(), Cursor::New)
             && !self.handlers.alone()
             && (idle || !self.reclaim.makes_room())

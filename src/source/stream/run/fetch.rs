@@ -52,7 +52,9 @@ impl Loop {
             || self.sub.board.paused()
             || self.reading.is_reading()
             || self.handlers.alone()
-            || self.reclaim.makes_room()
+            // An idle entry waits: no read until it can be claimed (with
+            // the read itself, where reads take idle entries).
+            || (self.reclaim.makes_room() && !self.claim_with_read())
             // A claim is on its way: what it brings is a redelivery, which
             // must run alone, before anything newly fetched.
             || self.reclaim.claiming()

@@ -353,6 +353,20 @@ impl Loop {
         self.fence.is_none() && self.reading.server().claim_in_read()
     }
 
+    /// Whether the next read takes idle entries: as a reclaim would, only
+    /// after a quiet window (a stall is not a death) and only when nothing
+    /// runs or waits here (what it takes is a redelivery, which runs alone,
+    /// and must not be charged a delivery for a neighbour's crash). A busy
+    /// consumer peeks through the reclaimer instead, and when an idle entry
+    /// waits it makes room: it reads nothing more until it is idle, then
+    /// reads with `CLAIM`.
+    pub(super) fn claim_with_read(&self) -> bool {
+        self.claims_in_read()
+            && self.stall.quiet()
+            && self.handlers.is_empty()
+            && self.queue.is_empty()
+    }
+
     /// A read with `CLAIM` answered late (the server stalled while it
     /// waited): the entries it claimed may belong to consumers that could
     /// not refresh meanwhile, so none runs here. Each is kept pending with
@@ -396,10 +410,10 @@ impl Loop {
                     .arg("BLOCK")
                     .arg(s.opts.block.as_millis() as u64);
                 // The group's idle pending entries first, in the same read
-                // (`XREADGROUP … CLAIM`): only after a quiet window, as a
-                // reclaim (a stall is not a death).
-                if self.claims_in_read() && self.stall.quiet() {
+                // (`XREADGROUP … CLAIM`).
+                if self.claim_with_read() {
                     cmd.arg("CLAIM").arg(s.opts.claim_idle.as_millis() as u64);
+                    self.reclaim.room_made();
                 }
                 cmd.arg("STREAMS").arg(&*s.names.name).arg(">");
                 Read::New(cmd)

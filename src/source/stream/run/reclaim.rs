@@ -79,6 +79,12 @@ impl Reclaim {
         self.make_room
     }
 
+    /// An idle entry that waited goes with the read being sent
+    /// (`XREADGROUP … CLAIM`): reads may go on.
+    pub(super) fn room_made(&mut self) {
+        self.make_room = false;
+    }
+
     /// When the next check is due.
     pub(super) fn due(&self) -> tokio::time::Instant {
         self.due
@@ -141,7 +147,7 @@ impl Loop {
     /// stops fetching, lets its handlers finish, then claims it.
     pub(super) fn start_reclaim(&mut self) {
         let idle = self.handlers.is_empty() && self.queue.is_empty() && !self.reading.is_reading();
-        self.reclaim.start(!idle);
+        self.reclaim.start(!idle || self.claims_in_read());
     }
 
     pub(super) fn on_checked(&mut self, checked: Checked) {
