@@ -143,8 +143,8 @@ pub enum Command {
     /// SLOTS under a cluster): XACKDEL and XTRIM ACKED (Redis 8.2) for
     /// streams kept with retain-acked, XREADGROUP CLAIM (8.4), XADD IDMP
     /// (8.6) for idempotent publishes, XNACK (8.8), XREADGROUP MAXCOUNT
-    /// (8.10). rillkit takes the first three where a master has them, and
-    /// scripts that do the same work where it has not.
+    /// (8.10). rillkit takes each but MAXCOUNT where a master has it, and
+    /// the commands and scripts every server has where it has not.
     Server,
     /// The oldest pending entries of a group; `claim` and `ack` repair stuck
     /// ones.

@@ -184,16 +184,23 @@ pub async fn server(ctx: &Ctx) -> Result<(), Failure> {
             (false, false) => "script",
         };
         let idempotent = path(found.idempotent_add(), "XADD IDMP", "script");
+        let reclaim = path(
+            found.claim_in_read(),
+            "XREADGROUP CLAIM",
+            "XPENDING IDLE + XCLAIM",
+        );
         docs.push(json!({
             "server": server,
             "commands": found.names(),
             "retention": retention,
             "idempotent_publish": idempotent,
+            "reclaim": reclaim,
         }));
         table_rows.push(vec![
             server.clone(),
             retention.to_owned(),
             idempotent.to_owned(),
+            reclaim.to_owned(),
             found.to_string(),
         ]);
     }
@@ -203,7 +210,13 @@ pub async fn server(ctx: &Ctx) -> Result<(), Failure> {
         say_inline!(
             "{}",
             table(
-                &["SERVER", "RETENTION", "IDEMPOTENT-PUBLISH", "COMMANDS"],
+                &[
+                    "SERVER",
+                    "RETENTION",
+                    "IDEMPOTENT-PUBLISH",
+                    "RECLAIM",
+                    "COMMANDS",
+                ],
                 &table_rows,
                 ctx.cap,
             )

@@ -28,8 +28,8 @@ use crate::error::Error;
 /// or refused by an ACL).
 ///
 /// Shown by [`Admin::server_commands`](crate::admin::Admin::server_commands)
-/// and `rillkit server`. rillkit takes `XACKDEL`, `XTRIM … ACKED` and `XADD
-/// … IDMP` where they exist; the others are reported only.
+/// and `rillkit server`. rillkit takes each where it exists but `XREADGROUP
+/// … MAXCOUNT`, which is reported only.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ServerCommands {
     ack_and_delete: bool,
@@ -58,7 +58,10 @@ impl ServerCommands {
     }
 
     /// `XREADGROUP … CLAIM min-idle-time` (Redis 8.4): idle pending entries
-    /// come with a read.
+    /// come with a read. A stream consumer's reads take the group's entries
+    /// idle for `claim_idle` this way where it exists, instead of a
+    /// separate reclaim (`XPENDING … IDLE`, `XCLAIM`); not a partition of
+    /// an ordered stream.
     pub fn claim_in_read(&self) -> bool {
         self.claim_in_read
     }
@@ -70,7 +73,11 @@ impl ServerCommands {
         self.idempotent_add
     }
 
-    /// `XNACK` (Redis 8.8): pending entries handed back with no owner.
+    /// `XNACK` (Redis 8.8): pending entries handed back with no owner. A
+    /// draining stream consumer hands back what it fetched and did not
+    /// start with `XNACK … SILENT` where it exists and reads take idle
+    /// entries (`claim_in_read`), so the next such read anywhere takes
+    /// them at once.
     pub fn hand_back(&self) -> bool {
         self.hand_back
     }

@@ -205,6 +205,112 @@ async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
     timed_run(url, &broker, stream, group, n, &handled).await
 }
 
+/// As [`rillkit_consume`], the stream kept with `retain_acked`: on a server
+/// with `XACKDEL` each ack deletes its entry, elsewhere a plain `XACK` (and
+/// the script's sweep every 5 s). Answers entries/s and the stream's length
+/// left.
+async fn retained_consume(url: &str, stream: &str, n: u64) -> (f64, u64) {
+    let s = Stream::new(stream, "retained").with_retain_acked(true);
+    let handled = Arc::new(AtomicUsize::new(0));
+    let h = handled.clone();
+    let broker = Broker::builder(url)
+        .subscribe(
+            &s,
+            ConsumerOptions::default()
+                .with_count(100)
+                .with_block(Duration::from_millis(100)),
+            move |_: Entry| {
+                h.fetch_add(1, Ordering::Relaxed);
+                std::future::ready(HandlerResult::Ok(()))
+            },
+        )
+        .build()
+        .unwrap();
+    let rate = timed_run(url, &broker, stream, "retained", n, &handled).await;
+    let mut conn = connect(url).await;
+    let left: u64 = redis::cmd("XLEN")
+        .arg(stream)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    (rate, left)
+}
+
+/// One publish at a time, `n` each: plain, then idempotent (a new message
+/// id each). Answers both rates (medians of 3 rounds).
+async fn idempotent_publish_rates(url: &str, n: u64) -> (f64, f64) {
+    let broker = Broker::builder(url).build().unwrap();
+    broker.start().await.unwrap();
+    let s = Stream::new("bench-idempotent", "unused");
+    let (mut plain, mut once) = (vec![], vec![]);
+    for round in 0..3u64 {
+        let t0 = Instant::now();
+        for id in 0..n {
+            broker.publish(&s, &entry(id)).await.unwrap();
+        }
+        plain.push(n as f64 / t0.elapsed().as_secs_f64());
+        let t0 = Instant::now();
+        for id in 0..n {
+            let key = rillkit::MessageKey::new("bench", format!("{round}-{id}"));
+            broker
+                .publish_idempotent(&s, &key, &entry(id))
+                .await
+                .unwrap();
+        }
+        once.push(n as f64 / t0.elapsed().as_secs_f64());
+    }
+    assert!(broker.stop().await.unwrap().is_clean());
+    (median(plain), median(once))
+}
+
+/// Row 12: the paths Redis 8 gives (`XACKDEL` retention, `XADD … IDMP`)
+/// against the plain ones on the same server; the server's paths named.
+async fn redis8_rows(url: &str, n: u64, row: &impl Fn(&str, String)) {
+    let admin = rillkit::admin::Admin::connect(url).await.unwrap();
+    let found = admin.server_commands().await.unwrap()[0].1;
+    let m = (n / 4).max(1_000);
+    let mut conn = connect(url).await;
+    prefill(&mut conn, "bench-plain8", m).await;
+    create_group(&mut conn, "bench-plain8", "plain").await;
+    let plain = rillkit_consume(url, "bench-plain8", "plain", m).await;
+    prefill(&mut conn, "bench-retained", m).await;
+    create_group(&mut conn, "bench-retained", "retained").await;
+    let (retained, left) = retained_consume(url, "bench-retained", m).await;
+    row(
+        &format!(
+            "12. consume, retain_acked ({}; {m} entries)",
+            if found.ack_and_delete() {
+                "XACKDEL"
+            } else {
+                "XACK + sweep"
+            }
+        ),
+        format!("{retained:.0} e/s"),
+    );
+    row(
+        "   the same without retention (XACK)",
+        format!("{plain:.0} e/s"),
+    );
+    row(
+        "   ratio; entries left in the stream",
+        format!("{:.2}x; {left}", retained / plain),
+    );
+    let p = (n / 20).max(500);
+    let (plain, once) = idempotent_publish_rates(url, p).await;
+    row(
+        &format!(
+            "   publish one at a time, idempotent ({}; {p} each)",
+            if found.idempotent_add() {
+                "XADD IDMP"
+            } else {
+                "marker script"
+            }
+        ),
+        format!("{once:.0} / {plain:.0} e/s"),
+    );
+    row("   idempotent / plain", format!("{:.2}x", once / plain));
+}
+
 /// Starts `broker` and times it until `handled` reaches `n` and the group
 /// has nothing pending; stops it. Answers entries/s.
 async fn timed_run(
@@ -937,6 +1043,10 @@ fn main() {
             );
             row("   ordered ratio", format!("{:.2}x", ordered / plain));
         };
+        if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("redis8") {
+            redis8_rows(&url, n, &row).await;
+            return;
+        }
         if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("ordered") {
             let (ordered, plain) = ordered_rates(&url, keyed_n).await;
             ordered_rows(ordered, plain);
@@ -1019,6 +1129,7 @@ fn main() {
         );
         row("   ratio to raw", format!("{:.2}x", batched / raw));
         if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("consume") {
+            redis8_rows(&url, n, &row).await;
             println!("batch_consume_ratio={:.2}", batched / raw);
             println!("consume_ratio={:.2}", rk / raw);
             return;
