@@ -184,7 +184,12 @@ async fn pending(conn: &mut MultiplexedConnection, stream: &str, group: &str) ->
 /// sums a field (`count` 100 like the raw loop, default `concurrency` 1);
 /// timed from `start()` until every entry is acked.
 async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
-    let s = Stream::new(stream, group);
+    consume_stream(url, Stream::new(stream, group), n).await
+}
+
+/// As [`rillkit_consume`], of the stream `s` describes.
+async fn consume_stream(url: &str, s: Stream, n: u64) -> f64 {
+    let (stream, group) = (s.name().to_owned(), s.group().to_owned());
     let handled = Arc::new(AtomicUsize::new(0));
     let sum = Arc::new(AtomicU64::new(0));
     let (h, sm) = (handled.clone(), sum.clone());
@@ -202,7 +207,7 @@ async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
         )
         .build()
         .unwrap();
-    timed_run(url, &broker, stream, group, n, &handled).await
+    timed_run(url, &broker, &stream, &group, n, &handled).await
 }
 
 /// As [`rillkit_consume`], the stream kept with `retain_acked`: on a server
@@ -211,22 +216,7 @@ async fn rillkit_consume(url: &str, stream: &str, group: &str, n: u64) -> f64 {
 /// left.
 async fn retained_consume(url: &str, stream: &str, n: u64) -> (f64, u64) {
     let s = Stream::new(stream, "retained").with_retain_acked(true);
-    let handled = Arc::new(AtomicUsize::new(0));
-    let h = handled.clone();
-    let broker = Broker::builder(url)
-        .subscribe(
-            &s,
-            ConsumerOptions::default()
-                .with_count(100)
-                .with_block(Duration::from_millis(100)),
-            move |_: Entry| {
-                h.fetch_add(1, Ordering::Relaxed);
-                std::future::ready(HandlerResult::Ok(()))
-            },
-        )
-        .build()
-        .unwrap();
-    let rate = timed_run(url, &broker, stream, "retained", n, &handled).await;
+    let rate = consume_stream(url, s, n).await;
     let mut conn = connect(url).await;
     let left: u64 = redis::cmd("XLEN")
         .arg(stream)

@@ -37,6 +37,43 @@ fn has_idmp(c: &mut redis::Connection) -> bool {
         .is_ok()
 }
 
+/// Adds an entry with `data` = each of `values` to `stream`, creates
+/// `group` from `0`, and has `consumer` read them all without acking: what
+/// a consumer that died leaves.
+fn strand(
+    c: &mut redis::Connection,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    values: std::ops::Range<u64>,
+) {
+    for n in values {
+        let _: String = redis::cmd("XADD")
+            .arg(stream)
+            .arg("*")
+            .arg("data")
+            .arg(n)
+            .query(c)
+            .unwrap();
+    }
+    let () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(group)
+        .arg("0")
+        .query(c)
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(group)
+        .arg(consumer)
+        .arg("STREAMS")
+        .arg(stream)
+        .arg(">")
+        .query(c)
+        .unwrap();
+}
+
 #[actix_rt::test]
 async fn what_each_server_has_is_asked_of_it() {
     let redis = RedisServer::start();
@@ -404,32 +441,13 @@ async fn a_cluster_of_two_versions_consumes_reclaims_and_retains() {
     let names: Vec<String> = names.into_iter().flatten().collect();
     // 50 entries each that a consumer which then died had read.
     for name in &names {
-        let mut c = cluster.conn_for_key(name);
-        for n in 0..50u64 {
-            let _: String = redis::cmd("XADD")
-                .arg(name)
-                .arg("*")
-                .arg("data")
-                .arg(1000 + n)
-                .query(&mut c)
-                .unwrap();
-        }
-        let () = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(name)
-            .arg("billing")
-            .arg("0")
-            .query(&mut c)
-            .unwrap();
-        let _: redis::Value = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg("billing")
-            .arg("ghost")
-            .arg("STREAMS")
-            .arg(name)
-            .arg(">")
-            .query(&mut c)
-            .unwrap();
+        strand(
+            &mut cluster.conn_for_key(name),
+            name,
+            "billing",
+            "ghost",
+            1000..1050,
+        );
     }
     let topology = Topology::cluster(cluster.seeds());
     let admin = Admin::connect_topology(&topology, None).await.unwrap();
@@ -572,31 +590,7 @@ async fn a_dead_consumers_entries_come_with_the_reads_of_another() {
         return;
     }
     // 20 entries a consumer read and then died with.
-    for n in 0..20u64 {
-        let _: String = redis::cmd("XADD")
-            .arg("jobs")
-            .arg("*")
-            .arg("data")
-            .arg(n)
-            .query(&mut c)
-            .unwrap();
-    }
-    let () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg("jobs")
-        .arg("workers")
-        .arg("0")
-        .query(&mut c)
-        .unwrap();
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg("workers")
-        .arg("ghost")
-        .arg("STREAMS")
-        .arg("jobs")
-        .arg(">")
-        .query(&mut c)
-        .unwrap();
+    strand(&mut c, "jobs", "workers", "ghost", 0..20);
     let monitor = Monitor::start(&redis.url());
     let runs = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
     let r = runs.clone();
