@@ -1,4 +1,4 @@
-use super::*;
+use super::{Ran, Verdict, Why, out_of_runs};
 
 fn failed(reject: bool) -> Ran {
     Ran::Failed {

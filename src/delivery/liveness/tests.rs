@@ -1,4 +1,10 @@
-use super::*;
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{HeldUntil, Liveness, Stall, WhileHeld};
 
 #[tokio::test(start_paused = true)]
 async fn the_claim_lapses_a_ttl_after_the_last_confirmed_renewal_was_sent() {

@@ -1,4 +1,8 @@
-use super::*;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{RetryBackoff, RetryQueue, jitter_seed};
 
 #[tokio::test(start_paused = true)]
 async fn items_come_due_in_order_and_only_when_due() {

@@ -1,6 +1,7 @@
 use std::cell::Cell;
 
-use super::*;
+use super::until_stopped;
+use crate::error::Error;
 
 fn refused() -> Error {
     Error::Connect(redis::RedisError::from(std::io::Error::from(

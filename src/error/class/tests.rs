@@ -1,4 +1,6 @@
-use super::*;
+use redis::RedisError;
+
+use super::{Class, classify, closed_after_accept};
 
 fn server(code: &str, detail: &str) -> RedisError {
     redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
