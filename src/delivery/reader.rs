@@ -42,7 +42,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::connection::{Connector, READ_TIMEOUT_MARGIN, client_name};
 use crate::error::{Class, Error};
-use crate::redis::commands::{self, Detected};
+use crate::redis::commands::{self, Detected, ServerCommands};
 use crate::redis::{RedisActor, Unblock};
 
 /// How often a drain sends `CLIENT UNBLOCK` again while a blocked read
@@ -318,6 +318,15 @@ impl Reader {
     /// to a new server.
     pub(crate) fn detected(&self) -> Detected {
         self.opener.detected.clone().unwrap_or_default()
+    }
+
+    /// What [`detected`](Self::detected) holds now, read in place.
+    pub(crate) fn commands(&self) -> ServerCommands {
+        self.opener
+            .detected
+            .as_ref()
+            .map(Detected::get)
+            .unwrap_or_default()
     }
 
     /// The connection for one read, to use inside its future and give back

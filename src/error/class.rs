@@ -50,6 +50,16 @@ impl Class {
         self != Class::Fatal
     }
 
+    /// Whether trying the same command again later may succeed: a lost
+    /// connection, a busy or loading server, a role change, a redirection
+    /// ([`Error::is_retryable`](crate::Error::is_retryable)).
+    pub(crate) fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Class::Connection | Class::Busy | Class::RoleChange | Class::Routing
+        )
+    }
+
     /// Whether the connection that saw it should be dropped and opened again
     /// (to the master of the moment).
     pub(crate) fn reconnects(self) -> bool {

@@ -279,10 +279,7 @@ impl Error {
     /// failover under way, the connections reconnecting). A web handler that
     /// publishes should answer 503 for these, not 500.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self.class(),
-            Class::Connection | Class::Busy | Class::RoleChange | Class::Routing
-        )
+        self.class().is_retryable()
     }
 
     /// What Redis (or the network) said, without rillkit's wrapping words.

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use super::commands::{self, ServerCommands};
 use crate::connection::Shared;
-use crate::error::{Class, classify};
+use crate::error::classify;
 use crate::stream::EntryId;
 
 /// How many message ids per producer a stream keeps on Redis 8.6 and later
@@ -173,7 +173,7 @@ async fn add_known(
                 .await;
             let found = match reply {
                 Ok(reply) => commands::parse(&reply),
-                Err(e) if retryable(&e) => return Err(e),
+                Err(e) if classify(&e).is_retryable() => return Err(e),
                 // Refused (an ACL, an old server): the marker's path.
                 Err(_) => ServerCommands::default(),
             };
@@ -242,12 +242,4 @@ async fn by_script(
     }
     let reply: Option<(String, i64)> = invocation.invoke_async(conn).await?;
     Ok(reply.map(|(id, _)| EntryId(id)))
-}
-
-/// Whether trying again later may succeed (as [`crate::Error::is_retryable`]).
-fn retryable(e: &redis::RedisError) -> bool {
-    matches!(
-        classify(e),
-        Class::Connection | Class::Busy | Class::RoleChange | Class::Routing
-    )
 }

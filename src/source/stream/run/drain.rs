@@ -59,19 +59,36 @@ impl Loop {
             }));
             return;
         }
+        let unstarted: Vec<(EntryId, u64)> = self
+            .queue
+            .drain(..)
+            .map(|d| (d.id, d.delivery_count))
+            .collect();
+        for (id, _) in &unstarted {
+            self.held.remove(id);
+        }
+        let idle = self.sub.opts.claim_idle;
+        self.give_back_unrun(unstarted, idle, "unstarted entries");
+    }
+
+    /// Gives back entries whose delivery (the count given with each) never
+    /// ran here: each keeps the count it had before it, idle for `idle`
+    /// (see [`give_back`](Self::give_back)); one `XCLAIM` per count.
+    pub(super) fn give_back_unrun(
+        &mut self,
+        entries: impl IntoIterator<Item = (EntryId, u64)>,
+        idle: Duration,
+        what: &'static str,
+    ) {
         let mut by_count: std::collections::BTreeMap<u64, Vec<EntryId>> = Default::default();
-        for d in self.queue.drain(..) {
-            self.held.remove(&d.id);
-            by_count.entry(d.delivery_count).or_default().push(d.id);
+        for (id, count) in entries {
+            by_count
+                .entry(count.saturating_sub(1))
+                .or_default()
+                .push(id);
         }
         for (count, ids) in by_count {
-            let idle = self.sub.opts.claim_idle;
-            self.give_back(
-                ids,
-                idle,
-                Some(count.saturating_sub(1)),
-                "unstarted entries",
-            );
+            self.give_back(ids, idle, Some(count), what);
         }
     }
 

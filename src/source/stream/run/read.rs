@@ -110,7 +110,7 @@ impl Reading {
     /// The newer commands the read connection's server has (none before
     /// the first connection).
     pub(super) fn server(&self) -> ServerCommands {
-        self.reader.detected().get()
+        self.reader.commands()
     }
 
     /// Whether a read is in flight (connecting, backing off or on the wire).
@@ -376,16 +376,10 @@ impl Loop {
     fn give_back_late_claims(&mut self, entries: Vec<Delivered>) -> Vec<Delivered> {
         let (claimed, new): (Vec<_>, Vec<_>) =
             entries.into_iter().partition(|d| d.delivery_count > 1);
-        let mut by_count: std::collections::BTreeMap<u64, Vec<EntryId>> = Default::default();
-        for d in claimed {
-            by_count
-                .entry(d.delivery_count - 1)
-                .or_default()
-                .push(d.raw.id);
-        }
-        for (count, ids) in by_count {
-            tracing::warn!(stream = %self.sub.names.name, entries = ids.len(), "a read with CLAIM answered late (the server stalled); its claimed entries are not run here");
-            self.give_back(ids, Duration::ZERO, Some(count), "late-claimed entries");
+        if !claimed.is_empty() {
+            tracing::warn!(stream = %self.sub.names.name, entries = claimed.len(), "a read with CLAIM answered late (the server stalled); its claimed entries are not run here");
+            let claimed = claimed.into_iter().map(|d| (d.raw.id, d.delivery_count));
+            self.give_back_unrun(claimed, Duration::ZERO, "late-claimed entries");
         }
         new
     }
