@@ -109,6 +109,25 @@ pub(crate) fn partition_keys(partition: &str, group: &str) -> (String, String) {
     )
 }
 
+/// The keys beside a stream that hold its scheduled entries, in its hash
+/// slot: the sorted set of schedule ids by due time in ms
+/// (`<slot>:rillkit:scheduled`), the hash of their entries
+/// (`<slot>:rillkit:scheduled-entries`) and the lease of the process that
+/// moves due ones (`<slot>:rillkit:due-mover`).
+pub(crate) fn scheduled_keys(stream: &str) -> [String; 3] {
+    let slot = slot_prefix(stream);
+    [
+        format!("{slot}:rillkit:scheduled"),
+        format!("{slot}:rillkit:scheduled-entries"),
+        format!("{slot}:rillkit:due-mover"),
+    ]
+}
+
+/// 128 random bits in hex: a schedule id.
+pub(crate) fn random_id() -> String {
+    format!("{:016x}{:016x}", unique(), unique())
+}
+
 /// A name as one part of the lease key: `%` and `:` percent-encoded, so
 /// stream `x:y` with group `g` and stream `x` with group `y:g` get
 /// different keys.

@@ -93,6 +93,7 @@ mod otel;
 mod reclaimer;
 mod redis;
 mod retention;
+mod schedule;
 mod source;
 mod status;
 mod stream;
@@ -114,6 +115,7 @@ pub use handler::{BatchEntry, BatchOutcome, HandlerError, HandlerResult, Message
 pub use kind::SourceKind;
 pub use lifecycle::{Phase, Stage, SupervisorOutcome, shutdown_signal};
 pub use order::{MAX_PARTITIONS, OnKeyFailure, json_key, partition_of};
+pub use schedule::{InvalidScheduleId, ScheduleId, Scheduled};
 pub use source::channel::{Channel, ChannelOptions};
 pub use source::list::{List, ListOptions};
 pub use source::stream::ConsumerOptions;

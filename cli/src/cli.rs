@@ -220,6 +220,36 @@ pub enum Command {
             requires = "idempotency_key_field"
         )]
         window: std::time::Duration,
+        /// Schedule each document to be added this long from now (the
+        /// server's clock), e.g. 3s, 15min; printed are the schedule ids
+        /// (rillkit cancel-scheduled takes them). A process consuming the
+        /// stream adds it when due.
+        #[arg(
+            long,
+            value_name = "DURATION",
+            value_parser = humantime::parse_duration,
+            conflicts_with_all = ["key_field", "idempotency_key_field", "at"]
+        )]
+        delay: Option<std::time::Duration>,
+        /// Schedule each document to be added at this time (RFC 3339,
+        /// e.g. 2026-12-24T18:00:00Z), as --delay.
+        #[arg(
+            long,
+            value_name = "TIME",
+            value_parser = humantime::parse_rfc3339_weak,
+            conflicts_with_all = ["key_field", "idempotency_key_field"]
+        )]
+        at: Option<std::time::SystemTime>,
+    },
+    /// Cancel entries scheduled with publish --delay or --at (or
+    /// Broker::publish_after): each id printed as cancelled, or as already
+    /// added or unknown (exit 1 when none was cancelled).
+    CancelScheduled {
+        /// Stream key.
+        stream: String,
+        /// Schedule ids, as publish --delay printed them.
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
     },
     /// Every stream's and group's gauges in the Prometheus text format.
     ///

@@ -68,6 +68,84 @@ pub async fn publish(
     Ok(())
 }
 
+/// `publish --delay` or `--at`: when the documents are due.
+#[derive(Clone, Copy)]
+pub enum When {
+    After(Duration),
+    At(std::time::SystemTime),
+}
+
+/// `publish --delay` / `--at`: each document scheduled (one script each),
+/// its schedule id printed. Without `create`, only for a stream that
+/// exists, as `publish`.
+pub async fn publish_later(
+    ctx: &Ctx,
+    stream: &str,
+    documents: &[String],
+    when: When,
+    create: bool,
+) -> Result<(), Failure> {
+    if !create && !crate::stream_exists(&ctx.admin, stream).await? {
+        return Err(Failure::NotFound(format!(
+            "no stream {stream:?}: nothing scheduled; to schedule for a stream not made yet, add --create"
+        )));
+    }
+    let mut ids = Vec::with_capacity(documents.len());
+    for document in documents {
+        let fields = [("data", document.as_str())];
+        let id = match when {
+            When::After(d) => ctx.admin.schedule_after(stream, &fields, d).await?,
+            When::At(t) => ctx.admin.schedule_at(stream, &fields, t).await?,
+        };
+        ids.push(id.to_string());
+    }
+    if ctx.json {
+        print_json(&json!({ "stream": stream, "scheduled": ids }));
+    } else {
+        for id in &ids {
+            say!("{id}");
+        }
+    }
+    Ok(())
+}
+
+/// `cancel-scheduled`: each id cancelled if still scheduled.
+pub async fn cancel_scheduled(ctx: &Ctx, stream: &str, ids: &[String]) -> Result<(), Failure> {
+    let mut parsed = Vec::with_capacity(ids.len());
+    for id in ids {
+        let id: rillkit::ScheduleId = id
+            .parse()
+            .map_err(|e| Failure::Usage(format!("cancel-scheduled: {e}")))?;
+        parsed.push(id);
+    }
+    let mut cancelled = Vec::new();
+    let mut not = Vec::new();
+    for id in parsed {
+        if ctx.admin.cancel_scheduled(stream, &id).await? {
+            cancelled.push(id.to_string());
+        } else {
+            not.push(id.to_string());
+        }
+    }
+    if ctx.json {
+        print_json(&json!({ "stream": stream, "cancelled": cancelled, "not_scheduled": not }));
+    } else {
+        for id in &cancelled {
+            say!("{id} cancelled");
+        }
+        for id in &not {
+            say!("{id} not scheduled (already added, cancelled, or unknown)");
+        }
+    }
+    if cancelled.is_empty() {
+        return Err(Failure::NothingDone(format!(
+            "cancel-scheduled: none of the {} ids was scheduled on {stream:?}",
+            ids.len()
+        )));
+    }
+    Ok(())
+}
+
 /// `publish --idempotency-key-field`: what makes each document's message
 /// key.
 pub struct Once<'a> {

@@ -239,8 +239,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             idempotency_key_field,
             producer,
             window,
+            delay,
+            at,
         } => {
             let documents = entries::documents(document)?;
+            let when = match (delay, at) {
+                (Some(d), _) => Some(entries::When::After(*d)),
+                (None, Some(t)) => Some(entries::When::At(*t)),
+                (None, None) => None,
+            };
+            if let Some(when) = when {
+                return entries::publish_later(&ctx, stream, &documents, when, *create).await;
+            }
             match (key_field, idempotency_key_field) {
                 (Some(field), _) => {
                     entries::publish_keyed(&ctx, stream, &documents, field, *partitions).await
@@ -255,6 +265,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 }
                 (None, None) => entries::publish(&ctx, stream, &documents, *create).await,
             }
+        }
+        Command::CancelScheduled { stream, ids } => {
+            entries::cancel_scheduled(&ctx, stream, ids).await
         }
         Command::Tail {
             stream,

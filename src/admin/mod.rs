@@ -38,6 +38,7 @@ mod metrics;
 mod ordered;
 mod pending;
 mod preview;
+mod schedule;
 
 pub use dead_letters::{
     DeadLetter, DeadLetterAttempt, DeadLetterFilter, DeadLetterOrigin, RedriveReport, Redriven,

@@ -10,6 +10,7 @@ pub(crate) mod hooks;
 mod pause;
 mod publish;
 pub(crate) mod runtime;
+mod schedule;
 mod spans;
 mod subscribe;
 

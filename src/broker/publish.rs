@@ -451,7 +451,7 @@ impl Broker {
 /// The `traceparent` a stream publish running in the send span `span`
 /// writes: with feature `otel`, inside a span with a valid OpenTelemetry
 /// context, the send span's context; otherwise none.
-fn traceparent_for(span: &tracing::Span) -> Option<crate::TraceParent> {
+pub(super) fn traceparent_for(span: &tracing::Span) -> Option<crate::TraceParent> {
     #[cfg(feature = "otel")]
     {
         crate::otel::for_send(span)
@@ -463,7 +463,7 @@ fn traceparent_for(span: &tracing::Span) -> Option<crate::TraceParent> {
     }
 }
 
-fn encode<T: Serialize + ?Sized, C: Codec>(
+pub(super) fn encode<T: Serialize + ?Sized, C: Codec>(
     stream: &Stream<C>,
     value: &T,
 ) -> Result<Vec<u8>, Error> {

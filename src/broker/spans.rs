@@ -63,3 +63,6 @@ impl Sent for Vec<crate::EntryId> {
 
 /// A list's length or a channel's receivers: nothing to record.
 impl Sent for u64 {}
+
+/// Scheduled entries have no entry id yet: nothing to record.
+impl Sent for Vec<crate::ScheduleId> {}

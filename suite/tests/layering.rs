@@ -39,7 +39,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("status boards", &["status"]),
     ("delivery core", &["delivery", "reclaimer"]),
     ("sources", &["source"]),
-    ("operations beside the consumers", &["retention", "fleet"]),
+    (
+        "operations beside the consumers",
+        &["retention", "schedule", "fleet"],
+    ),
     ("supervision", &["supervisor"]),
     ("the broker", &["broker"]),
     ("over the public API", &["admin", "test_util"]),
