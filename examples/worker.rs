@@ -22,6 +22,7 @@
 //! | `RILLKIT_CLAIM_IDLE_MS` | 30000 | `claim_idle` |
 //! | `RILLKIT_SHUTDOWN_TIMEOUT_MS` | 30000 | drain deadline |
 //! | `RILLKIT_CONCURRENCY` | 1 | handlers at once |
+//! | `RILLKIT_RATE_LIMIT` | unset | `<n>/s` or `<n>/min`: at most that many entries for the whole group ([`ConsumerOptions::with_rate_limit`](rillkit::ConsumerOptions::with_rate_limit)) |
 //! | `RILLKIT_AUTOSCALE` | unset | `<min>-<max>`: grow and shrink the handlers between these on the group's backlog ([`ConsumerOptions::with_autoscale`](rillkit::ConsumerOptions::with_autoscale)) |
 //! | `RILLKIT_LEASE_TTL_MS` | 10000 | the consumer name's lease ([`ConsumerOptions::with_lease_ttl`](rillkit::ConsumerOptions::with_lease_ttl)) |
 //! | `RILLKIT_PRUNE_IDLE_MS` | unset | prune the group's idle empty consumers ([`ConsumerOptions::with_prune_idle`](rillkit::ConsumerOptions::with_prune_idle)) |
@@ -246,6 +247,12 @@ async fn main() {
             panic!("RILLKIT_AUTOSCALE is <min>-<max> handlers, e.g. 1-32, not {range:?}");
         };
         opts = opts.with_autoscale(min..=max);
+    }
+    if let Ok(limit) = std::env::var("RILLKIT_RATE_LIMIT") {
+        let limit: rillkit::RateLimit = limit
+            .parse()
+            .unwrap_or_else(|e| panic!("RILLKIT_RATE_LIMIT: {e}"));
+        opts = opts.with_rate_limit(limit);
     }
     match std::env::var("RILLKIT_ON_KEY_FAILURE").as_deref() {
         Ok("fail_rest") => opts = opts.with_on_key_failure(rillkit::OnKeyFailure::FailRest),

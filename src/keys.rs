@@ -123,6 +123,12 @@ pub(crate) fn scheduled_keys(stream: &str) -> [String; 3] {
     ]
 }
 
+/// The token bucket of `group`'s rate limit, in `stream`'s hash slot:
+/// `<slot>:rillkit:rate:<group>`.
+pub(crate) fn rate_key(stream: &str, group: &str) -> String {
+    format!("{}:rillkit:rate:{}", slot_prefix(stream), key_part(group))
+}
+
 /// 128 random bits in hex: a schedule id.
 pub(crate) fn random_id() -> String {
     format!("{:016x}{:016x}", unique(), unique())

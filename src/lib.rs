@@ -90,6 +90,7 @@ mod lifecycle;
 mod order;
 #[cfg(feature = "otel")]
 mod otel;
+mod rate_limit;
 mod reclaimer;
 mod redis;
 mod retention;
@@ -115,6 +116,7 @@ pub use handler::{BatchEntry, BatchOutcome, HandlerError, HandlerResult, Message
 pub use kind::SourceKind;
 pub use lifecycle::{Phase, Stage, SupervisorOutcome, shutdown_signal};
 pub use order::{MAX_PARTITIONS, OnKeyFailure, json_key, partition_of};
+pub use rate_limit::{InvalidRateLimit, RateLimit};
 pub use schedule::{InvalidScheduleId, ScheduleId, Scheduled};
 pub use source::channel::{Channel, ChannelOptions};
 pub use source::list::{List, ListOptions};

@@ -58,6 +58,9 @@ pub(crate) const IN_FLIGHT: &str = "rillkit_handlers_in_flight";
 pub(crate) const CONCURRENCY: &str = "rillkit_concurrency";
 /// Counter: changes of the autoscaler (label `direction`: up, down).
 pub(crate) const AUTOSCALE_CHANGES: &str = "rillkit_autoscale_changes_total";
+/// Counter: entries a consumer would have read and did not, for want of
+/// permits under its group's rate limit (counted at each take).
+pub(crate) const RATE_LIMITED: &str = "rillkit_entries_rate_limited_total";
 /// Read connections opened again after a loss or a failover.
 pub(crate) const RECONNECTS: &str = "rillkit_reconnects_total";
 /// Consumers restarted by the supervisor after an unrecoverable error or a
@@ -153,6 +156,11 @@ pub(crate) fn describe() {
         Unit::Count,
         "Concurrency changes of the autoscaler (label direction: up, down)."
     );
+    describe_counter!(
+        RATE_LIMITED,
+        Unit::Count,
+        "Entries not read yet for want of permits under the group's rate limit."
+    );
     describe_gauge!(LAG, Unit::Count, LAG_HELP);
     describe_gauge!(PENDING, Unit::Count, PENDING_HELP);
     describe_gauge!(OLDEST_PENDING_AGE, Unit::Seconds, OLDEST_PENDING_AGE_HELP);
@@ -238,6 +246,7 @@ pub(crate) struct ConsumerMetrics {
     pub ack_round_trip: Histogram,
     pub in_flight: Gauge,
     pub reconnects: Counter,
+    pub rate_limited: Counter,
 }
 
 impl ConsumerMetrics {
@@ -254,6 +263,7 @@ impl ConsumerMetrics {
             ack_round_trip: metrics::histogram!(ACK_ROUND_TRIP, &labels),
             in_flight: metrics::gauge!(IN_FLIGHT, &labels),
             reconnects: metrics::counter!(RECONNECTS, &labels),
+            rate_limited: metrics::counter!(RATE_LIMITED, &labels),
         }
         .with_restarts_at_zero(&labels)
     }
@@ -282,6 +292,7 @@ impl ConsumerMetrics {
             ack_round_trip: Histogram::noop(),
             in_flight: Gauge::noop(),
             reconnects: Counter::noop(),
+            rate_limited: Counter::noop(),
         }
         .with_restarts_at_zero(&labels)
     }

@@ -21,6 +21,7 @@ pub(crate) mod claim;
 pub(crate) mod consumer;
 pub(crate) mod drain;
 pub(crate) mod handler;
+pub(crate) mod limit;
 pub(crate) mod liveness;
 mod options;
 pub(crate) mod reader;

@@ -437,6 +437,7 @@ impl Board {
             fleet_paused: self.fleet_paused(),
             concurrency: self.concurrency(),
             in_flight: self.scale.in_flight(),
+            rate_limit: self.scale.rate_limit(),
         }
     }
 }

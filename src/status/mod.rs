@@ -218,6 +218,10 @@ pub struct SubscriptionStatus {
     pub concurrency: usize,
     /// Handlers running now (as of its loop's last turn).
     pub in_flight: usize,
+    /// The group's rate limit
+    /// ([`ConsumerOptions::with_rate_limit`](crate::ConsumerOptions::with_rate_limit)),
+    /// if it has one.
+    pub rate_limit: Option<crate::rate_limit::RateLimit>,
 }
 
 impl SubscriptionStatus {

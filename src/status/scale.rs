@@ -33,6 +33,8 @@ pub(crate) struct Scale {
     auto: AtomicUsize,
     /// The autoscaler, when the subscription has one.
     autoscaler: Mutex<Option<Autoscaler>>,
+    /// The group's rate limit, as built.
+    rate_limit: std::sync::OnceLock<crate::rate_limit::RateLimit>,
 }
 
 impl Scale {
@@ -40,6 +42,16 @@ impl Scale {
     pub(crate) fn configure(&self, concurrency: usize, scalable: bool) {
         self.configured.store(concurrency, Ordering::Relaxed);
         self.scalable.store(scalable, Ordering::Relaxed);
+    }
+
+    /// Sets the group's rate limit, as built (once).
+    pub(crate) fn limit_rate(&self, limit: crate::rate_limit::RateLimit) {
+        let _ = self.rate_limit.set(limit);
+    }
+
+    /// The group's rate limit, as built.
+    pub(crate) fn rate_limit(&self) -> Option<crate::rate_limit::RateLimit> {
+        self.rate_limit.get().copied()
     }
 
     /// The concurrency as built.

@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "message vocabulary and telemetry",
         &[
             "order",
+            "rate_limit",
             "stream",
             "handler",
             "traceparent",

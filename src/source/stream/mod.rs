@@ -178,6 +178,17 @@ impl Subscription {
             }
             board.scale().autoscale(min, max);
         }
+        if let Some(limit) = opts.rate_limit {
+            board.scale().limit_rate(limit);
+        }
+        if order.is_some() && opts.rate_limit.is_some() {
+            return Err(crate::error::ConfigError::Invalid {
+                kind: Some(crate::kind::SourceKind::Stream),
+                key: names.name.to_string(),
+                option: "rate_limit",
+                reason: "not for a stream ordered by key".into(),
+            });
+        }
         for part in board.parts() {
             part.scale().configure(opts.concurrency, false);
         }

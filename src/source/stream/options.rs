@@ -16,6 +16,7 @@ use crate::traceparent::TraceLinking;
 /// | [`with_count`](Self::with_count) | 10 entries | `XREADGROUP … COUNT <n>`, the most one read fetches |
 /// | [`with_concurrency`](Self::with_concurrency) | 1 handler | handlers running at once |
 /// | [`with_autoscale`](Self::with_autoscale) | off | concurrency grown and shrunk between bounds on the group's backlog |
+/// | [`with_rate_limit`](Self::with_rate_limit) | off | at most N entries a second or minute for the whole group (a token bucket in Redis) |
 /// | [`with_max_retries`](Self::with_max_retries) | 3 | runs after the first; then the dead-letter stream |
 /// | [`with_max_failed_sends`](Self::with_max_failed_sends) | 3 | times the server may drop the read connection while sending one entry (read in pieces after the first); then it is dead-lettered by id |
 /// | [`with_claim_idle`](Self::with_claim_idle) | 30 s | min idle time before XCLAIM takes an entry over: crash recovery |
@@ -54,6 +55,7 @@ pub struct ConsumerOptions {
     pub(crate) on_key_failure: OnKeyFailure,
     pub(crate) trace_linking: TraceLinking,
     pub(crate) autoscale: Option<(usize, usize)>,
+    pub(crate) rate_limit: Option<crate::rate_limit::RateLimit>,
 }
 
 impl Default for ConsumerOptions {
@@ -71,6 +73,7 @@ impl Default for ConsumerOptions {
             lease_ttl: Some(Duration::from_secs(10)),
             prune_idle: None,
             autoscale: None,
+            rate_limit: None,
             on_key_failure: OnKeyFailure::Skip,
             trace_linking: TraceLinking::Link,
         }
@@ -160,6 +163,44 @@ impl ConsumerOptions {
     /// [`with_autoscale`](Self::with_autoscale).
     pub fn autoscale(&self) -> Option<(usize, usize)> {
         self.autoscale
+    }
+
+    /// Limits the group to `limit` (say `RateLimit::per_second(100)`):
+    /// every consumer of the group, in every process, takes permits from
+    /// one token bucket in Redis (`<stream slot>:rillkit:rate:<group>`, one
+    /// script per take), and reads no more new entries than it holds
+    /// permits for, so it holds nothing it may not start and leaves the
+    /// rest to other consumers and the drain. A consumer short of permits
+    /// asks again when a batch has built up (up to
+    /// [`burst`](crate::RateLimit::burst)), not once per entry. The limit
+    /// counts entries read (new ones, those claimed with the read, and its
+    /// own pending entries re-read after a reconnect); a failed entry's
+    /// retry and an entry taken over from a dead consumer run without a
+    /// permit. Entries held back are counted by
+    /// `rillkit_entries_rate_limited_total`; the limit in effect is the
+    /// status's [`rate_limit`](crate::SubscriptionStatus::rate_limit). Every
+    /// consumer of a group should be given the same limit (the bucket fills
+    /// at the rate of whoever asked last). Not for a stream ordered by key
+    /// (its `build()` fails).
+    ///
+    /// ```
+    /// use rillkit::{ConsumerOptions, RateLimit};
+    ///
+    /// let opts = ConsumerOptions::default()
+    ///     .with_concurrency(8)
+    ///     .with_rate_limit(RateLimit::per_second(100));
+    /// assert_eq!(opts.rate_limit(), Some(RateLimit::per_second(100)));
+    /// ```
+    #[must_use]
+    pub fn with_rate_limit(mut self, limit: crate::rate_limit::RateLimit) -> Self {
+        self.rate_limit = Some(limit);
+        self
+    }
+
+    /// The group's rate limit, set with
+    /// [`with_rate_limit`](Self::with_rate_limit).
+    pub fn rate_limit(&self) -> Option<crate::rate_limit::RateLimit> {
+        self.rate_limit
     }
 
     /// Sets how many times a failed entry is handled again before it goes to
@@ -418,6 +459,9 @@ impl ConsumerOptions {
                     ),
                 });
             }
+        }
+        if let Some(Err(reason)) = self.rate_limit.map(|l| l.validate()) {
+            return bad("rate_limit", reason);
         }
         if self.claim_idle < Duration::from_millis(1) {
             return bad("claim_idle", "must be at least 1 ms");

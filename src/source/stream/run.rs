@@ -114,7 +114,16 @@ pub(crate) async fn consume(
         metrics.ack_round_trip.clone(),
     );
     let dead_letters = DeadLetters::new(redis.clone(), metrics.clone(), sub.board.clone());
-    let handlers = Handlers::new(metrics.in_flight.clone());
+    let limiter = sub.opts.rate_limit.map(|limit| {
+        crate::delivery::limit::Limiter::new(
+            limit,
+            sub.names.name.clone(),
+            &sub.names.group,
+            redis.clone(),
+            metrics.rate_limited.clone(),
+        )
+    });
+    let handlers = Handlers::new(metrics.in_flight.clone(), limiter);
     let names = (sub.names.name.clone(), sub.consumer.clone());
     let lease = Keeper::new(
         sub.lease.clone(),

@@ -17,8 +17,22 @@ pub(super) const FETCH_WINDOW: Duration = Duration::from_millis(2);
 impl Loop {
     /// Starts the next read if one may start now (see [`Loop::read_count`]).
     pub(super) async fn read_turn(&mut self) {
-        let Some(count) = self.read_count() else {
+        let Some(want) = self.read_count() else {
             return;
+        };
+        // Under a rate limit, no more than the permits held: what is read
+        // may start.
+        let count = match self.handlers.limit() {
+            Some(limit) => {
+                limit.turn(want);
+                let count = want.min(limit.permits());
+                if count == 0 {
+                    return;
+                }
+                limit.spend(count);
+                count
+            }
+            None => want,
         };
         self.start_read(count);
         // Hand the command to the connection now and let its driver task

@@ -11,6 +11,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 use super::Ewma;
 use super::batch::Ended;
+use crate::delivery::limit::Limiter;
 
 pub(super) struct Handlers {
     running: FuturesUnordered<LocalBoxFuture<'static, Ended>>,
@@ -28,10 +29,13 @@ pub(super) struct Handlers {
     /// Since when the next batch gathers in the queue (about: after a batch
     /// started, the rest of the queue counts from then).
     gathering: Option<tokio::time::Instant>,
+    /// The group's rate limit: the permits this consumer holds, which bound
+    /// what it reads, so what it holds it may start.
+    limit: Option<Limiter>,
 }
 
 impl Handlers {
-    pub(super) fn new(gauge: metrics::Gauge) -> Self {
+    pub(super) fn new(gauge: metrics::Gauge, limit: Option<Limiter>) -> Self {
         Handlers {
             running: FuturesUnordered::new(),
             alone: false,
@@ -40,7 +44,13 @@ impl Handlers {
             gauge,
             shown: 0,
             gathering: None,
+            limit,
         }
+    }
+
+    /// The rate limit's permits, if the group has a limit.
+    pub(super) fn limit(&mut self) -> Option<&mut Limiter> {
+        self.limit.as_mut()
     }
 
     /// Handler runs in flight.
@@ -64,13 +74,30 @@ impl Handlers {
         self.alone = alone;
     }
 
-    /// The next handler run that ended (pending while none runs).
-    /// Cancel-safe.
-    pub(super) async fn ended(&mut self) -> Ended {
-        match self.running.next().await {
-            Some(ended) => ended,
-            None => std::future::pending().await,
-        }
+    /// What runs and what may start, to be polled in one pass: the next
+    /// handler run that ended (pending while none runs), and the rate
+    /// limit's bucket answering a take (pending without a limit or a take
+    /// on its way). Both cancel-safe.
+    pub(super) fn events(
+        &mut self,
+    ) -> (
+        impl Future<Output = Ended> + '_,
+        impl Future<Output = ()> + '_,
+    ) {
+        let Handlers { running, limit, .. } = self;
+        let ended = async move {
+            match running.next().await {
+                Some(ended) => ended,
+                None => std::future::pending().await,
+            }
+        };
+        let permits = async move {
+            match limit.as_mut() {
+                Some(l) => l.answered().await,
+                None => std::future::pending().await,
+            }
+        };
+        (ended, permits)
     }
 
     /// A run ended at `ended` (when it ran at all) after `took`: a

@@ -127,7 +127,8 @@ impl consumer::Source for Loop {
             let t = &mut self.timers;
             let side = &mut self.side;
             let mut read_f = pin!(self.reading.next(consuming));
-            let mut ended_f = pin!(self.handlers.ended());
+            let (ended_f, permits_f) = self.handlers.events();
+            let (mut ended_f, mut permits_f) = (pin!(ended_f), pin!(permits_f));
             let mut slot_f = pin!(Loop::slot_given_back(slot_wait));
             let mut acked_f = pin!(self.acks.settled());
             let mut dead_f = pin!(self.dead_letters.ended());
@@ -149,6 +150,7 @@ impl consumer::Source for Loop {
                 answered = r.poll(answered_f.as_mut(), cx);
                 marks = r.poll(marks_f.as_mut(), cx);
                 renewed = r.poll(renewed_f.as_mut(), cx);
+                r.poll(permits_f.as_mut(), cx);
                 retry = r.alarm(&mut t.retry, retry_at, cx);
                 r.alarm(&mut t.reclaim, reclaim_at, cx);
                 refresh = r.alarm(&mut t.refresh, refresh_at, cx);
