@@ -26,6 +26,7 @@ fn stream_row() -> SubscriptionStatus {
         fleet_paused: false,
         concurrency: 4,
         in_flight: 1,
+        rate_limit: None,
     }
 }
 

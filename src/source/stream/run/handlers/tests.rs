@@ -71,7 +71,7 @@ async fn abandoning_drops_every_run() {
     assert_eq!(h.abandon(), 2);
     assert!(h.is_empty() && !h.alone());
     // Nothing runs: `ended` waits.
-    let waited = tokio::time::timeout(Duration::from_millis(10), h.ended()).await;
+    let waited = tokio::time::timeout(Duration::from_millis(10), h.events().0).await;
     assert!(waited.is_err());
 }
 
