@@ -13,6 +13,7 @@
 //! | `RILLKIT_DLQ_MAXLEN` | unset | cap of the dead-letter stream, in entries |
 //! | `RILLKIT_SOURCE` | `stream` | `stream`, `list` (reliable: `BLMOVE`), `list-at-most-once` (`BRPOP`) or `channel` (Pub/Sub) |
 //! | `RILLKIT_STREAM` | `tasks` | the key read: a stream, a list or a channel |
+//! | `RILLKIT_PRIORITY_STREAMS` | unset | `<hi>,<lo>,…`: streams read in priority order instead of `RILLKIT_STREAM` ([`BrokerBuilder::subscribe_prioritized`](rillkit::BrokerBuilder::subscribe_prioritized)), each in `RILLKIT_GROUP` |
 //! | `RILLKIT_HEARTBEAT_TTL_MS` | 10000 | a reliable list consumer's heartbeat TTL ([`ListOptions::with_heartbeat_ttl`](rillkit::ListOptions::with_heartbeat_ttl)) |
 //! | `RILLKIT_GROUP` | `workers` | consumer group |
 //! | `RILLKIT_CONSUMER` | `<group>-<hostname>-<pid>` | consumer name |
@@ -276,7 +277,25 @@ async fn main() {
         let n: usize = n.parse().expect("RILLKIT_BATCH is a number of entries");
         rillkit::BatchOptions::new().with_max_entries(n)
     });
+    let prioritized: Option<Vec<Stream>> =
+        std::env::var("RILLKIT_PRIORITY_STREAMS").ok().map(|names| {
+            names
+                .split(',')
+                .map(|name| Stream::new(name.trim(), stream.group()))
+                .collect()
+        });
     let builder = match std::env::var("RILLKIT_SOURCE").as_deref() {
+        Err(_) | Ok("stream") if prioritized.is_some() => {
+            let streams = prioritized.expect("checked");
+            let streams: Vec<&Stream> = streams.iter().collect();
+            builder.subscribe_prioritized_with_context(
+                &streams,
+                opts,
+                |task: Task, d: rillkit::Delivery| async move {
+                    handle(task, d.delivery_count()).await
+                },
+            )
+        }
         Err(_) | Ok("stream") if batch.is_some() => {
             let batch = batch.expect("checked");
             builder.subscribe_batch(&stream, opts, batch, handle_batch)

@@ -51,6 +51,92 @@ impl BrokerBuilder {
         self
     }
 
+    /// Subscribes one typed handler to several streams read in priority
+    /// order, highest first: while a stream has new entries, the streams
+    /// after it read none. Each stream is consumed as by
+    /// [`subscribe`](Self::subscribe) with `options` (its own group,
+    /// consumer, handler slots, dead-letter stream, retention, status row);
+    /// a stream reads new entries only while every stream before it is
+    /// clear — its last read of new entries came back empty and nothing it
+    /// read waits to start — or is paused or stopped. A stream followed by
+    /// others reads without `BLOCK` until it finds nothing, so they learn it
+    /// at once. There is no starvation guard: a stream that never runs dry
+    /// keeps the ones after it waiting. An entry of a lower stream read just
+    /// before a higher one filled up still runs (at most one read's
+    /// `count`); a consumer's own pending entries (retries, re-reads) run
+    /// whatever the order.
+    ///
+    /// ```no_run
+    /// use rillkit::prelude::*;
+    ///
+    /// let urgent = Stream::new("mail:urgent", "mailer");
+    /// let bulk = Stream::new("mail:bulk", "mailer");
+    /// let builder = Broker::builder("redis://127.0.0.1:6379").subscribe_prioritized(
+    ///     &[&urgent, &bulk],
+    ///     ConsumerOptions::default().with_concurrency(8),
+    ///     |to: String| async move {
+    ///         println!("mail to {to}");
+    ///         HandlerResult::Ok(())
+    ///     },
+    /// );
+    /// ```
+    ///
+    /// `build()` fails ([`ConfigError::Invalid`], option `streams`) for no
+    /// stream, a stream given twice, or a stream ordered by key.
+    pub fn subscribe_prioritized<T, C, F, Fut, E>(
+        mut self,
+        streams: &[&Stream<C>],
+        options: ConsumerOptions,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        C: Codec,
+        F: Fn(T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
+    {
+        let handler = Arc::new(handler);
+        let subs = prioritized(streams, options, |stream| {
+            let f = handler.clone();
+            bind::typed(stream.codec().clone(), move |t: T| f(t))
+        });
+        self.subs.extend(subs);
+        self
+    }
+
+    /// As [`subscribe_prioritized`](Self::subscribe_prioritized), with the
+    /// delivery's context, as
+    /// [`subscribe_with_context`](Self::subscribe_with_context) gives it
+    /// ([`Delivery::stream`](crate::Delivery::stream) tells which stream
+    /// the entry came from).
+    pub fn subscribe_prioritized_with_context<T, C, F, Fut, E>(
+        mut self,
+        streams: &[&Stream<C>],
+        options: ConsumerOptions,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + 'static,
+        C: Codec,
+        F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + 'static,
+        E: Into<HandlerError> + 'static,
+    {
+        let handler = Arc::new(handler);
+        let cell = self.cell.clone();
+        let subs = prioritized(streams, options, |stream| {
+            let f = handler.clone();
+            bind::typed_with_context(
+                stream.codec().clone(),
+                move |t: T, d: Delivery| f(t, d),
+                cell.clone(),
+            )
+        });
+        self.subs.extend(subs);
+        self
+    }
+
     /// Subscribes a typed handler that also receives the delivery's context
     /// ([`Delivery`](crate::Delivery): entry id, delivery count, stream,
     /// group, consumer, and a [`Broker`] handle to publish onward with).
@@ -312,6 +398,58 @@ impl BrokerBuilder {
         self.subs.push(channel_source(channel, options, handler));
         self
     }
+}
+
+/// The subscriptions of streams read in priority order (see
+/// [`BrokerBuilder::subscribe_prioritized`]): one per stream, each with its
+/// handler from `bind`, sharing one [`Priority`](crate::source::stream::priority::Priority);
+/// or one that fails `build()` when the streams cannot be prioritized.
+fn prioritized<C: Codec>(
+    streams: &[&Stream<C>],
+    options: ConsumerOptions,
+    mut bind: impl FnMut(&Stream<C>) -> ErasedHandler,
+) -> Vec<Pending> {
+    use crate::source::stream::priority::{Level, Priority};
+    let invalid = |key: &str, reason: &str| -> Vec<Pending> {
+        let (key, reason) = (key.to_owned(), reason.to_owned());
+        vec![Box::new(move |_, _| {
+            Err(ConfigError::Invalid {
+                kind: Some(crate::SourceKind::Stream),
+                key,
+                option: "streams",
+                reason,
+            })
+        })]
+    };
+    let mut names: Vec<&str> = streams.iter().map(|s| s.name()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return invalid(w[0], "subscribe_prioritized got this stream twice");
+    }
+    if streams.is_empty() {
+        return invalid("", "subscribe_prioritized needs at least one stream");
+    }
+    if let Some(s) = streams.iter().find(|s| s.names().order.is_some()) {
+        return invalid(s.name(), "a stream ordered by key cannot be prioritized");
+    }
+    let priority = Priority::new(streams.len());
+    streams
+        .iter()
+        .enumerate()
+        .map(|(index, stream)| {
+            let h = bind(stream);
+            let level = Level {
+                priority: priority.clone(),
+                index,
+            };
+            let (names, opts) = (stream.names(), options.clone());
+            Box::new(move |cluster, drain| {
+                let mut sub = Subscription::build(names, opts, h, cluster, drain)?;
+                sub.priority = Some(level);
+                Ok(Source::Stream(Arc::new(sub)))
+            }) as Pending
+        })
+        .collect()
 }
 
 /// A subscription as given to the builder, made into a [`Source`] by

@@ -34,6 +34,7 @@
 pub(crate) mod hygiene;
 mod options;
 pub(crate) mod ordered;
+pub(crate) mod priority;
 mod run;
 
 use crate::delivery::default_consumer_name;
@@ -70,6 +71,8 @@ pub(crate) struct Subscription {
     /// What it is: plain, batched, ordered, or a partition of an ordered
     /// stream.
     pub shape: Shape,
+    /// Its place among the streams of a prioritized subscription.
+    pub priority: Option<priority::Level>,
 }
 
 /// The shapes a stream subscription can have: one of them, so no
@@ -201,6 +204,7 @@ impl Subscription {
             handler,
             drain_timeout,
             board,
+            priority: None,
         };
         if let Some(order) = order {
             sub.shape = Shape::Ordered(ordered::Ordered::build(order, &sub, cluster)?);

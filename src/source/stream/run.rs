@@ -23,6 +23,7 @@ mod handlers;
 mod hygiene;
 mod lease;
 mod order;
+mod pace;
 mod pause;
 mod pel;
 mod read;
@@ -123,7 +124,10 @@ pub(crate) async fn consume(
             metrics.rate_limited.clone(),
         )
     });
-    let handlers = Handlers::new(metrics.in_flight.clone(), limiter);
+    let handlers = Handlers::new(
+        metrics.in_flight.clone(),
+        pace::Pace::new(limiter, sub.priority.clone()),
+    );
     let names = (sub.names.name.clone(), sub.consumer.clone());
     let lease = Keeper::new(
         sub.lease.clone(),
@@ -214,6 +218,8 @@ pub(crate) async fn consume(
     }
     let pause = lp.sub.board.pause_watch();
     consumer::run(&mut lp, stop, Some(pause)).await;
+    // Gone: the streams after this one do not wait for it.
+    lp.handlers.pace().show(true, true);
     let r = &lp.report;
     if r.error.is_none() && r.panic.is_none() && !r.timed_out && !r.lease_lost {
         lp.leave_group().await;

@@ -163,6 +163,7 @@ impl Ordered {
                     consumer: sub.consumer.clone(),
                     opts: sub.opts.clone(),
                     handler: sub.handler.clone(),
+                    priority: None,
                     drain_timeout: sub.drain_timeout,
                     board,
                 }))

@@ -20,19 +20,16 @@ impl Loop {
         let Some(want) = self.read_count() else {
             return;
         };
-        // Under a rate limit, no more than the permits held: what is read
-        // may start.
-        let count = match self.handlers.limit() {
-            Some(limit) => {
-                limit.turn(want);
-                let count = want.min(limit.permits());
-                if count == 0 {
-                    return;
-                }
-                limit.spend(count);
-                count
-            }
-            None => want,
+        // New entries only while the streams before this one are clear (a
+        // prioritized subscription); under a rate limit, no more than the
+        // permits held: what is read may start.
+        let new = matches!(self.reading.cursor(), Cursor::New);
+        let pace = self.handlers.pace();
+        if new && !pace.may_read_new() {
+            return;
+        }
+        let Some(count) = pace.admit(want) else {
+            return;
         };
         self.start_read(count);
         // Hand the command to the connection now and let its driver task

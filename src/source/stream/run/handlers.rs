@@ -1,8 +1,9 @@
 //! The handler runs in flight: their futures, whether a redelivery runs
 //! alone, how long a handler takes (for the prefetch), when one last
 //! finished (a stalled handler holds reads back), the in-flight gauge, and
-//! when the next batch of a batch handler began gathering. The loop decides
-//! what starts; [`Handlers`] keeps what runs.
+//! when the next batch of a batch handler began gathering; and the pace
+//! reads keep so that what is read may start ([`Pace`]: a rate limit, a
+//! priority). The loop decides what starts; [`Handlers`] keeps what runs.
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 use super::Ewma;
 use super::batch::Ended;
-use crate::delivery::limit::Limiter;
+use super::pace::Pace;
 
 pub(super) struct Handlers {
     running: FuturesUnordered<LocalBoxFuture<'static, Ended>>,
@@ -29,13 +30,12 @@ pub(super) struct Handlers {
     /// Since when the next batch gathers in the queue (about: after a batch
     /// started, the rest of the queue counts from then).
     gathering: Option<tokio::time::Instant>,
-    /// The group's rate limit: the permits this consumer holds, which bound
-    /// what it reads, so what it holds it may start.
-    limit: Option<Limiter>,
+    /// The rate limit and priority reads keep to.
+    pace: Pace,
 }
 
 impl Handlers {
-    pub(super) fn new(gauge: metrics::Gauge, limit: Option<Limiter>) -> Self {
+    pub(super) fn new(gauge: metrics::Gauge, pace: Pace) -> Self {
         Handlers {
             running: FuturesUnordered::new(),
             alone: false,
@@ -44,13 +44,13 @@ impl Handlers {
             gauge,
             shown: 0,
             gathering: None,
-            limit,
+            pace,
         }
     }
 
-    /// The rate limit's permits, if the group has a limit.
-    pub(super) fn limit(&mut self) -> Option<&mut Limiter> {
-        self.limit.as_mut()
+    /// The rate limit and priority reads keep to.
+    pub(super) fn pace(&mut self) -> &mut Pace {
+        &mut self.pace
     }
 
     /// Handler runs in flight.
@@ -74,30 +74,23 @@ impl Handlers {
         self.alone = alone;
     }
 
-    /// What runs and what may start, to be polled in one pass: the next
-    /// handler run that ended (pending while none runs), and the rate
-    /// limit's bucket answering a take (pending without a limit or a take
-    /// on its way). Both cancel-safe.
+    /// What runs and what may be read, to be polled in one pass: the next
+    /// handler run that ended (pending while none runs), and a change of
+    /// pace (see [`Pace::changed`]). Both cancel-safe.
     pub(super) fn events(
         &mut self,
     ) -> (
         impl Future<Output = Ended> + '_,
         impl Future<Output = ()> + '_,
     ) {
-        let Handlers { running, limit, .. } = self;
+        let Handlers { running, pace, .. } = self;
         let ended = async move {
             match running.next().await {
                 Some(ended) => ended,
                 None => std::future::pending().await,
             }
         };
-        let permits = async move {
-            match limit.as_mut() {
-                Some(l) => l.answered().await,
-                None => std::future::pending().await,
-            }
-        };
-        (ended, permits)
+        (ended, pace.changed())
     }
 
     /// A run ended at `ended` (when it ran at all) after `took`: a

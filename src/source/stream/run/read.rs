@@ -339,51 +339,6 @@ impl Reading {
 }
 
 impl Loop {
-    /// Whether reads of new entries take the group's idle pending entries
-    /// too (`XREADGROUP … CLAIM <claim_idle>`, Redis 8.4), instead of a
-    /// separate reclaim pass: where the read connection's server has it,
-    /// and never in a partition of an ordered stream (its entries change
-    /// hands only with its lease, and `CLAIM` serves the longest idle
-    /// first, not in id order).
-    ///
-    /// The lease rule holds as with the reclaimer: an entry a live consumer
-    /// holds is refreshed every `claim_idle / 3` (`XCLAIM … JUSTID`), so it
-    /// is never idle for `claim_idle`; a handler may run longer than that.
-    pub(super) fn claims_in_read(&self) -> bool {
-        self.fence.is_none() && self.reading.server().claim_in_read()
-    }
-
-    /// Whether the next read takes idle entries: as a reclaim would, only
-    /// after a quiet window (a stall is not a death) and only when nothing
-    /// runs or waits here (what it takes is a redelivery, which runs alone,
-    /// and must not be charged a delivery for a neighbour's crash). A busy
-    /// consumer peeks through the reclaimer instead, and when an idle entry
-    /// waits it makes room: it reads nothing more until it is idle, then
-    /// reads with `CLAIM`.
-    pub(super) fn claim_with_read(&self) -> bool {
-        self.claims_in_read()
-            && self.stall.quiet()
-            && self.handlers.is_empty()
-            && self.queue.is_empty()
-    }
-
-    /// A read with `CLAIM` answered late (the server stalled while it
-    /// waited): the entries it claimed may belong to consumers that could
-    /// not refresh meanwhile, so none runs here. Each is kept pending with
-    /// its delivery count as it was and no idle time, for its holder's next
-    /// refresh to take back (or, if it is gone, for a claim after
-    /// `claim_idle`). Answers the new entries.
-    fn give_back_late_claims(&mut self, entries: Vec<Delivered>) -> Vec<Delivered> {
-        let (claimed, new): (Vec<_>, Vec<_>) =
-            entries.into_iter().partition(|d| d.delivery_count > 1);
-        if !claimed.is_empty() {
-            tracing::warn!(stream = %self.sub.names.name, entries = claimed.len(), "a read with CLAIM answered late (the server stalled); its claimed entries are not run here");
-            let claimed = claimed.into_iter().map(|d| (d.raw.id, d.delivery_count));
-            self.give_back_unrun(claimed, Duration::ZERO, "late-claimed entries");
-        }
-        new
-    }
-
     /// Starts a read of up to `count` entries: new ones, or a page of this
     /// consumer's own PEL.
     pub(super) fn start_read(&mut self, count: usize) {
@@ -400,9 +355,10 @@ impl Loop {
                     .arg(&*s.names.group)
                     .arg(&*s.consumer)
                     .arg("COUNT")
-                    .arg(count)
-                    .arg("BLOCK")
-                    .arg(s.opts.block.as_millis() as u64);
+                    .arg(count);
+                if !self.handlers.pace().probes() {
+                    cmd.arg("BLOCK").arg(s.opts.block.as_millis() as u64);
+                }
                 // The group's idle pending entries first, in the same read
                 // (`XREADGROUP … CLAIM`).
                 if self.claim_with_read() {
@@ -455,6 +411,9 @@ impl Loop {
         } else {
             entries
         };
+        if done.pel.is_none() {
+            self.handlers.pace().found(entries.len());
+        }
         let claimed = entries.iter().filter(|d| d.delivery_count > 1).count();
         if claimed > 0 && done.pel.is_none() {
             tracing::info!(

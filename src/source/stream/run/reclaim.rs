@@ -13,6 +13,7 @@ use futures::future::LocalBoxFuture;
 use super::{Loop, maybe};
 use crate::error::Error;
 use crate::reclaimer::{self, Claim, ReclaimerActor};
+use crate::redis::reply::Delivered;
 use crate::stream::EntryId;
 use crate::util::log_wait;
 
@@ -189,5 +190,53 @@ impl Loop {
                 log_wait!(e.class(), stream = %self.sub.names.name, error = %e, "reclaim failed; trying again later");
             }
         }
+    }
+}
+
+/// Reclaim inside the read (`XREADGROUP … CLAIM`).
+impl Loop {
+    /// Whether reads of new entries take the group's idle pending entries
+    /// too (`XREADGROUP … CLAIM <claim_idle>`, Redis 8.4), instead of a
+    /// separate reclaim pass: where the read connection's server has it,
+    /// and never in a partition of an ordered stream (its entries change
+    /// hands only with its lease, and `CLAIM` serves the longest idle
+    /// first, not in id order).
+    ///
+    /// The lease rule holds as with the reclaimer: an entry a live consumer
+    /// holds is refreshed every `claim_idle / 3` (`XCLAIM … JUSTID`), so it
+    /// is never idle for `claim_idle`; a handler may run longer than that.
+    pub(super) fn claims_in_read(&self) -> bool {
+        self.fence.is_none() && self.reading.server().claim_in_read()
+    }
+
+    /// Whether the next read takes idle entries: as a reclaim would, only
+    /// after a quiet window (a stall is not a death) and only when nothing
+    /// runs or waits here (what it takes is a redelivery, which runs alone,
+    /// and must not be charged a delivery for a neighbour's crash). A busy
+    /// consumer peeks through the reclaimer instead, and when an idle entry
+    /// waits it makes room: it reads nothing more until it is idle, then
+    /// reads with `CLAIM`.
+    pub(super) fn claim_with_read(&self) -> bool {
+        self.claims_in_read()
+            && self.stall.quiet()
+            && self.handlers.is_empty()
+            && self.queue.is_empty()
+    }
+
+    /// A read with `CLAIM` answered late (the server stalled while it
+    /// waited): the entries it claimed may belong to consumers that could
+    /// not refresh meanwhile, so none runs here. Each is kept pending with
+    /// its delivery count as it was and no idle time, for its holder's next
+    /// refresh to take back (or, if it is gone, for a claim after
+    /// `claim_idle`). Answers the new entries.
+    pub(super) fn give_back_late_claims(&mut self, entries: Vec<Delivered>) -> Vec<Delivered> {
+        let (claimed, new): (Vec<_>, Vec<_>) =
+            entries.into_iter().partition(|d| d.delivery_count > 1);
+        if !claimed.is_empty() {
+            tracing::warn!(stream = %self.sub.names.name, entries = claimed.len(), "a read with CLAIM answered late (the server stalled); its claimed entries are not run here");
+            let claimed = claimed.into_iter().map(|d| (d.raw.id, d.delivery_count));
+            self.give_back_unrun(claimed, Duration::ZERO, "late-claimed entries");
+        }
+        new
     }
 }

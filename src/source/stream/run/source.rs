@@ -90,6 +90,9 @@ impl consumer::Source for Loop {
         self.timers.ack_at = self.acks.turn(ack_now, self.sub.opts.count);
         self.handlers.show();
         self.sub.board.scale().set_in_flight(self.handlers.len());
+        let reads_nothing = self.drain.is_some() || self.sub.board.paused();
+        let idle = self.queue.is_empty();
+        self.handlers.pace().show(idle, reads_nothing);
         self.drain.is_some()
             && !self.reading.is_reading()
             && self.handlers.is_empty()

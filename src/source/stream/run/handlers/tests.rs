@@ -35,7 +35,7 @@ fn id(e: &Ended) -> &str {
 
 #[tokio::test(start_paused = true)]
 async fn a_redelivery_runs_alone_until_it_finishes() {
-    let mut h = Handlers::new(metrics::Gauge::noop(), None);
+    let mut h = Handlers::new(metrics::Gauge::noop(), Pace::new(None, None));
     assert!(!h.alone());
     h.push(async { ended("1-0") }.boxed_local(), true);
     assert!((h.len(), h.alone()) == (1, true));
@@ -49,7 +49,7 @@ async fn a_redelivery_runs_alone_until_it_finishes() {
 
 #[tokio::test(start_paused = true)]
 async fn handlers_that_finish_nothing_for_a_window_are_stalled() {
-    let mut h = Handlers::new(metrics::Gauge::noop(), None);
+    let mut h = Handlers::new(metrics::Gauge::noop(), Pace::new(None, None));
     let window = Duration::from_millis(2);
     assert!(!h.stalled(window), "nothing runs");
     h.push(futures::future::pending().boxed_local(), false);
@@ -64,7 +64,7 @@ async fn handlers_that_finish_nothing_for_a_window_are_stalled() {
 
 #[tokio::test(start_paused = true)]
 async fn abandoning_drops_every_run() {
-    let mut h = Handlers::new(metrics::Gauge::noop(), None);
+    let mut h = Handlers::new(metrics::Gauge::noop(), Pace::new(None, None));
     h.push(futures::future::pending().boxed_local(), true);
     h.push(futures::future::pending().boxed_local(), false);
     h.show();
@@ -77,7 +77,7 @@ async fn abandoning_drops_every_run() {
 
 #[test]
 fn the_gathering_batch_keeps_its_start() {
-    let mut h = Handlers::new(metrics::Gauge::noop(), None);
+    let mut h = Handlers::new(metrics::Gauge::noop(), Pace::new(None, None));
     assert_eq!(h.gathering(), None);
     let at = tokio::time::Instant::now();
     h.gather_since(Some(at));
