@@ -7,6 +7,7 @@
 //! RILLKIT_BENCH_ONLY=cpu cargo bench --bench throughput  # section 6 alone
 //! RILLKIT_BENCH_ONLY=consume cargo bench --bench throughput  # rows 1 and 2 alone
 //! RILLKIT_BENCH_ONLY=ordered cargo bench --bench throughput  # row 11 alone
+//! RILLKIT_BENCH_ONLY=when cargo bench --bench throughput  # row 13 alone
 //! RILLKIT_BENCH_ONLY=dashboard cargo bench --features dashboard --bench throughput
 //! ```
 //!
@@ -31,6 +32,8 @@
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "when.rs"]
+mod when;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -1037,6 +1040,10 @@ fn main() {
             redis8_rows(&url, n, &row).await;
             return;
         }
+        if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("when") {
+            when::rows(&url, &row).await;
+            return;
+        }
         if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("ordered") {
             let (ordered, plain) = ordered_rates(&url, keyed_n).await;
             ordered_rows(ordered, plain);
@@ -1244,6 +1251,7 @@ fn main() {
         );
         let (ordered, plain) = ordered_rates(&url, keyed_n).await;
         ordered_rows(ordered, plain);
+        when::rows(&url, &row).await;
         #[cfg(feature = "dashboard")]
         {
             let (median, worst) = dashboard_overview_ms(&url).await;
