@@ -32,7 +32,7 @@
 
 #[path = "../tests/support/mod.rs"]
 mod support;
-#[path = "when.rs"]
+#[path = "rows/when.rs"]
 mod when;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
