@@ -293,3 +293,73 @@ async fn publish_after_at_and_cancel() {
     let held: bool = redis::cmd("EXISTS").arg(lease).query(&mut c).unwrap();
     assert!(!held, "the mover lease outlived the broker");
 }
+
+/// Under a cluster every script's keys share the stream's slot: streams
+/// with and without a hash tag, on different masters, each get their
+/// scheduled entries, and a rate-limited group its permits.
+#[actix_rt::test]
+async fn scheduled_entries_and_a_rate_limit_in_a_cluster() {
+    let cluster = support::RedisCluster::start();
+    let topology = rillkit::Topology::cluster(cluster.seeds());
+    let mut names: Vec<String> = vec!["jobs{tenant-7}".to_owned()];
+    let mut owners = std::collections::HashSet::new();
+    owners.insert(cluster.owner_of_slot(cluster.slot_of(&names[0])));
+    for i in 0.. {
+        let name = format!("jobs-{i}");
+        if owners.insert(cluster.owner_of_slot(cluster.slot_of(&name))) {
+            names.push(name);
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    let got: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut builder = Broker::with_topology(topology.clone());
+    let streams: Vec<Stream> = names.iter().map(|n| Stream::new(n, "g")).collect();
+    for s in &streams {
+        let g = got.clone();
+        builder = builder.subscribe(
+            s,
+            ConsumerOptions::default()
+                .with_rate_limit(rillkit::RateLimit::per_second(50))
+                .with_concurrency(4),
+            move |text: String| {
+                let g = g.clone();
+                async move {
+                    g.lock().unwrap().push(text);
+                    HandlerResult::Ok(())
+                }
+            },
+        );
+    }
+    let broker = builder.build().unwrap();
+    broker.start().await.unwrap();
+    let start = now_ms();
+    for s in &streams {
+        let ids = broker
+            .publish_batch_after(
+                s,
+                (0..20).map(|i| format!("{}-{i}", s.name())),
+                Duration::from_secs(1),
+            )
+            .await
+            .unwrap();
+        assert_eq!(ids.len(), 20);
+    }
+    eventually("every scheduled entry handled", WAIT, || {
+        got.lock().unwrap().len() == 60
+    })
+    .await;
+    assert!(now_ms() >= start + 1000);
+    let admin = Admin::connect_topology(&topology, None).await.unwrap();
+    for n in &names {
+        assert_eq!(admin.scheduled(n).await.unwrap().count, 0, "{n}");
+        let mut c = cluster.conn_for_key(n);
+        assert_eq!(stream_len(&mut c, n), 20, "{n}");
+    }
+    let mut got = got.lock().unwrap().clone();
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), 60, "an entry ran twice");
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}
