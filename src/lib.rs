@@ -165,6 +165,8 @@ pub mod guide {
     pub struct Ordering;
     #[doc = include_str!("../docs/guide/src/batches.md")]
     pub struct Batches;
+    #[doc = include_str!("../docs/guide/src/scheduling.md")]
+    pub struct Scheduling;
     #[doc = include_str!("../docs/guide/src/shutdown.md")]
     pub struct Shutdown;
     #[doc = include_str!("../docs/guide/src/production.md")]

@@ -123,15 +123,6 @@ pub(super) async fn lifecycle(
         &redis,
         broker.retention_period(),
     );
-    let movers = crate::schedule::mover::start(
-        streams
-            .iter()
-            .flat_map(|s| s.readers())
-            .map(|s| s.names.clone())
-            .collect::<Vec<_>>()
-            .iter(),
-        &redis,
-    );
     let poller = crate::status::StatusPoller::new(
         broker.boards().clone(),
         redis.clone(),
@@ -169,9 +160,6 @@ pub(super) async fn lifecycle(
         });
     for r in retention {
         let _ = r.send(crate::retention::Stop).await;
-    }
-    for m in movers {
-        let _ = m.send(crate::schedule::mover::Stop).await;
     }
     let _ = poller.send(crate::status::Stop).await;
     let _ = fleet.send(crate::fleet::Stop).await;

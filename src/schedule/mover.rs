@@ -29,6 +29,10 @@ pub(crate) const WATCH: Duration = Duration::from_millis(500);
 /// The most entries one script run moves (then it runs again at once).
 const PER_RUN: usize = 500;
 
+/// How long a mover the ACL refuses waits before it asks again (the ACL may
+/// be put right; a user who schedules nothing need not grant it).
+const REFUSED_WAIT: Duration = Duration::from_secs(600);
+
 /// KEYS: the sorted set, the hash, the lease, the stream. ARGV: token, lease
 /// ttl ms, most entries to move. Answers `{0, 0, pttl}` when another holds
 /// the lease, else `{1, moved, ms until the next is due or -1}`.
@@ -157,6 +161,13 @@ impl DueMover {
         ctx.spawn(req.into_actor(self).map(|res, act, ctx| {
             let next = match res {
                 Ok(Ok(v)) => act.answered(&v),
+                Ok(Err(e)) if e.class() == crate::error::Class::Permission => {
+                    if act.retry.failures() == 0 {
+                        tracing::warn!(stream = %act.stream, error = %e, "scheduled entries of this stream are not moved by this process: the ACL refuses the due-mover's script (it needs EVALSHA and, in the script, TIME, GET, SET, PTTL, ZRANGEBYSCORE, ZRANGE, ZREM, HGET, HDEL, XADD); asking again every 10 min");
+                    }
+                    let _ = act.retry.failed();
+                    REFUSED_WAIT
+                }
                 Ok(Err(e)) => {
                     let (delay, log) = act.retry.failed();
                     if log {
@@ -224,20 +235,6 @@ impl Handler<Stop> for DueMover {
         });
         Box::pin(release.into_actor(self).map(|_, _, ctx| ctx.stop()))
     }
-}
-
-/// Starts one mover per distinct stream of `streams` (not the partitions
-/// of a stream ordered by key: nothing is scheduled on those).
-pub(crate) fn start<'a>(
-    streams: impl IntoIterator<Item = &'a crate::stream::StreamNames>,
-    redis: &Addr<RedisActor>,
-) -> Vec<Addr<DueMover>> {
-    let mut seen = std::collections::HashSet::new();
-    streams
-        .into_iter()
-        .filter(|n| n.order.is_none() && seen.insert(n.name.clone()))
-        .map(|n| DueMover::new(n.name.clone(), redis.clone()).start())
-        .collect()
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ use crate::error::Error;
 use crate::lifecycle::{Owner, SupervisorOutcome};
 use crate::reclaimer::ReclaimerActor;
 use crate::redis::RedisActor;
+use crate::schedule::mover::DueMover;
 use crate::source::Source;
 use crate::source::stream::{Subscription, stream_loop};
 use crate::status::Boards;
@@ -176,6 +177,9 @@ pub(crate) struct Supervisor {
     draining: bool,
     outcome: SupervisorOutcome,
     drained: Option<oneshot::Sender<SupervisorOutcome>>,
+    /// One due-mover per stream consumed here (scheduled entries), for
+    /// subscriptions added at run time too; stopped at the drain.
+    movers: std::collections::HashMap<Arc<str>, Addr<DueMover>>,
 }
 
 impl Supervisor {
@@ -189,7 +193,24 @@ impl Supervisor {
             draining: false,
             outcome: SupervisorOutcome::default(),
             drained: None,
+            movers: std::collections::HashMap::new(),
         }
+    }
+
+    /// Starts the due-mover of each stream `source` reads that has none
+    /// yet (not the partitions of a stream ordered by key: nothing is
+    /// scheduled there).
+    fn move_due(&mut self, source: &Source, redis: &Addr<RedisActor>) {
+        let Some(sub) = source.as_stream() else {
+            return;
+        };
+        if sub.names.order.is_some() {
+            return;
+        }
+        let name = sub.names.name.clone();
+        self.movers
+            .entry(name.clone())
+            .or_insert_with(|| DueMover::new(name, redis.clone()).start());
     }
 
     fn live(&self) -> usize {
@@ -317,6 +338,7 @@ impl Handler<StartConsumers> for Supervisor {
         self.redis = Some(redis.clone());
         self.running = true;
         for source in self.subs.clone() {
+            self.move_due(&source, &redis);
             let reclaimer = source.as_stream().map(|s| self.reclaimer_for(s, &redis));
             self.slots.push(Slot::new(source, reclaimer));
         }
@@ -347,6 +369,7 @@ impl Handler<AddSource> for Supervisor {
             };
             return Box::pin(async move { Err(e) });
         };
+        self.move_due(&msg.0, &redis);
         let reclaimer = msg.0.as_stream().map(|s| self.reclaimer_for(s, &redis));
         self.slots.push(Slot::new(msg.0, reclaimer));
         let index = self.slots.len() - 1;
@@ -405,6 +428,13 @@ impl Handler<DrainAll> for Supervisor {
                 addr.do_send(Drain(msg.0));
             }
         }
+        // No entry is made due while the consumers stop; each mover drops
+        // its lease, so a process still running takes over at once.
+        let movers = futures::future::join_all(
+            self.movers
+                .drain()
+                .map(|(_, m)| m.send(crate::schedule::mover::Stop)),
+        );
         let (tx, rx) = oneshot::channel();
         self.drained = Some(tx);
         self.maybe_drained();
@@ -413,7 +443,8 @@ impl Handler<DrainAll> for Supervisor {
         // drain: give up a little after the deadline.
         let give_up = tokio::time::Instant::from_std(msg.0) + Duration::from_secs(5);
         Box::pin(async move {
-            match tokio::time::timeout_at(give_up, rx).await {
+            let (_, drained) = futures::join!(movers, tokio::time::timeout_at(give_up, rx));
+            match drained {
                 Ok(Ok(o)) => o,
                 _ => SupervisorOutcome {
                     timed_out: true,

@@ -363,3 +363,39 @@ async fn scheduled_entries_and_a_rate_limit_in_a_cluster() {
     assert_eq!(got.len(), 60, "an entry ran twice");
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
+
+/// A subscription added at run time gets its stream's due-mover too.
+#[actix_rt::test]
+async fn a_subscription_added_at_run_time_moves_due_entries() {
+    let redis = RedisServer::start();
+    let broker = Broker::builder(redis.url()).build().unwrap();
+    broker.start().await.unwrap();
+    let s = Stream::new("added-later", "g");
+    let got: Arc<Mutex<Vec<String>>> = Arc::default();
+    let g = got.clone();
+    let _handle = broker
+        .subscribe(&s, ConsumerOptions::default(), move |text: String| {
+            let g = g.clone();
+            async move {
+                g.lock().unwrap().push(text);
+                HandlerResult::Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    broker
+        .publish_after(&s, "later", Duration::from_millis(200))
+        .await
+        .unwrap();
+    eventually("the scheduled entry handled", WAIT, || {
+        got.lock().unwrap().len() == 1
+    })
+    .await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    let mut c = redis.conn();
+    let held: bool = redis::cmd("EXISTS")
+        .arg("{added-later}:rillkit:due-mover")
+        .query(&mut c)
+        .unwrap();
+    assert!(!held, "the mover lease outlived the broker");
+}
