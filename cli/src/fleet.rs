@@ -145,11 +145,14 @@ pub async fn fleet(ctx: &Ctx) -> Result<(), Failure> {
             } else {
                 s.state.clone()
             };
-            let concurrency = if s.concurrency == s.configured_concurrency {
+            let mut concurrency = if s.concurrency == s.configured_concurrency {
                 s.concurrency.to_string()
             } else {
                 format!("{} (built {})", s.concurrency, s.configured_concurrency)
             };
+            if let Some(limit) = &s.rate_limit {
+                concurrency.push_str(&format!(", at most {limit}"));
+            }
             rows.push(vec![
                 s.consumer.clone(),
                 p.host.clone(),

@@ -70,6 +70,9 @@ fn render(base: &str, fleet: &[FleetProcess], done: Option<&str>, token: Option<
                                     @if s.concurrency != s.configured_concurrency {
                                         span.muted { " (built " (s.configured_concurrency) ")" }
                                     }
+                                    @if let Some(limit) = &s.rate_limit {
+                                        span.muted.rate-limit { ", at most " (limit) }
+                                    }
                                 }
                                 td.n.in-flight { (s.in_flight) }
                                 td.state { (s.state) @if s.fleet_paused { " (fleet pause)" } }

@@ -80,6 +80,9 @@ pub struct FleetSubscription {
     /// Its autoscaler, when it has one.
     #[serde(default)]
     pub autoscale: Option<FleetAutoscale>,
+    /// Its group's rate limit, as text (`100/s`), when it has one.
+    #[serde(default)]
+    pub rate_limit: Option<String>,
 }
 
 /// What a subscription's autoscaler saw and decided last.
@@ -144,6 +147,7 @@ pub(crate) fn record(me: &Identity, boards: &[Arc<Board>]) -> Option<FleetProces
                     backlog: a.backlog,
                     last_change: a.last_change,
                 }),
+                rate_limit: s.rate_limit.map(|l| l.to_string()),
             })
         })
         .collect();

@@ -51,6 +51,21 @@ async fn a_limited_consumer_reads_only_what_it_may_start_and_drains_at_once() {
     broker.start().await.unwrap();
     let status = broker.status();
     assert_eq!(status.subscriptions[0].rate_limit, Some(limit));
+    // The fleet view shows it too.
+    let admin = rillkit::admin::Admin::connect(&redis.url()).await.unwrap();
+    let mut shown = None;
+    for _ in 0..200 {
+        let fleet = admin.fleet().await.unwrap();
+        shown = fleet
+            .iter()
+            .flat_map(|p| &p.subscriptions)
+            .find_map(|s| s.rate_limit.clone());
+        if shown.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(shown.as_deref(), Some("10/s"));
 
     // With 16 free slots and reads of 50, it still holds at most a burst
     // (2) at a time, however long one looks.
