@@ -9,7 +9,7 @@ use crate::kind::SourceKind;
 use crate::redis::{Publish, PublishOnce, Query};
 use crate::source::channel::Channel;
 use crate::source::list::List;
-use crate::stream::{Codec, EntryId, MessageKey, Stream};
+use crate::stream::{Codec, EntryId, MessageKey, Stream, StreamNames};
 
 impl Broker {
     /// Encodes `value` with the stream's codec and adds it as one entry
@@ -168,26 +168,11 @@ impl Broker {
         key: &MessageKey,
         value: &T,
     ) -> Result<EntryId, Error> {
-        let names = stream.names();
-        names.validate()?;
-        if names.order.is_some() {
-            return Err(Error::Config(ConfigError::Invalid {
-                kind: Some(SourceKind::Stream),
-                key: names.name.to_string(),
-                option: "partitions",
-                reason: "publish_idempotent does not publish to a stream ordered by key".into(),
-            }));
-        }
+        let names = unordered(stream, "publish_idempotent")?;
         let payload = encode(stream, value)?;
         let redis = self.redis_addr()?;
         let span = spans::send(&names.name, 1);
-        let mut fields = vec![(names.field.as_bytes().to_vec(), payload)];
-        if let Some(tp) = traceparent_for(&span) {
-            fields.push((
-                crate::traceparent::TRACEPARENT_FIELD.as_bytes().to_vec(),
-                tp.as_str().as_bytes().to_vec(),
-            ));
-        }
+        let fields = entry_fields(&names, payload, traceparent_for(&span).as_ref());
         let send = async {
             redis
                 .send(PublishOnce {
@@ -451,6 +436,39 @@ impl Broker {
 /// The `traceparent` a stream publish running in the send span `span`
 /// writes: with feature `otel`, inside a span with a valid OpenTelemetry
 /// context, the send span's context; otherwise none.
+/// The names of `stream`, checked, for a publish (`what`) that does not go
+/// to a stream ordered by key.
+pub(super) fn unordered<C: Codec>(stream: &Stream<C>, what: &str) -> Result<StreamNames, Error> {
+    let names = stream.names();
+    names.validate()?;
+    if names.order.is_some() {
+        return Err(Error::Config(ConfigError::Invalid {
+            kind: Some(SourceKind::Stream),
+            key: names.name.to_string(),
+            option: "partitions",
+            reason: format!("{what} does not publish to a stream ordered by key"),
+        }));
+    }
+    Ok(names)
+}
+
+/// An entry's fields: its data field holding `payload`, then `traceparent`
+/// when there is one.
+pub(super) fn entry_fields(
+    names: &StreamNames,
+    payload: Vec<u8>,
+    traceparent: Option<&crate::TraceParent>,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut fields = vec![(names.field.as_bytes().to_vec(), payload)];
+    if let Some(tp) = traceparent {
+        fields.push((
+            crate::traceparent::TRACEPARENT_FIELD.as_bytes().to_vec(),
+            tp.as_str().as_bytes().to_vec(),
+        ));
+    }
+    fields
+}
+
 pub(super) fn traceparent_for(span: &tracing::Span) -> Option<crate::TraceParent> {
     #[cfg(feature = "otel")]
     {

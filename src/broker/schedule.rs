@@ -4,10 +4,9 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use super::publish::{encode, traceparent_for};
+use super::publish::{encode, entry_fields, traceparent_for, unordered};
 use super::{Broker, spans};
-use crate::error::{ConfigError, Error};
-use crate::kind::SourceKind;
+use crate::error::Error;
 use crate::redis::Eval;
 use crate::schedule::{self, ScheduleId, When};
 use crate::stream::{Codec, Stream};
@@ -157,16 +156,7 @@ impl Broker {
         payloads: Vec<Vec<u8>>,
         when: When,
     ) -> Result<Vec<ScheduleId>, Error> {
-        let names = stream.names();
-        names.validate()?;
-        if names.order.is_some() {
-            return Err(Error::Config(ConfigError::Invalid {
-                kind: Some(SourceKind::Stream),
-                key: names.name.to_string(),
-                option: "partitions",
-                reason: "a delayed publish does not go to a stream ordered by key".into(),
-            }));
-        }
+        let names = unordered(stream, "a delayed publish")?;
         schedule::check(&names.name, when, 1)?;
         if payloads.is_empty() {
             return Ok(Vec::new());
@@ -177,13 +167,7 @@ impl Broker {
         let keys = schedule::keys(&names.name);
         let sends = payloads.into_iter().map(|payload| {
             let id = ScheduleId::random();
-            let mut fields = vec![(names.field.as_bytes(), payload.as_slice())];
-            if let Some(tp) = &traceparent {
-                fields.push((
-                    crate::traceparent::TRACEPARENT_FIELD.as_bytes(),
-                    tp.as_str().as_bytes(),
-                ));
-            }
+            let fields = entry_fields(&names, payload, traceparent.as_ref());
             let req = redis.send(Eval {
                 script: &schedule::SCHEDULE,
                 keys: keys.clone(),
