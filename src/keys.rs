@@ -111,27 +111,37 @@ pub(crate) fn partition_keys(partition: &str, group: &str) -> (String, String) {
 
 /// The keys beside a stream that hold its scheduled entries, in its hash
 /// slot: the sorted set of schedule ids by due time in ms
-/// (`<slot>:rillkit:scheduled`), the hash of their entries
-/// (`<slot>:rillkit:scheduled-entries`) and the lease of the process that
-/// moves due ones (`<slot>:rillkit:due-mover`).
+/// (`<slot>:rillkit:scheduled:<stream>`), the hash of their entries
+/// (`<slot>:rillkit:scheduled-entries:<stream>`) and the lease of the
+/// process that moves due ones (`<slot>:rillkit:due-mover:<stream>`); the
+/// stream's name percent-encoded as in [`key_part`], so `orders` and
+/// `{orders}`, which share a slot prefix, keep their own.
 pub(crate) fn scheduled_keys(stream: &str) -> [String; 3] {
     let slot = slot_prefix(stream);
+    let own = key_part(stream);
     [
-        format!("{slot}:rillkit:scheduled"),
-        format!("{slot}:rillkit:scheduled-entries"),
-        format!("{slot}:rillkit:due-mover"),
+        format!("{slot}:rillkit:scheduled:{own}"),
+        format!("{slot}:rillkit:scheduled-entries:{own}"),
+        format!("{slot}:rillkit:due-mover:{own}"),
     ]
 }
 
 /// The token bucket of `group`'s rate limit, in `stream`'s hash slot:
-/// `<slot>:rillkit:rate:<group>`.
+/// `<slot>:rillkit:rate:<stream>:<group>`, each name percent-encoded as in
+/// [`key_part`].
 pub(crate) fn rate_key(stream: &str, group: &str) -> String {
-    format!("{}:rillkit:rate:{}", slot_prefix(stream), key_part(group))
+    format!(
+        "{}:rillkit:rate:{}:{}",
+        slot_prefix(stream),
+        key_part(stream),
+        key_part(group)
+    )
 }
 
-/// 128 random bits in hex: a schedule id.
+/// 64 random bits in hex: the first half of the schedule ids of one
+/// publish.
 pub(crate) fn random_id() -> String {
-    format!("{:016x}{:016x}", unique(), unique())
+    format!("{:016x}", unique())
 }
 
 /// A name as one part of the lease key: `%` and `:` percent-encoded, so

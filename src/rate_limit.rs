@@ -17,7 +17,9 @@ use std::time::Duration;
 /// entries.
 ///
 /// Parsed from `<count>/s`, `<count>/min` (also `/sec`, `/m`, `/second`,
-/// `/minute`), as the worker example's `RILLKIT_RATE_LIMIT=100/s`.
+/// `/minute`), optionally followed by ` burst <n>`, as the worker example's
+/// `RILLKIT_RATE_LIMIT=100/s`; written back the same way (and so
+/// serialized with serde).
 ///
 /// ```
 /// use rillkit::RateLimit;
@@ -107,30 +109,65 @@ impl fmt::Display for RateLimit {
         } else {
             "s"
         };
-        write!(f, "{}/{unit}", self.count)
+        write!(f, "{}/{unit}", self.count)?;
+        match self.burst {
+            Some(burst) => write!(f, " burst {burst}"),
+            None => Ok(()),
+        }
     }
 }
 
-/// A rate limit that is not `<count>/s` or `<count>/min`.
+/// A rate limit that is not `<count>/s` or `<count>/min`, with an optional
+/// ` burst <n>`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a rate limit is <count>/s or <count>/min, the count at least 1: {0:?}")]
+#[error(
+    "a rate limit is <count>/s or <count>/min (optionally then ' burst <n>'), the count and burst at least 1: {0:?}"
+)]
 pub struct InvalidRateLimit(String);
 
 impl FromStr for RateLimit {
     type Err = InvalidRateLimit;
 
+    /// Reads `<count>/s` or `<count>/min` (also `/sec`, `/second`, `/m`,
+    /// `/minute`), optionally followed by ` burst <n>`: what
+    /// [`Display`](fmt::Display) writes.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || InvalidRateLimit(s.to_owned());
-        let (count, unit) = s.trim().split_once('/').ok_or_else(bad)?;
+        let (rate, burst) = match s.trim().split_once(" burst ") {
+            Some((rate, burst)) => {
+                let burst: u32 = burst.trim().parse().map_err(|_| bad())?;
+                (rate, Some(burst))
+            }
+            None => (s, None),
+        };
+        let (count, unit) = rate.trim().split_once('/').ok_or_else(bad)?;
         let count: u32 = count.trim().parse().map_err(|_| bad())?;
-        if count == 0 {
-            return Err(bad());
-        }
-        match unit.trim() {
-            "s" | "sec" | "second" => Ok(RateLimit::per_second(count)),
-            "m" | "min" | "minute" => Ok(RateLimit::per_minute(count)),
-            _ => Err(bad()),
-        }
+        let limit = match unit.trim() {
+            "s" | "sec" | "second" => RateLimit::per_second(count),
+            "m" | "min" | "minute" => RateLimit::per_minute(count),
+            _ => return Err(bad()),
+        };
+        let limit = match burst {
+            Some(b) => limit.with_burst(b),
+            None => limit,
+        };
+        limit.validate().map_err(|_| bad())?;
+        Ok(limit)
+    }
+}
+
+impl serde::Serialize for RateLimit {
+    /// As its text (`100/s`, `30/min burst 5`).
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RateLimit {
+    /// From its text, as [`FromStr`] reads it.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 

@@ -159,7 +159,7 @@ pub(crate) fn describe() {
     describe_counter!(
         RATE_LIMITED,
         Unit::Count,
-        "Entries not read yet for want of permits under the group's rate limit."
+        "Permits a consumer asked its group's rate limit for and did not get yet (entries held back; one waiting through several takes counts at each)."
     );
     describe_gauge!(LAG, Unit::Count, LAG_HELP);
     describe_gauge!(PENDING, Unit::Count, PENDING_HELP);

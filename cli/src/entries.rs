@@ -97,14 +97,15 @@ pub async fn publish_later(
             When::After(d) => ctx.admin.schedule_after(stream, &fields, d).await?,
             When::At(t) => ctx.admin.schedule_at(stream, &fields, t).await?,
         };
+        if !ctx.json {
+            // Each id as soon as it is scheduled: after a failure, those
+            // printed can still be cancelled.
+            say!("{id}");
+        }
         ids.push(id.to_string());
     }
     if ctx.json {
         print_json(&json!({ "stream": stream, "scheduled": ids }));
-    } else {
-        for id in &ids {
-            say!("{id}");
-        }
     }
     Ok(())
 }

@@ -61,12 +61,12 @@ impl Admin {
         V: AsRef<[u8]>,
     {
         schedule::check(stream, when, fields.len())?;
-        let id = ScheduleId::random();
+        let id = ScheduleId::batch(1).remove(0);
         let mut call = schedule::SCHEDULE.prepare_invoke();
         for k in schedule::keys(stream) {
             call.key(k);
         }
-        for a in schedule::schedule_args(&id, when, None, fields) {
+        for a in schedule::schedule_args(when, None, &[(&id, fields)]) {
             call.arg(a);
         }
         let mut conn = self.conn.clone();

@@ -19,15 +19,15 @@ impl Broker {
     ///
     /// The entry waits in Redis, beside the stream and in its hash slot:
     /// a sorted set of schedule ids by due time
-    /// (`<stream slot>:rillkit:scheduled`) and a hash of the entries
-    /// (`<stream slot>:rillkit:scheduled-entries`), written by one script.
+    /// (`<stream slot>:rillkit:scheduled:<stream>`) and a hash of the entries
+    /// (`<stream slot>:rillkit:scheduled-entries:<stream>`), written by one script.
     /// When it is due, one of the processes that consume the stream (the
-    /// holder of the stream's mover lease, `<stream slot>:rillkit:due-mover`,
+    /// holder of the stream's mover lease, `<stream slot>:rillkit:due-mover:<stream>`,
     /// 5 s) adds it (`XADD <stream> [MAXLEN ~ n] * data <bytes>`) and removes
     /// it from the schedule in the same script, so it is added exactly
     /// once. The holder looks every 50 ms, so an entry normally appears
     /// within about 50 ms of its time; if the holder dies, another consuming
-    /// process takes the lease within 5.5 s and adds what fell due
+    /// process takes the lease within 7 s and adds what fell due
     /// meanwhile. The schedule lives in Redis: it survives restarts of
     /// every process, and of Redis as far as its persistence (AOF) keeps
     /// writes. Entries scheduled on a stream no rillkit broker consumes
@@ -165,21 +165,31 @@ impl Broker {
         let span = spans::send(&names.name, payloads.len());
         let traceparent = traceparent_for(&span);
         let keys = schedule::keys(&names.name);
-        let sends = payloads.into_iter().map(|payload| {
-            let id = ScheduleId::random();
-            let fields = entry_fields(&names, payload, traceparent.as_ref());
-            let req = redis.send(Eval {
-                script: &schedule::SCHEDULE,
-                keys: keys.clone(),
-                args: schedule::schedule_args(&id, when, names.max_len, &fields),
-            });
-            async move {
-                req.await.map_err(|_| Error::ShutDown)??;
-                Ok::<_, Error>(id)
+        let ids = ScheduleId::batch(payloads.len());
+        let fields: Vec<_> = payloads
+            .into_iter()
+            .map(|p| entry_fields(&names, p, traceparent.as_ref()))
+            .collect();
+        let send = async {
+            // One script per chunk, in order: every entry of a chunk is due
+            // at the same ms, and added in the order given.
+            for (ids, fields) in ids
+                .chunks(schedule::PER_CALL)
+                .zip(fields.chunks(schedule::PER_CALL))
+            {
+                let entries: Vec<_> = ids.iter().zip(fields.iter().map(Vec::as_slice)).collect();
+                redis
+                    .send(Eval {
+                        script: &schedule::SCHEDULE,
+                        keys: keys.clone(),
+                        args: schedule::schedule_args(when, names.max_len, &entries),
+                    })
+                    .await
+                    .map_err(|_| Error::ShutDown)??;
             }
-        });
-        let all = futures::future::join_all(sends);
-        spans::run(&span, async { all.await.into_iter().collect() }).await
+            Ok(ids.clone())
+        };
+        spans::run(&span, send).await
     }
 }
 

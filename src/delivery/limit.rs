@@ -3,7 +3,7 @@
 //! Redis.
 //!
 //! The bucket is one hash per group beside the stream
-//! (`<stream slot>:rillkit:rate:<group>`: its tokens and when they were
+//! (`<stream slot>:rillkit:rate:<stream>:<group>`: its tokens and when they were
 //! counted), filled at the limit's rate up to its burst by the server's
 //! clock, and taken from by one script ([`TAKE_LUA`]) that answers how many
 //! permits a consumer got and how long until a full batch is there again.
@@ -24,8 +24,9 @@ use crate::redis::{Eval, RedisActor};
 use crate::util::{Retry, log_wait};
 
 /// KEYS: the bucket. ARGV: permits per ms, burst, permits wanted. Answers
-/// `{permits given, ms until a batch of the wanted size (at most the
-/// burst) is there}`.
+/// `{permits given, 0}`, or when it gave fewer than wanted (at most the
+/// burst) `{permits given, ms to wait}`: until that many are there, but no
+/// longer than 100 ms past the time one is.
 const TAKE_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
@@ -41,11 +42,35 @@ tokens = tokens - got
 redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'at', string.format('%.3f', now))
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate) + 60000)
 local wait = 0
-if tokens < want then wait = math.ceil((want - tokens) / rate) end
+if got < want then
+  -- Until the bucket holds what was wanted, but no later than 100 ms
+  -- after it holds one permit.
+  local to_want = math.ceil((want - tokens) / rate)
+  local to_one = math.ceil(math.max(0, 1 - tokens) / rate)
+  wait = math.min(to_want, math.max(100, to_one))
+end
 return {got, wait}
 "#;
 
 static TAKE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(TAKE_LUA));
+
+/// KEYS: the bucket. ARGV: permits per ms, burst, permits given back. Puts
+/// back permits a read did not use (never past the burst).
+const GIVE_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(b[1]) or burst
+local at = tonumber(b[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - at) * rate + tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'at', string.format('%.3f', now))
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate) + 60000)
+return 0
+"#;
+
+static GIVE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(GIVE_LUA));
 
 /// What one take answered: permits asked for, given, and how long until a
 /// full batch.
@@ -97,9 +122,34 @@ impl Limiter {
         self.permits
     }
 
-    /// `n` entries read.
+    /// A read of up to `n` entries starts.
     pub(crate) fn spend(&mut self, n: usize) {
         self.permits = self.permits.saturating_sub(n);
+    }
+
+    /// A read brought `n` fewer entries than it was given permits for
+    /// (or failed): they go back to the bucket for every consumer of the
+    /// group (not waited for; lost if Redis does not take them).
+    pub(crate) fn give_back(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        // The bucket has them now: no need to wait for it to fill.
+        self.next_ask = tokio::time::Instant::now();
+        self.redis.do_send(Eval {
+            script: &GIVE,
+            keys: vec![self.key.clone()],
+            args: self.args(n),
+        });
+    }
+
+    /// The arguments of a take or a give-back of `n` permits.
+    fn args(&self, n: usize) -> Vec<Vec<u8>> {
+        vec![
+            format!("{:.9}", self.limit.per_ms()).into_bytes(),
+            self.limit.burst().to_string().into_bytes(),
+            n.to_string().into_bytes(),
+        ]
     }
 
     /// The loop would read `want` entries: asks the bucket for what is
@@ -111,18 +161,17 @@ impl Limiter {
         }
         let ask = (want - self.permits).clamp(1, self.limit.burst() as usize);
         let not_before = self.next_ask;
-        let req = self.redis.send(Eval {
+        let take = Eval {
             script: &TAKE,
             keys: vec![self.key.clone()],
-            args: vec![
-                format!("{:.9}", self.limit.per_ms()).into_bytes(),
-                self.limit.burst().to_string().into_bytes(),
-                ask.to_string().into_bytes(),
-            ],
-        });
+            args: self.args(ask),
+        };
+        let redis = self.redis.clone();
         self.asking = Some(Box::pin(async move {
+            // The take is sent only now: the permits it gets are used at
+            // once, not held while the batch builds up.
             tokio::time::sleep_until(not_before).await;
-            let v = req.await.map_err(|_| Error::ShutDown)??;
+            let v = redis.send(take).await.map_err(|_| Error::ShutDown)??;
             let (got, wait) =
                 parse(&v).ok_or_else(|| Error::unparsable("rate limit take", format!("{v:?}")))?;
             Ok((ask, got, wait))

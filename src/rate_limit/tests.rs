@@ -22,4 +22,13 @@ fn parsed_shown_and_checked() {
     assert!(RateLimit::per_second(1).with_burst(0).validate().is_err());
     assert!(RateLimit::per_second(1).validate().is_ok());
     assert!((RateLimit::per_second(100).per_ms() - 0.1).abs() < 1e-12);
+    let custom = RateLimit::per_minute(30).with_burst(5);
+    assert_eq!(custom.to_string(), "30/min burst 5");
+    assert_eq!(custom.to_string().parse::<RateLimit>().unwrap(), custom);
+    assert!("10/s burst 0".parse::<RateLimit>().is_err());
+    assert!("10/s burst x".parse::<RateLimit>().is_err());
+    let json = serde_json::to_string(&custom).unwrap();
+    assert_eq!(json, "\"30/min burst 5\"");
+    assert_eq!(serde_json::from_str::<RateLimit>(&json).unwrap(), custom);
+    assert!(serde_json::from_str::<RateLimit>("\"0/s\"").is_err());
 }

@@ -3,8 +3,8 @@
 //! consume it.
 //!
 //! A scheduled entry is a member of a sorted set scored by its due time in
-//! ms since the epoch (`<slot>:rillkit:scheduled`), its fields packed with
-//! MessagePack in a hash beside it (`<slot>:rillkit:scheduled-entries`),
+//! ms since the epoch (`<slot>:rillkit:scheduled:<stream>`), its fields packed with
+//! MessagePack in a hash beside it (`<slot>:rillkit:scheduled-entries:<stream>`),
 //! both in the stream's hash slot. Scheduling is one script (`ZADD` and
 //! `HSET`); a delay is counted from the server's clock (`TIME`), a due time
 //! is the caller's. The [`mover`] moves due entries to the stream in one
@@ -25,14 +25,22 @@ pub(crate) mod mover;
 /// [`Broker::publish_after`](crate::Broker::publish_after) and
 /// [`publish_at`](crate::Broker::publish_at), and taken by
 /// [`cancel_scheduled`](crate::Broker::cancel_scheduled): 32 hexadecimal
-/// digits, random. It is not the entry id the entry gets in the stream
-/// when it is due.
+/// digits, 64 random bits for the publish and the entry's place in it. It
+/// is not the entry id the entry gets in the stream when it is due. Kept
+/// as text (`Display`, `FromStr`, serde as a string).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ScheduleId(String);
 
 impl ScheduleId {
-    pub(crate) fn random() -> Self {
-        ScheduleId(crate::keys::random_id())
+    /// The ids of `n` entries scheduled together: 64 random bits, then the
+    /// entry's place (16 hex digits each), so entries due in the same ms
+    /// are added in the order they were given (a sorted set orders equal
+    /// scores by member).
+    pub(crate) fn batch(n: usize) -> Vec<Self> {
+        let random = crate::keys::random_id();
+        (0..n)
+            .map(|i| ScheduleId(format!("{random}{i:016x}")))
+            .collect()
     }
 
     /// The id as text.
@@ -51,6 +59,21 @@ impl fmt::Display for ScheduleId {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("a schedule id is 1 to 64 ASCII letters, digits, '-' or '_': {0:?}")]
 pub struct InvalidScheduleId(String);
+
+impl serde::Serialize for ScheduleId {
+    /// As its text.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ScheduleId {
+    /// From its text, checked as [`FromStr`](std::str::FromStr) checks it.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 impl std::str::FromStr for ScheduleId {
     type Err = InvalidScheduleId;
@@ -137,21 +160,28 @@ pub(crate) fn check(stream: &str, when: When, fields: usize) -> Result<(), Error
     Ok(())
 }
 
-/// KEYS: the sorted set, the hash. ARGV: schedule id, delay ms or '', due
-/// ms or '', the stream's `MAXLEN ~` or '', then field, value, …. Answers
-/// the due time in ms since the epoch.
+/// KEYS: the sorted set, the hash. ARGV: delay ms or '', due ms or '', the
+/// stream's `MAXLEN ~` or '', then per entry: its schedule id, its number
+/// of field/value pairs, the fields and values. Every entry is due at the
+/// same time. Answers the due time in ms since the epoch.
 const SCHEDULE_LUA: &str = r#"
 local due
-if ARGV[2] ~= '' then
+if ARGV[1] ~= '' then
   local t = redis.call('TIME')
-  due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
+  due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
 else
-  due = tonumber(ARGV[3])
+  due = tonumber(ARGV[2])
 end
-local body = {ARGV[4]}
-for i = 5, #ARGV do body[#body + 1] = ARGV[i] end
-redis.call('HSET', KEYS[2], ARGV[1], cmsgpack.pack(body))
-redis.call('ZADD', KEYS[1], string.format('%.0f', due), ARGV[1])
+local score = string.format('%.0f', due)
+local i = 4
+while i <= #ARGV do
+  local id, pairs = ARGV[i], tonumber(ARGV[i + 1])
+  local body = {ARGV[3]}
+  for j = i + 2, i + 1 + 2 * pairs do body[#body + 1] = ARGV[j] end
+  redis.call('ZADD', KEYS[1], score, id)
+  redis.call('HSET', KEYS[2], id, cmsgpack.pack(body))
+  i = i + 2 + 2 * pairs
+end
 return due
 "#;
 
@@ -175,28 +205,41 @@ pub(crate) fn keys(stream: &str) -> Vec<Vec<u8>> {
     vec![due.into_bytes(), entries.into_bytes()]
 }
 
-/// The arguments of [`SCHEDULE`].
+/// Entries one [`SCHEDULE`] call takes at most (a longer batch is sent in
+/// calls of this many, one after another).
+pub(crate) const PER_CALL: usize = 1000;
+
+/// The arguments of [`SCHEDULE`]: the entries, each with its id and fields.
 pub(crate) fn schedule_args<F: AsRef<[u8]>, V: AsRef<[u8]>>(
-    id: &ScheduleId,
     when: When,
     max_len: Option<usize>,
-    fields: &[(F, V)],
+    entries: &[(&ScheduleId, &[(F, V)])],
 ) -> Vec<Vec<u8>> {
     let (delay, at) = when.args();
-    let mut args = Vec::with_capacity(4 + 2 * fields.len());
-    args.push(id.as_str().as_bytes().to_vec());
-    args.push(delay);
-    args.push(at);
-    args.push(
+    let mut args = vec![
+        delay,
+        at,
         max_len
             .map(|n| n.to_string().into_bytes())
             .unwrap_or_default(),
-    );
-    for (f, v) in fields {
-        args.push(f.as_ref().to_vec());
-        args.push(v.as_ref().to_vec());
+    ];
+    for (id, fields) in entries {
+        args.push(id.as_str().as_bytes().to_vec());
+        args.push(fields.len().to_string().into_bytes());
+        for (f, v) in *fields {
+            args.push(f.as_ref().to_vec());
+            args.push(v.as_ref().to_vec());
+        }
     }
     args
+}
+
+impl Scheduled {
+    /// [`next_due_ms`](Self::next_due_ms) as a time.
+    pub fn next_due(&self) -> Option<SystemTime> {
+        self.next_due_ms
+            .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+    }
 }
 
 /// How many entries are scheduled on a stream, and when the first is due.

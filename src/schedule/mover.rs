@@ -1,6 +1,6 @@
 //! `DueMover`: one per stream a broker consumes, in every process that
 //! consumes it. The one holding the stream's mover lease
-//! (`<slot>:rillkit:due-mover`, [`LEASE_TTL`]) moves due entries every
+//! (`<slot>:rillkit:due-mover:<stream>`, [`LEASE_TTL`]) moves due entries every
 //! [`POLL`], or sooner when the next is due sooner; the others ask every
 //! [`WATCH`] whether the lease is free, so when its holder dies another takes
 //! over within the lease's TTL. Taking, renewing and moving are one script
@@ -23,8 +23,9 @@ pub(crate) const LEASE_TTL: Duration = Duration::from_secs(5);
 /// How often the lease's holder looks for due entries.
 pub(crate) const POLL: Duration = Duration::from_millis(50);
 
-/// How often a process without the lease asks for it.
-pub(crate) const WATCH: Duration = Duration::from_millis(500);
+/// How often a process without the lease asks for it (so a dead holder's
+/// work is taken over within `LEASE_TTL + WATCH`, 7 s).
+pub(crate) const WATCH: Duration = Duration::from_secs(2);
 
 /// The most entries one script run moves (then it runs again at once).
 const PER_RUN: usize = 500;
@@ -124,6 +125,11 @@ pub(crate) struct DueMover {
     retry: Retry,
     held: bool,
     stopping: bool,
+    /// A run is on its way; at a stop, the lease is dropped after it
+    /// (a run answered after the drop would take the lease again).
+    running: bool,
+    /// The stop waiting for the run on its way.
+    after_run: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl DueMover {
@@ -142,6 +148,8 @@ impl DueMover {
             retry: Retry::default(),
             held: false,
             stopping: false,
+            running: false,
+            after_run: None,
         }
     }
 
@@ -158,7 +166,15 @@ impl DueMover {
                 PER_RUN.to_string().into_bytes(),
             ],
         });
+        self.running = true;
         ctx.spawn(req.into_actor(self).map(|res, act, ctx| {
+            act.running = false;
+            if let Some(stop) = act.after_run.take() {
+                let _ = stop.send(());
+            }
+            if act.stopping {
+                return;
+            }
             let next = match res {
                 Ok(Ok(v)) => act.answered(&v),
                 Ok(Err(e)) if e.class() == crate::error::Class::Permission => {
@@ -228,12 +244,28 @@ impl Handler<Stop> for DueMover {
 
     fn handle(&mut self, _: Stop, _: &mut Self::Context) -> Self::Result {
         self.stopping = true;
-        let release = self.redis.send(Eval {
-            script: &RELEASE,
-            keys: vec![self.keys[2].clone()],
-            args: vec![self.token.as_bytes().to_vec()],
-        });
-        Box::pin(release.into_actor(self).map(|_, _, ctx| ctx.stop()))
+        let run_ended = if self.running {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.after_run = Some(tx);
+            Some(rx)
+        } else {
+            None
+        };
+        let (redis, release) = (
+            self.redis.clone(),
+            Eval {
+                script: &RELEASE,
+                keys: vec![self.keys[2].clone()],
+                args: vec![self.token.as_bytes().to_vec()],
+            },
+        );
+        let done = async move {
+            if let Some(rx) = run_ended {
+                let _ = rx.await;
+            }
+            let _ = redis.send(release).await;
+        };
+        Box::pin(done.into_actor(self).map(|(), _, ctx| ctx.stop()))
     }
 }
 

@@ -429,11 +429,15 @@ impl Handler<DrainAll> for Supervisor {
             }
         }
         // No entry is made due while the consumers stop; each mover drops
-        // its lease, so a process still running takes over at once.
-        let movers = futures::future::join_all(
-            self.movers
-                .drain()
-                .map(|(_, m)| m.send(crate::schedule::mover::Stop)),
+        // its lease, so a process still running takes over at once (not
+        // waited for past 1 s: Redis may be down).
+        let movers = tokio::time::timeout(
+            Duration::from_secs(1),
+            futures::future::join_all(
+                self.movers
+                    .drain()
+                    .map(|(_, m)| m.send(crate::schedule::mover::Stop)),
+            ),
         );
         let (tx, rx) = oneshot::channel();
         self.drained = Some(tx);

@@ -235,7 +235,12 @@ async fn a_slot_migration_mid_stream_loses_nothing_and_repeats_only_entries_in_f
             .unwrap();
     }
     let moved_keys = mover.join().unwrap();
-    assert_eq!(moved_keys, 2, "the stream and its dead-letter stream");
+    // The stream and its dead-letter stream, and the lease of the process
+    // that moves the stream's scheduled entries while it holds it.
+    assert!(
+        (2..=3).contains(&moved_keys),
+        "{moved_keys} keys moved: the stream, its dead-letter stream (and the due-mover's lease)"
+    );
     assert_eq!(cluster.owner_of_slot(slot), to);
 
     eventually("every entry handled", WAIT, || {

@@ -43,7 +43,7 @@ mod workers {
     /// The pid in the mover lease's token (`<host>-<pid>-<random>`), if held.
     fn mover_pid(c: &mut redis::Connection, stream: &str) -> Option<u32> {
         let token: Option<String> = redis::cmd("GET")
-            .arg(format!("{{{stream}}}:rillkit:due-mover"))
+            .arg(format!("{{{stream}}}:rillkit:due-mover:{stream}"))
             .query(c)
             .unwrap();
         let token = token?;
@@ -107,11 +107,11 @@ mod workers {
         });
         eventually_blocking("schedule empty and nothing pending", WAIT, || {
             let left: u64 = redis::cmd("ZCARD")
-                .arg(format!("{{{stream}}}:rillkit:scheduled"))
+                .arg(format!("{{{stream}}}:rillkit:scheduled:{stream}"))
                 .query(c)
                 .unwrap();
             let entries: u64 = redis::cmd("HLEN")
-                .arg(format!("{{{stream}}}:rillkit:scheduled-entries"))
+                .arg(format!("{{{stream}}}:rillkit:scheduled-entries:{stream}"))
                 .query(c)
                 .unwrap();
             left == 0 && entries == 0 && support::pending_count(c, stream, "workers") == 0
@@ -199,7 +199,7 @@ async fn publish_after_at_and_cancel() {
         .await
         .unwrap();
     let cancelled = broker
-        .publish_after(&s, "cancelled", Duration::from_millis(1000))
+        .publish_after(&s, "cancelled", Duration::from_secs(60))
         .await
         .unwrap();
     let at = broker
@@ -244,6 +244,9 @@ async fn publish_after_at_and_cancel() {
     assert!(when("in 1.5 s") >= start + 1500, "{got:?}");
     assert!(when("at +1 s") >= start + 1000, "{got:?}");
     assert!(when("b1") >= start + 500, "{got:?}");
+    // A batch is added in its order.
+    let at = |text: &str| got.iter().position(|(t, _)| t == text).unwrap();
+    assert!(at("b1") < at("b2") && at("b2") < at("b3"), "{got:?}");
     // The past one is due at once: it runs before the half-second batch.
     assert!(when("past") <= when("b1"), "{got:?}");
     assert!(!got.iter().any(|(t, _)| t == "cancelled"), "{got:?}");
@@ -286,7 +289,7 @@ async fn publish_after_at_and_cancel() {
     assert!(matches!(e, rillkit::Error::Config(_)), "{e}");
 
     // A stop gives the mover lease up at once.
-    let lease = "{reminders}:rillkit:due-mover";
+    let lease = "{reminders}:rillkit:due-mover:reminders";
     let held: bool = redis::cmd("EXISTS").arg(lease).query(&mut c).unwrap();
     assert!(held);
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
@@ -394,7 +397,7 @@ async fn a_subscription_added_at_run_time_moves_due_entries() {
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
     let mut c = redis.conn();
     let held: bool = redis::cmd("EXISTS")
-        .arg("{added-later}:rillkit:due-mover")
+        .arg("{added-later}:rillkit:due-mover:added-later")
         .query(&mut c)
         .unwrap();
     assert!(!held, "the mover lease outlived the broker");

@@ -167,7 +167,7 @@ impl ConsumerOptions {
 
     /// Limits the group to `limit` (say `RateLimit::per_second(100)`):
     /// every consumer of the group, in every process, takes permits from
-    /// one token bucket in Redis (`<stream slot>:rillkit:rate:<group>`, one
+    /// one token bucket in Redis (`<stream slot>:rillkit:rate:<stream>:<group>`, one
     /// script per take), and reads no more new entries than it holds
     /// permits for, so it holds nothing it may not start and leaves the
     /// rest to other consumers and the drain. A consumer short of permits

@@ -218,8 +218,6 @@ pub(crate) async fn consume(
     }
     let pause = lp.sub.board.pause_watch();
     consumer::run(&mut lp, stop, Some(pause)).await;
-    // Gone: the streams after this one do not wait for it.
-    lp.handlers.pace().show(true, true);
     let r = &lp.report;
     if r.error.is_none() && r.panic.is_none() && !r.timed_out && !r.lease_lost {
         lp.leave_group().await;

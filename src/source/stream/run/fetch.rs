@@ -26,9 +26,10 @@ impl Loop {
         let new = matches!(self.reading.cursor(), Cursor::New);
         let pace = self.handlers.pace();
         if new && !pace.may_read_new() {
+            pace.held_back();
             return;
         }
-        let Some(count) = pace.admit(want) else {
+        let Some(count) = pace.admit(want, new) else {
             return;
         };
         self.start_read(count);

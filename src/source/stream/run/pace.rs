@@ -19,6 +19,12 @@ pub(super) struct Pace {
     level: Option<(Level, watch::Receiver<()>)>,
     /// Its last read of new entries found none.
     found_none: bool,
+    /// Its last read of new entries brought fewer than it asked for: the
+    /// next asks for one, so an idle consumer's blocked read holds one
+    /// permit, not a read's worth that others could use.
+    short: bool,
+    /// Permits the read in flight was given.
+    in_read: usize,
 }
 
 impl Pace {
@@ -30,6 +36,8 @@ impl Pace {
                 (l, changes)
             }),
             found_none: false,
+            short: true,
+            in_read: 0,
         }
     }
 
@@ -52,9 +60,27 @@ impl Pace {
                 .is_some_and(|(l, _)| l.priority.has_after(l.index))
     }
 
-    /// A read of new entries brought `n`.
-    pub(super) fn found(&mut self, n: usize) {
-        self.found_none = n == 0;
+    /// The read in flight ended: it brought `n` entries (`None`: it
+    /// failed); `new`: a read of new entries. Permits it did not use go
+    /// back to the group's bucket. A read of new entries that failed counts
+    /// as finding none: the streams after this one do not wait out this
+    /// one's trouble.
+    pub(super) fn read_ended(&mut self, n: Option<usize>, new: bool) {
+        let given = std::mem::take(&mut self.in_read);
+        let brought = n.unwrap_or(0);
+        if let Some(limit) = self.limit.as_mut() {
+            limit.give_back(given.saturating_sub(brought));
+        }
+        if new {
+            self.found_none = brought == 0;
+            self.short = brought < given.max(1);
+        }
+    }
+
+    /// A read of new entries may not start: a stream before this one has
+    /// work. This one is not known to be clear until it has read again.
+    pub(super) fn held_back(&mut self) {
+        self.found_none = false;
     }
 
     /// Tells the streams after this one whether it is clear: its last read
@@ -68,18 +94,21 @@ impl Pace {
     }
 
     /// How many entries a read that would fetch `want` may fetch (spent
-    /// at once), asking the rate limit's bucket for what is missing; `None`
-    /// when none.
-    pub(super) fn admit(&mut self, want: usize) -> Option<usize> {
+    /// until it ends), asking the rate limit's bucket for what is missing;
+    /// `None` when none. `new`: a read of new entries, which after a short
+    /// one asks for one entry.
+    pub(super) fn admit(&mut self, want: usize, new: bool) -> Option<usize> {
         let Some(limit) = self.limit.as_mut() else {
             return Some(want);
         };
+        let want = if new && self.short { 1 } else { want };
         limit.turn(want);
         let count = want.min(limit.permits());
         if count == 0 {
             return None;
         }
         limit.spend(count);
+        self.in_read = count;
         Some(count)
     }
 
@@ -107,3 +136,14 @@ impl Pace {
         futures::future::select(pin!(answered), pin!(turned)).await;
     }
 }
+
+impl Drop for Pace {
+    /// A loop that ends however it ends (a stop, an error, a panic, a lease
+    /// it never got) no longer holds the streams after it back.
+    fn drop(&mut self) {
+        self.show(true, true);
+    }
+}
+
+#[cfg(test)]
+mod tests;

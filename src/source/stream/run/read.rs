@@ -399,6 +399,7 @@ impl Loop {
         let entries = match done.result {
             Ok(e) => e,
             Err(e) => {
+                self.handlers.pace().read_ended(None, done.pel.is_none());
                 if e.closed_after_accept() {
                     self.on_failed_send(done.fetching);
                 }
@@ -411,9 +412,9 @@ impl Loop {
         } else {
             entries
         };
-        if done.pel.is_none() {
-            self.handlers.pace().found(entries.len());
-        }
+        self.handlers
+            .pace()
+            .read_ended(Some(entries.len()), done.pel.is_none());
         let claimed = entries.iter().filter(|d| d.delivery_count > 1).count();
         if claimed > 0 && done.pel.is_none() {
             tracing::info!(
