@@ -1,4 +1,4 @@
-use super::*;
+use super::{Error, refused_command};
 
 #[test]
 fn a_refusal_of_a_command_sent_on_connect_names_that_command() {

@@ -1,4 +1,4 @@
-use super::*;
+use super::{dead_letter_name, dlq_slot_error, key_slot, slot_prefix};
 
 #[test]
 fn slots_are_computed_as_redis_does() {

@@ -1,4 +1,4 @@
-use super::*;
+use super::{MAX_PARTITIONS, Order, entry_key, partition_name, partition_of};
 
 #[test]
 fn the_mapping_is_zlib_crc32_modulo_the_partitions() {

@@ -1,4 +1,4 @@
-use super::*;
+use super::TraceParent;
 
 #[test]
 fn parses_the_spec_example_and_refuses_what_the_spec_refuses() {

@@ -1,4 +1,6 @@
-use super::*;
+use redis::Value;
+
+use super::parse_slots;
 
 #[test]
 fn cluster_slots_replies_are_parsed() {

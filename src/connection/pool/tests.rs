@@ -1,4 +1,4 @@
-use super::*;
+use super::asking_each;
 
 #[test]
 fn a_cluster_pipeline_asks_before_each_command() {

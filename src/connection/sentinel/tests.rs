@@ -1,4 +1,6 @@
-use super::*;
+use std::sync::Mutex;
+
+use super::{Hint, on_announcement};
 
 #[test]
 fn a_promotion_is_followed_until_the_switch_is_announced() {

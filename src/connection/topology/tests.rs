@@ -1,4 +1,4 @@
-use super::*;
+use super::{check_url, redact_url};
 
 #[test]
 fn malformed_urls_say_which_part_is_wrong() {

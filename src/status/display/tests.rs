@@ -1,6 +1,9 @@
-use super::*;
+use std::time::Duration;
+
 use crate::Phase;
+use crate::kind::SourceKind;
 use crate::status::SubscriptionStatus;
+use crate::status::{ServerFigures, Status, SubscriptionId, SubscriptionState};
 
 fn stream_row() -> SubscriptionStatus {
     SubscriptionStatus {

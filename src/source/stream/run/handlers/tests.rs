@@ -2,10 +2,12 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
-use super::*;
+use super::Handlers;
 use crate::delivery::handler::{Ran, Run};
 use crate::handler::Message;
 use crate::source::stream::run::Finished;
+use crate::source::stream::run::batch::Ended;
+use crate::source::stream::run::pace::Pace;
 use crate::stream::EntryId;
 
 fn ended(id: &str) -> Ended {

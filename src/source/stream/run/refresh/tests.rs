@@ -2,7 +2,10 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
-use super::*;
+use super::{Refresh, refresh_ttl};
+use crate::delivery::liveness::Stall;
+use crate::error::{Class, Error};
+use redis::Value;
 
 #[tokio::test(start_paused = true)]
 async fn held_entries_are_refreshed_a_third_of_claim_idle_after_they_are_taken() {
