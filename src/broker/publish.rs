@@ -111,10 +111,7 @@ impl Broker {
         C: Codec,
         I: IntoIterator<Item = T>,
     {
-        let payloads = values
-            .into_iter()
-            .map(|v| encode(stream, &v))
-            .collect::<Result<Vec<_>, _>>()?;
+        let payloads = encode_all(stream, values)?;
         if payloads.is_empty() {
             return Ok(Vec::new());
         }
@@ -479,6 +476,14 @@ pub(super) fn traceparent_for(span: &tracing::Span) -> Option<crate::TraceParent
         let _ = span;
         None
     }
+}
+
+/// Every value encoded, or the first error.
+pub(super) fn encode_all<T: Serialize, C: Codec>(
+    stream: &Stream<C>,
+    values: impl IntoIterator<Item = T>,
+) -> Result<Vec<Vec<u8>>, Error> {
+    values.into_iter().map(|v| encode(stream, &v)).collect()
 }
 
 pub(super) fn encode<T: Serialize + ?Sized, C: Codec>(

@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use super::publish::{encode, entry_fields, traceparent_for, unordered};
+use super::publish::{encode, encode_all, entry_fields, traceparent_for, unordered};
 use super::{Broker, spans};
 use crate::error::Error;
 use crate::redis::Eval;
@@ -191,11 +191,4 @@ impl Broker {
         };
         spans::run(&span, send).await
     }
-}
-
-fn encode_all<T: Serialize, C: Codec>(
-    stream: &Stream<C>,
-    values: impl IntoIterator<Item = T>,
-) -> Result<Vec<Vec<u8>>, Error> {
-    values.into_iter().map(|v| encode(stream, &v)).collect()
 }
