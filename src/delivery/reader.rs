@@ -338,6 +338,17 @@ impl Reader {
         }
     }
 
+    /// A clone of the open connection, while it follows no `ASK`: a read
+    /// of new entries may be sent on it behind one in flight, as replies
+    /// on one connection come in the order the commands were sent. `None`
+    /// while a read holds the connection or none is open.
+    pub(crate) fn pipe(&self) -> Option<MultiplexedConnection> {
+        self.conn
+            .as_ref()
+            .filter(|c| c.asked.is_none())
+            .map(|c| c.owner.clone())
+    }
+
     /// A read has ended: its connection, or `None` when it broke (then the
     /// next read opens a new one). Answers whether a connection was lost.
     pub(crate) fn give_back(&mut self, conn: Option<ReadConn>) -> bool {

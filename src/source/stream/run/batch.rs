@@ -298,12 +298,14 @@ impl Loop {
     pub(super) fn batch_read_count(&self) -> Option<usize> {
         let (b, count) = (self.batching(), self.sub.opts.count);
         let queued = self.queue.len();
+        // Entries a read in flight asked for count as queued.
+        let asked = self.reading.asked();
         if queued > 0 && self.handlers.stalled(self.fetch_window()) {
             // Stalled on a slow batch: fetch nothing more ahead of it.
             return None;
         }
         let free = b.concurrency.saturating_sub(self.handlers.len());
-        let room = (free * b.max_entries + self.batch_prefetch()).saturating_sub(queued);
+        let room = (free * b.max_entries + self.batch_prefetch()).saturating_sub(queued + asked);
         let low_water = if free > 0 {
             1
         } else {
@@ -324,7 +326,7 @@ impl Loop {
             self.fetch_window().as_nanos() * b.concurrency as u128 / handler.as_nanos().max(1);
         batches
             .saturating_mul(b.max_entries as u128)
-            .min(self.sub.opts.count as u128) as usize
+            .min(self.most_ahead() as u128) as usize
     }
 
     /// The message a handler of its own would have got: for a dead letter

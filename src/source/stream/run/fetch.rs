@@ -62,7 +62,7 @@ impl Loop {
         if self.drain.is_some()
             || !self.lease.holds()
             || self.sub.board.paused()
-            || self.reading.is_reading()
+            || (self.reading.is_reading() && !(self.pipelines() && self.reading.may_send_behind()))
             || self.handlers.alone()
             // An idle entry waits: no read until it can be claimed (with
             // the read itself, where reads take idle entries).
@@ -91,8 +91,10 @@ impl Loop {
                 // so it is on its way while they work and the handlers do
                 // not wait out its round trip. Slow handlers get no
                 // prefetch: for them a read waits until nothing is queued.
+                // Entries a read in flight asked for count as queued.
                 let ahead = self.prefetch();
-                if self.startable() > ahead || self.queue_full() {
+                let asked = self.reading.asked();
+                if self.startable() + asked > ahead || self.queue_full() {
                     return None;
                 }
                 // Handlers that have not finished anything for longer than
@@ -102,7 +104,7 @@ impl Loop {
                 if self.startable() > 0 && self.handlers.stalled(self.fetch_window()) {
                     return None;
                 }
-                let room = free + ahead;
+                let room = (free + ahead).saturating_sub(asked);
                 let low_water = o.count.min(self.sub.board.concurrency()).div_ceil(2).max(1);
                 (room >= low_water).then_some(o.count.min(room))
             }
@@ -126,7 +128,15 @@ impl Loop {
         let window = self.fetch_window();
         let per_trip =
             window.as_nanos() * self.sub.board.concurrency() as u128 / handler.as_nanos().max(1);
-        per_trip.min(self.sub.opts.count as u128) as usize
+        per_trip.min(self.most_ahead() as u128) as usize
+    }
+
+    /// The most a prefetch may be: a read's `count`, or two where a second
+    /// read may be sent behind the first (see [`Loop::pipelines`]), so
+    /// both fit.
+    pub(super) fn most_ahead(&self) -> usize {
+        let reads = if self.pipelines() { 2 } else { 1 };
+        self.sub.opts.count * reads
     }
 
     /// The time a prefetch covers: an XACK round trip (measured), or

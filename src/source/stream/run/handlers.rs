@@ -53,6 +53,11 @@ impl Handlers {
         &mut self.pace
     }
 
+    /// Whether reads are paced by nothing (see [`Pace::is_free`]).
+    pub(super) fn unpaced(&self) -> bool {
+        self.pace.is_free()
+    }
+
     /// Handler runs in flight.
     pub(super) fn len(&self) -> usize {
         self.running.len()

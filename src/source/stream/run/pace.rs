@@ -49,6 +49,13 @@ impl Pace {
             .is_none_or(|(l, _)| l.priority.before_clear(l.index))
     }
 
+    /// Whether it paces nothing: no rate limit, no priority. Only then may
+    /// a second read be sent behind the one in flight (each read is
+    /// admitted alone, and a level learns it is clear from one read).
+    pub(super) fn is_free(&self) -> bool {
+        self.limit.is_none() && self.level.is_none()
+    }
+
     /// Whether the next read of new entries should not block: streams come
     /// after this one and it has not found its stream empty yet, so they
     /// learn at once when it is.

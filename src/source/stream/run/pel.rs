@@ -33,6 +33,12 @@ pub(super) struct ReadDone {
     /// A fenced read found entries in this consumer's PEL that the loop
     /// does not know of (see [`FencedRead::Strays`]).
     pub(super) strays: bool,
+    /// It was sent behind another read, on a clone of its connection (see
+    /// [`behind`]): it has no connection to give back.
+    pub(super) behind: bool,
+    /// How many entries it asked for (set when it is taken from the reads
+    /// in flight).
+    pub(super) asked: usize,
 }
 
 /// The read to send: new entries, or a page of this consumer's own PEL.
@@ -86,7 +92,7 @@ async fn claim<T: redis::FromRedisValue>(
 /// `CLAIM`, the group's idle pending entries first, each with the delivery
 /// count the reply gives (the count before this delivery, plus one).
 pub(super) async fn read_new(
-    conn: &mut ReadConn,
+    conn: &mut impl redis::aio::ConnectionLike,
     cmd: redis::Cmd,
 ) -> Result<Vec<Delivered>, Error> {
     let v: Value = cmd.query_async(conn).await.map_err(Error::from_redis)?;
@@ -225,6 +231,8 @@ pub(super) async fn perform(
                 late: false,
                 fetching: None,
                 strays: false,
+                behind: false,
+                asked: 0,
             };
         }
     };
@@ -266,5 +274,32 @@ pub(super) async fn perform(
         late: late(sent, block),
         fetching,
         strays,
+        behind: false,
+        asked: 0,
+    }
+}
+
+/// A read of new entries (`cmd`, without `BLOCK`) sent on `conn`, a clone
+/// of the read connection, behind a read in flight there: Redis serves it
+/// the moment it has answered that one, while the client handles that
+/// reply, so neither side waits for the other. It waits in the
+/// connection's queue while the read before it blocks, so it counts as
+/// late only past the same `block`.
+pub(super) async fn behind(
+    mut conn: redis::aio::MultiplexedConnection,
+    cmd: redis::Cmd,
+    block: Duration,
+) -> ReadDone {
+    let sent = tokio::time::Instant::now();
+    let result = read_new(&mut conn, cmd).await;
+    ReadDone {
+        conn: None,
+        pel: None,
+        result,
+        late: late(sent, block),
+        fetching: None,
+        strays: false,
+        behind: true,
+        asked: 0,
     }
 }

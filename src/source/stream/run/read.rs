@@ -6,21 +6,30 @@
 //! pieces). The loop decides when a read may start and how many entries
 //! it asks for, and what a failed read means (reconnect, find the slot's
 //! owner again, recreate the group, or end).
+//!
+//! While reads of new entries come back full (a backlog), a second one may
+//! be sent behind the read in flight, on the same connection and without
+//! `BLOCK`: Redis then serves it while the client handles the reply before
+//! it, instead of the two taking turns. Replies on one connection come in
+//! the order sent, and are handled in that order. At most two reads are in
+//! flight, and at most one of them can block (the first), so a drain's
+//! `CLIENT UNBLOCK` ends both.
 
 use std::cell::Cell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use actix::Addr;
 use futures::future::LocalBoxFuture;
+use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 
-use super::pel::{PelRead, Read, ReadDone, perform};
+use super::pel::{PelRead, Read, ReadDone, behind, perform};
 use super::{Loop, Subscription};
 use crate::connection::Connector;
-use crate::delivery::reader::{ReadConn, Reader, UNBLOCK_EVERY};
+use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader};
 use crate::error::{Class, Error};
 use crate::redis::commands::ServerCommands;
 use crate::redis::reply::Delivered;
@@ -55,6 +64,18 @@ fn failover_of(mut epoch: watch::Receiver<u64>) -> LocalBoxFuture<'static, watch
     })
 }
 
+/// A read in flight.
+struct InFlight {
+    read: LocalBoxFuture<'static, ReadDone>,
+    /// Its result, once it came before that of a read sent earlier was
+    /// taken.
+    done: Option<ReadDone>,
+    /// How many entries it asked for.
+    asked: usize,
+    /// It was sent behind another read (see [`pel::behind`](super::pel::behind)).
+    behind: bool,
+}
+
 pub(super) struct Reading {
     reader: Reader,
     /// Where Redis is: a failed read may say the stream's slot moved.
@@ -62,10 +83,16 @@ pub(super) struct Reading {
     /// Resolves when a failover is announced (the read connection moves),
     /// with the receiver to watch for the next one.
     failover: LocalBoxFuture<'static, watch::Receiver<u64>>,
-    /// The read in flight.
-    in_flight: Option<LocalBoxFuture<'static, ReadDone>>,
-    /// `true` while a read is on the wire (not connecting, not backing off).
+    /// The reads in flight (at most two), in the order sent.
+    in_flight: VecDeque<InFlight>,
+    /// `true` while the first read is on the wire (not connecting, not
+    /// backing off).
     on_wire: Rc<Cell<bool>>,
+    /// A clone of the read connection once open, for a read sent behind
+    /// the one in flight.
+    pipe: Option<MultiplexedConnection>,
+    /// The last read of new entries brought all it asked for: more wait.
+    full: bool,
     cursor: Cursor,
     /// Failed reads in a row, with their backoff.
     retry: Retry,
@@ -94,8 +121,10 @@ impl Reading {
             reader,
             failover: failover_of(connector.epoch()),
             connector,
-            in_flight: None,
+            in_flight: VecDeque::new(),
             on_wire: Rc::new(Cell::new(false)),
+            pipe: None,
+            full: false,
             cursor: Cursor::Pending("-".into()),
             retry: Retry::default(),
             delay: None,
@@ -115,12 +144,32 @@ impl Reading {
 
     /// Whether a read is in flight (connecting, backing off or on the wire).
     pub(super) fn is_reading(&self) -> bool {
-        self.in_flight.is_some()
+        !self.in_flight.is_empty()
     }
 
-    /// Whether a read is on the wire: a stop must wait for its reply.
+    /// Whether a read is on the wire: a stop must wait for its reply. (A
+    /// read sent behind another is on the wire once sent.)
     pub(super) fn on_wire(&self) -> bool {
-        self.in_flight.is_some() && self.on_wire.get()
+        self.in_flight
+            .front()
+            .is_some_and(|r| r.behind || self.on_wire.get())
+    }
+
+    /// How many entries the reads in flight asked for.
+    pub(super) fn asked(&self) -> usize {
+        self.in_flight.iter().map(|r| r.asked).sum()
+    }
+
+    /// Whether a read of new entries may be sent behind the one in flight
+    /// now: that one is a read of new entries on the wire, the last read
+    /// came back full, and the connection is open and follows no `ASK`.
+    pub(super) fn may_send_behind(&self) -> bool {
+        self.in_flight.len() == 1
+            && self.full
+            && matches!(self.cursor, Cursor::New)
+            && self.on_wire()
+            && self.unblock_at.is_none()
+            && self.pipe.is_some()
     }
 
     pub(super) fn cursor(&self) -> &Cursor {
@@ -154,8 +203,10 @@ impl Reading {
         self.unblock_at.is_some()
     }
 
-    /// Starts `read`; it gives its connection back when it ends.
-    fn start(&mut self, read: Read, sub: &Subscription) {
+    /// Starts `read` of up to `asked` entries; it gives its connection
+    /// back when it ends.
+    fn start(&mut self, read: Read, asked: usize, sub: &Subscription) {
+        self.pipe = self.reader.pipe();
         let conn = self.reader.lend();
         let who = (
             sub.names.group.clone(),
@@ -164,29 +215,62 @@ impl Reading {
         );
         let delay = self.delay.take();
         let on_wire = self.on_wire.clone();
-        self.in_flight = Some(Box::pin(perform(conn, read, delay, on_wire, who)));
+        let read = Box::pin(perform(conn, read, delay, on_wire, who));
+        self.push(read, asked, false);
     }
 
-    /// Polls the read once, now: answers it if it is already done. Its
-    /// command is handed to the connection this way before the loop runs
-    /// queued handlers.
+    /// Sends `cmd`, a read of up to `asked` new entries without `BLOCK`,
+    /// behind the read in flight (see [`may_send_behind`](Self::may_send_behind)).
+    fn start_behind(&mut self, cmd: redis::Cmd, asked: usize, block: Duration) {
+        let conn = self.pipe.clone().expect("checked by may_send_behind");
+        self.push(Box::pin(behind(conn, cmd, block)), asked, true);
+    }
+
+    fn push(&mut self, read: LocalBoxFuture<'static, ReadDone>, asked: usize, behind: bool) {
+        self.in_flight.push_back(InFlight {
+            read,
+            done: None,
+            asked,
+            behind,
+        });
+    }
+
+    /// Polls every read in flight once and answers the first one sent, if
+    /// it is done (a later one that is done waits its turn).
+    fn poll_reads(&mut self, cx: &mut std::task::Context<'_>) -> Poll<ReadDone> {
+        for r in self.in_flight.iter_mut().filter(|r| r.done.is_none()) {
+            if let Poll::Ready(done) = r.read.as_mut().poll(cx) {
+                r.done = Some(done);
+            }
+        }
+        if self.in_flight.front().is_none_or(|r| r.done.is_none()) {
+            return Poll::Pending;
+        }
+        let r = self.in_flight.pop_front().expect("checked");
+        let mut done = r.done.expect("checked");
+        done.asked = r.asked;
+        Poll::Ready(done)
+    }
+
+    /// Polls the reads once, now: answers the first if it is already done.
+    /// A read's command is handed to the connection this way before the
+    /// loop runs queued handlers.
     pub(super) async fn poll_now(&mut self) -> Option<ReadDone> {
-        let read = self.in_flight.as_mut()?;
-        let std::task::Poll::Ready(done) = futures::poll!(read.as_mut()) else {
-            return None;
-        };
-        self.in_flight = None;
-        Some(done)
+        std::future::poll_fn(|cx| {
+            Poll::Ready(match self.poll_reads(cx) {
+                Poll::Ready(done) => Some(done),
+                Poll::Pending => None,
+            })
+        })
+        .await
     }
 
-    /// The read's result once it is done, or a failover announced (only
-    /// with `failovers`). Pending while neither is. Cancel-safe.
+    /// A read's result once it is done, in the order the reads were sent,
+    /// or a failover announced (only with `failovers`). Pending while
+    /// neither is. Cancel-safe.
     pub(super) async fn next(&mut self, failovers: bool) -> ReadEvent {
         std::future::poll_fn(|cx| {
-            if let Some(read) = self.in_flight.as_mut()
-                && let Poll::Ready(done) = read.as_mut().poll(cx)
-            {
-                self.in_flight = None;
+            if let Poll::Ready(done) = self.poll_reads(cx) {
                 return Poll::Ready(ReadEvent::Done(done));
             }
             if failovers && let Poll::Ready(epoch) = self.failover.as_mut().poll(cx) {
@@ -203,11 +287,13 @@ impl Reading {
     /// (connecting, backing off) is dropped. Answers the `CLIENT UNBLOCK`
     /// to await beside the loop.
     pub(super) fn stop(&mut self, redis: &Addr<RedisActor>) -> Option<LocalBoxFuture<'static, ()>> {
-        self.in_flight.as_ref()?;
-        if self.on_wire.get() {
+        if self.in_flight.is_empty() {
+            return None;
+        }
+        if self.on_wire() {
             return self.unblock(redis);
         }
-        self.in_flight = None;
+        self.in_flight.clear();
         None
     }
 
@@ -232,7 +318,7 @@ impl Reading {
     /// Drops the read in flight, whatever its state (the drain deadline
     /// passed).
     pub(super) fn cancel(&mut self) {
-        self.in_flight = None;
+        self.in_flight.clear();
     }
 
     /// Redis answered again (after an outage): a read waiting out its
@@ -241,17 +327,27 @@ impl Reading {
     pub(super) fn retry_now(&mut self) {
         self.delay = None;
         self.retry.succeeded();
-        if self.in_flight.is_some() && !self.on_wire.get() {
-            self.in_flight = None;
+        if !self.on_wire() {
+            self.in_flight.clear();
         }
     }
 
     /// A read ended: takes its connection back (or forgets it, when the
-    /// read broke it). Answers whether a connection was lost.
-    fn ended(&mut self, conn: Option<ReadConn>) -> bool {
+    /// read broke it; a read sent behind another gives none back, and
+    /// forgets it only when it broke). Answers whether a connection was
+    /// lost.
+    fn ended(&mut self, done: &mut ReadDone) -> bool {
         self.unblock_at = None;
-        match conn {
-            Some(conn) => self.reader.give_back(Some(conn)),
+        if done.behind {
+            let broke = matches!(&done.result, Err(e) if drops_reader(e));
+            return broke && self.forget();
+        }
+        match done.conn.take() {
+            Some(conn) => {
+                self.reader.give_back(Some(conn));
+                self.pipe = self.reader.pipe();
+                false
+            }
             None => self.forget(),
         }
     }
@@ -262,6 +358,8 @@ impl Reading {
     /// back in its PEL. Answers whether one was open.
     pub(super) fn forget(&mut self) -> bool {
         self.cursor = Cursor::Pending("-".into());
+        self.pipe = None;
+        self.full = false;
         self.reader.forget()
     }
 
@@ -270,8 +368,8 @@ impl Reading {
     /// next read goes to the new master at once. Answers whether a
     /// connection was lost.
     fn on_failover(&mut self) -> bool {
-        if self.in_flight.is_some() {
-            self.in_flight = None;
+        if !self.in_flight.is_empty() {
+            self.in_flight.clear();
             self.on_wire.set(false);
             self.unblock_at = None;
         }
@@ -279,11 +377,15 @@ impl Reading {
         self.forget()
     }
 
-    /// A read succeeded with `entries` (for a re-read of its own PEL,
-    /// `pel`: the last pending entry it looked at, `None` past the last):
-    /// the cursor moves on, and the newest id seen is kept.
-    fn advanced(&mut self, entries: &[Delivered], pel: Option<Option<EntryId>>) {
+    /// A read of up to `asked` entries succeeded with `entries` (for a
+    /// re-read of its own PEL, `pel`: the last pending entry it looked at,
+    /// `None` past the last): the cursor moves on, and the newest id seen
+    /// is kept.
+    fn advanced(&mut self, entries: &[Delivered], asked: usize, pel: Option<Option<EntryId>>) {
         self.retry.succeeded();
+        if pel.is_none() {
+            self.full = entries.len() >= asked.max(1);
+        }
         let newest = entries.iter().map(|d| &d.raw.id);
         let newest = match &pel {
             Some(Some(last)) => newest
@@ -339,11 +441,32 @@ impl Reading {
 }
 
 impl Loop {
+    /// Whether a second read may ever be sent behind the one in flight: a
+    /// plain stream (no partition's fence, no key gate) whose reads nothing
+    /// paces.
+    pub(super) fn pipelines(&self) -> bool {
+        self.fence.is_none() && self.gate.is_none() && self.handlers.unpaced()
+    }
+
     /// Starts a read of up to `count` entries: new ones, or a page of this
-    /// consumer's own PEL.
+    /// consumer's own PEL; with a read in flight, new ones behind it (see
+    /// [`Reading::may_send_behind`]).
     pub(super) fn start_read(&mut self, count: usize) {
         let s = &self.sub;
         let r = &self.reading;
+        if r.is_reading() {
+            let mut cmd = redis::cmd("XREADGROUP");
+            cmd.arg("GROUP")
+                .arg(&*s.names.group)
+                .arg(&*s.consumer)
+                .arg("COUNT")
+                .arg(count)
+                .arg("STREAMS")
+                .arg(&*s.names.name)
+                .arg(">");
+            let block = s.opts.block;
+            return self.reading.start_behind(cmd, count, block);
+        }
         let read = match r.cursor() {
             Cursor::New if self.fence.is_some() => {
                 let fence = self.fence.clone().expect("checked");
@@ -384,16 +507,16 @@ impl Loop {
                 fence: self.fence.clone(),
             }),
         };
-        self.reading.start(read, &self.sub);
+        self.reading.start(read, count, &self.sub);
     }
 
-    pub(super) fn on_read(&mut self, done: ReadDone) {
+    pub(super) fn on_read(&mut self, mut done: ReadDone) {
         if done.late {
             self.stall.trouble();
         } else if done.result.is_ok() {
             self.stall.answered();
         }
-        if self.reading.ended(done.conn) {
+        if self.reading.ended(&mut done) {
             self.metrics.reconnects.increment(1);
         }
         let entries = match done.result {
@@ -426,7 +549,7 @@ impl Loop {
             tracing::warn!(stream = %self.sub.names.name, consumer = %self.sub.consumer, "this consumer's pending entries hold entries it never received (a read of this process that reached Redis late); re-reading them first");
             self.reading.rewind();
         }
-        self.reading.advanced(&entries, done.pel);
+        self.reading.advanced(&entries, done.asked, done.pel);
         self.enqueue(entries);
         if self.drain.is_some() {
             self.hand_back();
