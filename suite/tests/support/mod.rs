@@ -20,6 +20,7 @@ use process::Process;
 
 pub mod cluster;
 mod loading;
+pub mod monitor;
 pub mod order;
 mod process;
 pub mod proxy;

@@ -285,13 +285,20 @@ pub(super) async fn perform(
 /// reply, so neither side waits for the other. It waits in the
 /// connection's queue while the read before it blocks, so it counts as
 /// late only past the same `block`.
+///
+/// It does not follow `ASK` (a slot migrating in a cluster): that answer
+/// counts as finding nothing, and the next read, on the read connection,
+/// follows it.
 pub(super) async fn behind(
     mut conn: redis::aio::MultiplexedConnection,
     cmd: redis::Cmd,
     block: Duration,
 ) -> ReadDone {
     let sent = tokio::time::Instant::now();
-    let result = read_new(&mut conn, cmd).await;
+    let result = match read_new(&mut conn, cmd).await {
+        Err(e) if e.code() == Some("ASK") => Ok(Vec::new()),
+        result => result,
+    };
     ReadDone {
         conn: None,
         pel: None,

@@ -16,7 +16,6 @@
 //! `CLIENT UNBLOCK` ends both.
 
 use std::cell::Cell;
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -26,6 +25,8 @@ use futures::future::LocalBoxFuture;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 
+use super::in_flight::InFlight;
+use super::oversize::Oversize;
 use super::pel::{PelRead, Read, ReadDone, behind, perform};
 use super::{Loop, Subscription};
 use crate::connection::Connector;
@@ -64,18 +65,6 @@ fn failover_of(mut epoch: watch::Receiver<u64>) -> LocalBoxFuture<'static, watch
     })
 }
 
-/// A read in flight.
-struct InFlight {
-    read: LocalBoxFuture<'static, ReadDone>,
-    /// Its result, once it came before that of a read sent earlier was
-    /// taken.
-    done: Option<ReadDone>,
-    /// How many entries it asked for.
-    asked: usize,
-    /// It was sent behind another read (see [`pel::behind`](super::pel::behind)).
-    behind: bool,
-}
-
 pub(super) struct Reading {
     reader: Reader,
     /// Where Redis is: a failed read may say the stream's slot moved.
@@ -84,7 +73,7 @@ pub(super) struct Reading {
     /// with the receiver to watch for the next one.
     failover: LocalBoxFuture<'static, watch::Receiver<u64>>,
     /// The reads in flight (at most two), in the order sent.
-    in_flight: VecDeque<InFlight>,
+    in_flight: InFlight,
     /// `true` while the first read is on the wire (not connecting, not
     /// backing off).
     on_wire: Rc<Cell<bool>>,
@@ -102,13 +91,9 @@ pub(super) struct Reading {
     unblock_at: Option<tokio::time::Instant>,
     /// Until its first re-read of its own PEL is done.
     fresh: bool,
-    /// The server dropped the read connection in the middle of a read: the
-    /// re-read of its own PEL takes one entry at a time, so an entry the
-    /// server cannot send is found.
-    careful: bool,
-    /// Entries whose one-entry fetch lost the read connection, and how many
-    /// times; at `max_failed_sends` an entry is dead-lettered by id.
-    failed_sends: HashMap<EntryId, u32>,
+    /// What reads that lost the connection taught: entries too large to
+    /// send whole.
+    oversize: Oversize,
     /// The newest entry id a read brought this loop (new entries, or a
     /// page of its own PEL): a partition's fenced read checks that the PEL
     /// holds nothing newer it never received.
@@ -121,7 +106,7 @@ impl Reading {
             reader,
             failover: failover_of(connector.epoch()),
             connector,
-            in_flight: VecDeque::new(),
+            in_flight: InFlight::default(),
             on_wire: Rc::new(Cell::new(false)),
             pipe: None,
             full: false,
@@ -130,8 +115,7 @@ impl Reading {
             delay: None,
             unblock_at: None,
             fresh: true,
-            careful: false,
-            failed_sends: HashMap::new(),
+            oversize: Oversize::default(),
             newest: None,
         }
     }
@@ -151,13 +135,13 @@ impl Reading {
     /// read sent behind another is on the wire once sent.)
     pub(super) fn on_wire(&self) -> bool {
         self.in_flight
-            .front()
-            .is_some_and(|r| r.behind || self.on_wire.get())
+            .first_behind()
+            .is_some_and(|behind| behind || self.on_wire.get())
     }
 
     /// How many entries the reads in flight asked for.
     pub(super) fn asked(&self) -> usize {
-        self.in_flight.iter().map(|r| r.asked).sum()
+        self.in_flight.asked()
     }
 
     /// Whether a read of new entries may be sent behind the one in flight
@@ -216,40 +200,15 @@ impl Reading {
         let delay = self.delay.take();
         let on_wire = self.on_wire.clone();
         let read = Box::pin(perform(conn, read, delay, on_wire, who));
-        self.push(read, asked, false);
+        self.in_flight.push(read, asked, false);
     }
 
     /// Sends `cmd`, a read of up to `asked` new entries without `BLOCK`,
     /// behind the read in flight (see [`may_send_behind`](Self::may_send_behind)).
     fn start_behind(&mut self, cmd: redis::Cmd, asked: usize, block: Duration) {
         let conn = self.pipe.clone().expect("checked by may_send_behind");
-        self.push(Box::pin(behind(conn, cmd, block)), asked, true);
-    }
-
-    fn push(&mut self, read: LocalBoxFuture<'static, ReadDone>, asked: usize, behind: bool) {
-        self.in_flight.push_back(InFlight {
-            read,
-            done: None,
-            asked,
-            behind,
-        });
-    }
-
-    /// Polls every read in flight once and answers the first one sent, if
-    /// it is done (a later one that is done waits its turn).
-    fn poll_reads(&mut self, cx: &mut std::task::Context<'_>) -> Poll<ReadDone> {
-        for r in self.in_flight.iter_mut().filter(|r| r.done.is_none()) {
-            if let Poll::Ready(done) = r.read.as_mut().poll(cx) {
-                r.done = Some(done);
-            }
-        }
-        if self.in_flight.front().is_none_or(|r| r.done.is_none()) {
-            return Poll::Pending;
-        }
-        let r = self.in_flight.pop_front().expect("checked");
-        let mut done = r.done.expect("checked");
-        done.asked = r.asked;
-        Poll::Ready(done)
+        self.in_flight
+            .push(Box::pin(behind(conn, cmd, block)), asked, true);
     }
 
     /// Polls the reads once, now: answers the first if it is already done.
@@ -257,7 +216,7 @@ impl Reading {
     /// loop runs queued handlers.
     pub(super) async fn poll_now(&mut self) -> Option<ReadDone> {
         std::future::poll_fn(|cx| {
-            Poll::Ready(match self.poll_reads(cx) {
+            Poll::Ready(match self.in_flight.poll(cx) {
                 Poll::Ready(done) => Some(done),
                 Poll::Pending => None,
             })
@@ -270,7 +229,7 @@ impl Reading {
     /// neither is. Cancel-safe.
     pub(super) async fn next(&mut self, failovers: bool) -> ReadEvent {
         std::future::poll_fn(|cx| {
-            if let Poll::Ready(done) = self.poll_reads(cx) {
+            if let Poll::Ready(done) = self.in_flight.poll(cx) {
                 return Poll::Ready(ReadEvent::Done(done));
             }
             if failovers && let Poll::Ready(epoch) = self.failover.as_mut().poll(cx) {
@@ -403,35 +362,16 @@ impl Reading {
             Some(None) => {
                 self.cursor = Cursor::New;
                 self.fresh = false;
-                self.careful = false;
+                self.oversize.pel_read();
             }
             None => {}
         }
-        if !self.failed_sends.is_empty() {
-            for d in entries {
-                self.failed_sends.remove(&d.raw.id);
-            }
-        }
+        self.oversize.received(entries);
     }
 
-    /// The server dropped the read connection in the middle of a read:
-    /// re-read its own PEL one entry at a time from now on; if one entry
-    /// was alone on the wire (`fetching`), count it. Answers it and how
-    /// many times it failed so, once that reaches `max`, forgetting it.
-    fn failed_send(
-        &mut self,
-        fetching: Option<(EntryId, u64)>,
-        max: u32,
-    ) -> Option<(EntryId, u64, u32)> {
-        self.careful = true;
-        let (id, run) = fetching?;
-        let times = self.failed_sends.entry(id.clone()).or_default();
-        *times += 1;
-        let times = *times;
-        if times >= max {
-            self.failed_sends.remove(&id);
-        }
-        Some((id, run, times))
+    /// What reads that lost the connection taught.
+    pub(super) fn oversize(&mut self) -> &mut Oversize {
+        &mut self.oversize
     }
 
     /// The closing `QUIT`, bounded to 1 s.
@@ -502,8 +442,8 @@ impl Loop {
                 // crash in an earlier life).
                 held: self.held.clone(),
                 fresh: r.fresh,
-                one_at_a_time: r.careful,
-                in_pieces: r.failed_sends.keys().cloned().collect::<HashSet<_>>(),
+                one_at_a_time: r.oversize.one_at_a_time(),
+                in_pieces: r.oversize.in_pieces(),
                 fence: self.fence.clone(),
             }),
         };
@@ -554,35 +494,6 @@ impl Loop {
         if self.drain.is_some() {
             self.hand_back();
         }
-    }
-
-    /// The server dropped the read connection in the middle of a read (a
-    /// reply that outgrew the client's output buffer, or a close for any
-    /// other reason): re-read its own PEL one entry at a time from now on;
-    /// if one entry was alone on the wire, count it (its next read is in
-    /// pieces), and at `max_failed_sends` move it to the dead-letter stream
-    /// by id.
-    fn on_failed_send(&mut self, fetching: Option<(EntryId, u64)>) {
-        let max = self.sub.opts.max_failed_sends;
-        let Some((id, run, times)) = self.reading.failed_send(fetching, max) else {
-            return;
-        };
-        let (stream, consumer) = (&self.sub.names.name, &self.sub.consumer);
-        if times < max {
-            tracing::warn!(
-                %stream, %consumer, %id, times,
-                "the server dropped the read connection while sending this entry (larger than it may send one client?); reading it in pieces"
-            );
-            return;
-        }
-        tracing::error!(
-            %stream, %consumer, %id, times, dlq = %self.sub.names.dlq,
-            "the server cannot send this entry (larger than its output buffer for a client allows: client-output-buffer-limit normal, maxmemory-clients); moving it to the dead-letter stream by id"
-        );
-        let error = format!(
-            "the server dropped the read connection {times} times while sending this entry              ({{entry_bytes}} bytes): it is larger than the server lets one reply to a client be              (client-output-buffer-limit normal, maxmemory-clients), also when read in pieces; dead-lettered by id without being read"
-        );
-        self.dead_letter_by_id(id, run, error);
     }
 
     pub(super) fn on_read_error(&mut self, e: Error) {
