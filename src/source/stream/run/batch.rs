@@ -10,7 +10,8 @@
 //! Every entry of a batch stays held, and refreshed, until it is settled.
 //! A redelivery that must run alone (see [`Loop::start_queued`]) runs as a
 //! batch of its own. The prefetch counts in batches: as many as the
-//! handlers get through in a round trip, in entries at most `count`.
+//! handlers get through in a round trip, in entries at most `count` (two
+//! reads' `count` where a read may go out behind another).
 
 use std::time::Duration;
 
@@ -315,7 +316,7 @@ impl Loop {
     }
 
     /// The prefetch in entries: the batches the handlers get through in one
-    /// round trip (or [`FETCH_WINDOW`]), at most `count` entries; none for
+    /// round trip (or [`FETCH_WINDOW`]), at most [`Loop::most_ahead`] entries; none for
     /// slow batches, and none until both times are measured.
     fn batch_prefetch(&self) -> usize {
         let (Some(handler), Some(_)) = (self.handlers.took(), self.acks.round_trip()) else {

@@ -53,8 +53,11 @@ impl Loop {
     /// a handler finished within the fetch window (not behind a stalled
     /// one) — and the free slots plus the prefetch reach half a batch (of
     /// `count`, at most `concurrency`); it asks for that many, at most
-    /// `count`. An entry that turns out slow can still hold up to one
-    /// prefetch queued behind it. While
+    /// `count`. Entries the reads in flight asked for count as waiting, and
+    /// with one read in flight a second may go out behind it (see
+    /// [`Reading::may_send_behind`](super::read::Reading::may_send_behind)
+    /// and [`Loop::pipelines`]). An entry that turns out slow can still
+    /// hold up to one prefetch queued behind it. While
     /// re-reading its own pending entries (redeliveries, which run alone) it
     /// reads one at a time, only when nothing runs.
     pub(super) fn read_count(&self) -> Option<usize> {
@@ -113,7 +116,7 @@ impl Loop {
 
     /// How many entries may be fetched beyond the free handler slots: as many
     /// as the handlers get through in one Redis round trip, or in
-    /// [`FETCH_WINDOW`] if that is longer (at most `count`), so a fetched
+    /// [`FETCH_WINDOW`] if that is longer (at most [`Loop::most_ahead`]), so a fetched
     /// entry waits about that long before it starts. Slow
     /// handlers get none; fast ones get whole batches. 0 until both times are
     /// measured.

@@ -20,9 +20,20 @@ pub(super) struct Oversize {
     /// Entries whose one-entry fetch lost the read connection, and how many
     /// times; at `max_failed_sends` an entry is dead-lettered by id.
     failed_sends: HashMap<EntryId, u32>,
+    /// The server dropped the read connection in the middle of a read at
+    /// least once: no read is sent behind another from then on (two
+    /// replies waiting in the server's output buffer for this client may
+    /// be what it refused).
+    dropped: bool,
 }
 
 impl Oversize {
+    /// Whether the server ever dropped the read connection in the middle
+    /// of a read.
+    pub(super) fn dropped(&self) -> bool {
+        self.dropped
+    }
+
     /// Whether the re-read of its own PEL takes one entry at a time.
     pub(super) fn one_at_a_time(&self) -> bool {
         self.careful
@@ -58,6 +69,7 @@ impl Oversize {
         max: u32,
     ) -> Option<(EntryId, u64, u32)> {
         self.careful = true;
+        self.dropped = true;
         let (id, run) = fetching?;
         let times = self.failed_sends.entry(id.clone()).or_default();
         *times += 1;

@@ -1,7 +1,9 @@
 //! The read commands, on the dedicated read connection: new entries
 //! (`XREADGROUP … >`, or a partition's fenced read) and pages of this
 //! consumer's own PEL (`XPENDING` + `XCLAIM`, an entry too large to send
-//! whole read in pieces). [`perform`] runs one and says what it produced.
+//! whole read in pieces). [`perform`] runs one on the read connection and
+//! says what it produced; [`behind`] sends a read of new entries behind
+//! one in flight, on a clone of that connection.
 
 use std::cell::Cell;
 use std::collections::HashSet;

@@ -1,19 +1,13 @@
 //! Reads on the dedicated read connection. [`Reading`] owns what reading
 //! needs across turns of the loop: the connection, where the next read
-//! starts ([`Cursor`]), the read in flight, its backoff, the failovers
+//! starts ([`Cursor`]), the reads in flight, their backoff, the failovers
 //! announced, `CLIENT UNBLOCK` while a blocked read is cut short, and what
 //! a dropped connection taught (entries read one at a time, or in
 //! pieces). The loop decides when a read may start and how many entries
 //! it asks for, and what a failed read means (reconnect, find the slot's
 //! owner again, recreate the group, or end).
-//!
-//! While reads of new entries come back full (a backlog), a second one may
-//! be sent behind the read in flight, on the same connection and without
-//! `BLOCK`: Redis then serves it while the client handles the reply before
-//! it, instead of the two taking turns. Replies on one connection come in
-//! the order sent, and are handled in that order. At most two reads are in
-//! flight, and at most one of them can block (the first), so a drain's
-//! `CLIENT UNBLOCK` ends both.
+//! Over a backlog a second read goes out behind the one in flight (see
+//! [`InFlight`]).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -22,12 +16,11 @@ use std::time::{Duration, Instant};
 
 use actix::Addr;
 use futures::future::LocalBoxFuture;
-use redis::aio::MultiplexedConnection;
 use tokio::sync::watch;
 
 use super::in_flight::InFlight;
 use super::oversize::Oversize;
-use super::pel::{PelRead, Read, ReadDone, behind, perform};
+use super::pel::{PelRead, Read, ReadDone, perform};
 use super::{Loop, Subscription};
 use crate::connection::Connector;
 use crate::delivery::reader::{Reader, UNBLOCK_EVERY, drops_reader};
@@ -72,16 +65,12 @@ pub(super) struct Reading {
     /// Resolves when a failover is announced (the read connection moves),
     /// with the receiver to watch for the next one.
     failover: LocalBoxFuture<'static, watch::Receiver<u64>>,
-    /// The reads in flight (at most two), in the order sent.
+    /// The reads in flight (at most two), in the order sent, and what a
+    /// read sent behind another needs.
     in_flight: InFlight,
     /// `true` while the first read is on the wire (not connecting, not
     /// backing off).
     on_wire: Rc<Cell<bool>>,
-    /// A clone of the read connection once open, for a read sent behind
-    /// the one in flight.
-    pipe: Option<MultiplexedConnection>,
-    /// The last read of new entries brought all it asked for: more wait.
-    full: bool,
     cursor: Cursor,
     /// Failed reads in a row, with their backoff.
     retry: Retry,
@@ -108,8 +97,6 @@ impl Reading {
             connector,
             in_flight: InFlight::default(),
             on_wire: Rc::new(Cell::new(false)),
-            pipe: None,
-            full: false,
             cursor: Cursor::Pending("-".into()),
             retry: Retry::default(),
             delay: None,
@@ -139,6 +126,12 @@ impl Reading {
             .is_some_and(|behind| behind || self.on_wire.get())
     }
 
+    /// Whether the first read in flight may be blocked on the server (one
+    /// sent behind another never blocks).
+    pub(super) fn blocking(&self) -> bool {
+        self.in_flight.first_behind() == Some(false) && self.on_wire.get()
+    }
+
     /// How many entries the reads in flight asked for.
     pub(super) fn asked(&self) -> usize {
         self.in_flight.asked()
@@ -146,14 +139,17 @@ impl Reading {
 
     /// Whether a read of new entries may be sent behind the one in flight
     /// now: that one is a read of new entries on the wire, the last read
-    /// came back full, and the connection is open and follows no `ASK`.
+    /// came back full, none is failing, the server never dropped the
+    /// connection in the middle of a read, and the connection is open and
+    /// follows no `ASK`.
     pub(super) fn may_send_behind(&self) -> bool {
-        self.in_flight.len() == 1
-            && self.full
+        self.in_flight.may_send_behind()
+            && self.delay.is_none()
+            && self.retry.failures() == 0
+            && !self.oversize.dropped()
             && matches!(self.cursor, Cursor::New)
             && self.on_wire()
             && self.unblock_at.is_none()
-            && self.pipe.is_some()
     }
 
     pub(super) fn cursor(&self) -> &Cursor {
@@ -190,7 +186,7 @@ impl Reading {
     /// Starts `read` of up to `asked` entries; it gives its connection
     /// back when it ends.
     fn start(&mut self, read: Read, asked: usize, sub: &Subscription) {
-        self.pipe = self.reader.pipe();
+        self.in_flight.connection(self.reader.pipe());
         let conn = self.reader.lend();
         let who = (
             sub.names.group.clone(),
@@ -206,9 +202,7 @@ impl Reading {
     /// Sends `cmd`, a read of up to `asked` new entries without `BLOCK`,
     /// behind the read in flight (see [`may_send_behind`](Self::may_send_behind)).
     fn start_behind(&mut self, cmd: redis::Cmd, asked: usize, block: Duration) {
-        let conn = self.pipe.clone().expect("checked by may_send_behind");
-        self.in_flight
-            .push(Box::pin(behind(conn, cmd, block)), asked, true);
+        self.in_flight.send_behind(cmd, asked, block);
     }
 
     /// Polls the reads once, now: answers the first if it is already done.
@@ -241,18 +235,18 @@ impl Reading {
         .await
     }
 
-    /// Stops the read: one on the wire is cut short (`CLIENT UNBLOCK`,
-    /// again every 50 ms while it lasts), one not yet on the wire
-    /// (connecting, backing off) is dropped. Answers the `CLIENT UNBLOCK`
-    /// to await beside the loop.
+    /// Stops the reads: one that may be blocked is cut short (`CLIENT
+    /// UNBLOCK`, again every 50 ms while it lasts; one sent behind it then
+    /// answers at once), one not yet on the wire (connecting, backing off)
+    /// is dropped, and one sent behind another is left to answer. Answers
+    /// the `CLIENT UNBLOCK` to await beside the loop.
     pub(super) fn stop(&mut self, redis: &Addr<RedisActor>) -> Option<LocalBoxFuture<'static, ()>> {
-        if self.in_flight.is_empty() {
-            return None;
-        }
-        if self.on_wire() {
+        if self.blocking() {
             return self.unblock(redis);
         }
-        self.in_flight.clear();
+        if !self.on_wire() {
+            self.in_flight.clear();
+        }
         None
     }
 
@@ -274,7 +268,7 @@ impl Reading {
         self.reader.unblock(redis)
     }
 
-    /// Drops the read in flight, whatever its state (the drain deadline
+    /// Drops the reads in flight, whatever their state (the drain deadline
     /// passed).
     pub(super) fn cancel(&mut self) {
         self.in_flight.clear();
@@ -297,6 +291,9 @@ impl Reading {
     /// lost.
     fn ended(&mut self, done: &mut ReadDone) -> bool {
         self.unblock_at = None;
+        if done.result.is_err() {
+            self.in_flight.read_full(false);
+        }
         if done.behind {
             let broke = matches!(&done.result, Err(e) if drops_reader(e));
             return broke && self.forget();
@@ -304,7 +301,7 @@ impl Reading {
         match done.conn.take() {
             Some(conn) => {
                 self.reader.give_back(Some(conn));
-                self.pipe = self.reader.pipe();
+                self.in_flight.connection(self.reader.pipe());
                 false
             }
             None => self.forget(),
@@ -317,12 +314,12 @@ impl Reading {
     /// back in its PEL. Answers whether one was open.
     pub(super) fn forget(&mut self) -> bool {
         self.cursor = Cursor::Pending("-".into());
-        self.pipe = None;
-        self.full = false;
+        self.in_flight.connection(None);
+        self.in_flight.read_full(false);
         self.reader.forget()
     }
 
-    /// A failover was announced: a read in flight is dropped (whatever it
+    /// A failover was announced: the reads in flight are dropped (what they
     /// had fetched is in this consumer's PEL and is re-read first), and the
     /// next read goes to the new master at once. Answers whether a
     /// connection was lost.
@@ -343,7 +340,7 @@ impl Reading {
     fn advanced(&mut self, entries: &[Delivered], asked: usize, pel: Option<Option<EntryId>>) {
         self.retry.succeeded();
         if pel.is_none() {
-            self.full = entries.len() >= asked.max(1);
+            self.in_flight.read_full(entries.len() >= asked.max(1));
         }
         let newest = entries.iter().map(|d| &d.raw.id);
         let newest = match &pel {
@@ -461,6 +458,7 @@ impl Loop {
         }
         let entries = match done.result {
             Ok(e) => e,
+            Err(e) if done.behind => return self.behind_failed(&e),
             Err(e) => {
                 self.handlers.pace().read_ended(None, done.pel.is_none());
                 if e.closed_after_accept() {
@@ -488,6 +486,9 @@ impl Loop {
         if done.strays {
             tracing::warn!(stream = %self.sub.names.name, consumer = %self.sub.consumer, "this consumer's pending entries hold entries it never received (a read of this process that reached Redis late); re-reading them first");
             self.reading.rewind();
+        }
+        if done.behind && self.left_for_reread(&entries) {
+            return;
         }
         self.reading.advanced(&entries, done.asked, done.pel);
         self.enqueue(entries);

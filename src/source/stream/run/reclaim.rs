@@ -163,7 +163,7 @@ impl Loop {
                 self.begin_drain(Instant::now() + self.sub.drain_timeout);
             }
             Checked::Peeked { waits } => {
-                if waits && self.reading.on_wire() {
+                if waits && self.reading.blocking() {
                     // Cut a blocked read short rather than wait `block`.
                     self.unblock();
                 }
