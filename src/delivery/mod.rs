@@ -13,8 +13,10 @@
 //! * [`retry`] holds failed items while they wait out their
 //!   [`RetryBackoff`], and [`liveness`] is the one rule by which a consumer
 //!   keeps its claim to its work (a lease, a heartbeat);
-//! * [`until_done`] retries a settling write (an ack, a dead-letter move, a
-//!   put-back) until Redis has run it.
+//! * [`until_accepted`] sends a settling write (an `XACK` batch, a
+//!   dead-letter move, a list item's settle) until Redis accepts it, and
+//!   [`until_done`] and [`until_stopped`] retry the other steps a loop
+//!   needs done, through the same backoff.
 
 mod actor;
 pub(crate) mod claim;
@@ -33,4 +35,4 @@ pub(crate) use actor::{ConsumerActor, ConsumerExited, Drain};
 pub use options::RetryBackoff;
 pub(crate) use options::{MAX_DURATION, default_consumer_name};
 pub(crate) use report::ConsumerReport;
-pub(crate) use settle::{until_done, until_stopped};
+pub(crate) use settle::{until_accepted, until_done, until_stopped};

@@ -96,7 +96,7 @@ pub(crate) struct Moved {
 /// A Lua script rather than MULTI/EXEC: in a transaction a failing XADD (say
 /// the dead-letter key holds a string) would not stop the XACK, and the entry
 /// would be lost; in the script the failure aborts before anything is acked.
-#[derive(Message)]
+#[derive(Message, Clone)]
 #[rtype(result = "Result<MoveAnswer, Error>")]
 pub(crate) struct DeadLetter(pub Arc<DeadLetterEntry>);
 

@@ -213,25 +213,19 @@ impl Handler<PublishOnce> for RedisActor {
 /// ACL), the same ids are sent as a plain `XACK` at once, and `XACKDEL` is
 /// withdrawn from `delete` until its server is asked again; the retention
 /// sweep trims what that leaves.
-#[derive(Message)]
-#[rtype(result = "Result<Vec<EntryId>, AckError>")]
+#[derive(Message, Clone)]
+#[rtype(result = "Result<(), Error>")]
 pub(crate) struct Ack {
     pub stream: Arc<str>,
     pub group: Arc<str>,
-    pub ids: Vec<EntryId>,
+    pub ids: Arc<[EntryId]>,
     pub delete: Option<commands::Detected>,
-}
-
-/// A failed [`Ack`], with the ids it did not acknowledge.
-pub(crate) struct AckError {
-    pub error: Error,
-    pub ids: Vec<EntryId>,
 }
 
 impl Ack {
     fn xack(&self) -> redis::Cmd {
         let mut cmd = redis::cmd("XACK");
-        cmd.arg(&*self.stream).arg(&*self.group).arg(&self.ids);
+        cmd.arg(&*self.stream).arg(&*self.group).arg(&*self.ids);
         cmd
     }
 
@@ -242,13 +236,13 @@ impl Ack {
             .arg("ACKED")
             .arg("IDS")
             .arg(self.ids.len())
-            .arg(&self.ids);
+            .arg(&*self.ids);
         cmd
     }
 }
 
 impl Handler<Ack> for RedisActor {
-    type Result = ResponseFuture<Result<Vec<EntryId>, AckError>>;
+    type Result = ResponseFuture<Result<(), Error>>;
 
     fn handle(&mut self, msg: Ack, _: &mut Self::Context) -> Self::Result {
         let pool = self.pool.clone();
@@ -272,13 +266,7 @@ impl Handler<Ack> for RedisActor {
                 detected.withdraw_ack_and_delete();
                 result = run(msg.xack()).await;
             }
-            match result {
-                Ok(_) => Ok(msg.ids),
-                Err(error) => Err(AckError {
-                    error,
-                    ids: msg.ids,
-                }),
-            }
+            result.map(|_| ())
         })
     }
 }

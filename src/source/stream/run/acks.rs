@@ -1,25 +1,25 @@
 //! The XACK batch: ids of entries whose handler succeeded, sent as one
 //! `XACK` on a shared connection (`XACKDEL … ACKED` for a stream kept with
-//! `retain_acked` on a server that has it), retried with backoff until
-//! Redis accepts it. Its state is its own: the loop pushes ids, says at each turn whether
+//! `retain_acked` on a server that has it), sent until Redis accepts it
+//! (`delivery::until_accepted`). Its state is its own: the loop pushes ids, says at each turn whether
 //! the batch must go now, and gets back the ids Redis settled.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix::Addr;
 use futures::future::LocalBoxFuture;
 
 use super::{Ewma, FETCH_WINDOW, maybe};
-use crate::error::{Class, Error};
+use crate::delivery::until_accepted;
+use crate::error::Error;
 use crate::redis::commands::Detected;
-use crate::redis::{Ack, AckError, RedisActor};
+use crate::redis::{Ack, RedisActor};
 use crate::stream::EntryId;
-use crate::util::{Retry, log_wait};
 
-/// An XACK batch that came back: its ids and what Redis said, and how long
-/// it took.
-type AckDone = (Result<Vec<EntryId>, AckError>, Duration);
+/// An XACK batch that came back: its ids, and how long the accepted
+/// attempt took (or why it was not sent again).
+type AckDone = (Arc<[EntryId]>, Result<Duration, Error>);
 
 pub(super) struct Acks {
     stream: Arc<str>,
@@ -38,8 +38,6 @@ pub(super) struct Acks {
     /// The batch on the wire and how many ids it carries.
     on_wire: Option<LocalBoxFuture<'static, AckDone>>,
     on_wire_ids: usize,
-    /// Failed XACKs in a row, with their backoff.
-    retry: Retry,
     /// How long a round trip to Redis takes (an XACK never blocks), on
     /// average.
     round_trip: Ewma,
@@ -63,7 +61,6 @@ impl Acks {
             since: None,
             on_wire: None,
             on_wire_ids: 0,
-            retry: Retry::default(),
             round_trip: Ewma::default(),
         }
     }
@@ -108,87 +105,49 @@ impl Acks {
                 || due.is_some_and(|due| due <= tokio::time::Instant::now()))
         {
             self.since = None;
-            self.send(None);
+            self.send();
         }
         due.filter(|_| self.on_wire.is_none() && !self.waiting.is_empty())
     }
 
-    fn send(&mut self, delay: Option<Duration>) {
-        let ids = std::mem::take(&mut self.waiting);
+    fn send(&mut self) {
+        let ids: Arc<[EntryId]> = std::mem::take(&mut self.waiting).into();
         self.on_wire_ids = ids.len();
-        let redis = self.redis.clone();
-        let (stream, group) = (self.stream.clone(), self.group.clone());
-        let delete = self.delete.clone();
+        let (redis, stream) = (self.redis.clone(), self.stream.clone());
+        let ack = Ack {
+            stream: self.stream.clone(),
+            group: self.group.clone(),
+            ids: ids.clone(),
+            delete: self.delete.clone(),
+        };
         self.on_wire = Some(Box::pin(async move {
-            if let Some(d) = delay {
-                tokio::time::sleep(d).await;
-            }
-            let t0 = Instant::now();
-            let res = match redis
-                .send(Ack {
-                    stream,
-                    group,
-                    ids,
-                    delete,
-                })
-                .await
-            {
-                Ok(r) => r,
-                // The actor is gone: the ids went with the message.
-                Err(_) => Err(AckError {
-                    error: Error::ShutDown,
-                    ids: Vec::new(),
-                }),
-            };
-            (res, t0.elapsed())
+            let sent = until_accepted(&redis, ack, ("XACK", &stream)).await;
+            (ids, sent.map(|((), took)| took))
         }));
     }
 
-    /// The ids of the batch on the wire, once Redis answered for them
-    /// (pending while nothing is on the wire). Cancel-safe.
+    /// The ids of the batch on the wire, once Redis accepted them (pending
+    /// while nothing is on the wire). Cancel-safe.
     ///
     /// Entries stay held (kept fresh) until their XACK is done, so nobody
     /// claims an entry that ran successfully while its ack is on its way.
-    /// A failed XACK is retried with capped backoff for as long as it takes
-    /// (a failover, `READONLY`, a revoked ACL…): its ids come back only
-    /// then. Only a shut-down broker or a lost group ends the retries (the
-    /// entries stay pending, or are gone with their group, and are
-    /// redelivered).
-    pub(super) async fn settled(&mut self) -> Vec<EntryId> {
-        let (res, took) = maybe(&mut self.on_wire).await;
+    /// A failed XACK is sent again with capped backoff for as long as it
+    /// takes (a failover, `READONLY`, a revoked ACL…; see
+    /// [`until_accepted`]): its ids come back only then. Only a shut-down
+    /// broker or a lost group ends the retries (the entries stay pending,
+    /// or are gone with their group, and are redelivered).
+    pub(super) async fn settled(&mut self) -> Arc<[EntryId]> {
+        let (ids, res) = maybe(&mut self.on_wire).await;
         self.on_wire = None;
         match res {
-            Ok(ids) => {
+            Ok(took) => {
                 self.round_trip.add(took);
                 self.round_trip_metric.record(took.as_secs_f64());
-                let failures = self.retry.succeeded();
-                if failures > 0 {
-                    tracing::info!(stream = %self.stream, failures, "XACK accepted again");
-                }
-                ids
             }
-            Err(AckError { error, ids })
-                if matches!(error, Error::ShutDown) || error.class() == Class::GroupGone =>
-            {
-                tracing::warn!(entries = ids.len(), error = %error, "XACK failed; the entries stay pending");
-                ids
-            }
-            Err(AckError { error, ids }) => {
-                let (delay, log) = self.retry.failed();
-                if log {
-                    let (stream, entries, retry_in_ms) =
-                        (&self.stream, ids.len(), delay.as_millis() as u64);
-                    let failures = self.retry.failures();
-                    log_wait!(
-                        error.class(),
-                        %stream, entries, error = %error, failures, retry_in_ms,
-                        "XACK failed; the entries stay held and the ack is retried"
-                    );
-                }
-                self.waiting.extend(ids);
-                self.send(Some(delay));
-                Vec::new()
+            Err(error) => {
+                tracing::warn!(stream = %self.stream, entries = ids.len(), %error, "XACK failed; the entries stay pending");
             }
         }
+        ids
     }
 }

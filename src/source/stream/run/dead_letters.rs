@@ -1,21 +1,20 @@
 //! Dead-letter moves in flight: one script each (it checks the entry is
 //! still this consumer's, `XADD`s the copy to the dead-letter stream and
-//! `XACK`s it), retried with backoff until Redis answers, so nothing is
-//! copied twice. Its state is its own: the loop sends a move and gets back
+//! `XACK`s it), sent until Redis accepts it (`delivery::until_accepted`),
+//! so nothing is copied twice. Its state is its own: the loop sends a move and gets back
 //! how it ended; the entry stays held until then.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::Addr;
 use futures::future::{LocalBoxFuture, pending};
 use futures::stream::{FuturesUnordered, StreamExt};
 
+use crate::delivery::until_accepted;
 use crate::error::Error;
 use crate::redis::{DeadLetter, DeadLetterEntry, MoveAnswer, RedisActor};
 use crate::status::Board;
 use crate::telemetry::ConsumerMetrics;
-use crate::util::{Retry, log_wait};
 
 /// A dead-letter move that came back: the entry and what Redis said.
 type Done = (Arc<DeadLetterEntry>, Result<MoveAnswer, Error>);
@@ -37,8 +36,6 @@ pub(super) struct DeadLetters {
     metrics: ConsumerMetrics,
     board: Arc<Board>,
     in_flight: FuturesUnordered<LocalBoxFuture<'static, Done>>,
-    /// Failed moves in a row, with their backoff.
-    retry: Retry,
 }
 
 impl DeadLetters {
@@ -52,7 +49,6 @@ impl DeadLetters {
             metrics,
             board,
             in_flight: FuturesUnordered::new(),
-            retry: Retry::default(),
         }
     }
 
@@ -65,41 +61,32 @@ impl DeadLetters {
         self.in_flight.is_empty()
     }
 
-    /// Sends the move of `entry` (after `delay`, when retrying).
-    pub(super) fn send(&mut self, entry: Arc<DeadLetterEntry>, delay: Option<Duration>) {
+    /// Sends the move of `entry`, until Redis accepts it.
+    pub(super) fn send(&mut self, entry: Arc<DeadLetterEntry>) {
         let redis = self.redis.clone();
         self.in_flight.push(Box::pin(async move {
-            if let Some(d) = delay {
-                tokio::time::sleep(d).await;
-            }
-            let res = redis
-                .send(DeadLetter(entry.clone()))
-                .await
-                .unwrap_or(Err(Error::ShutDown));
-            (entry, res)
+            let move_it = DeadLetter(entry.clone());
+            let res = until_accepted(&redis, move_it, ("dead-letter move", &entry.stream)).await;
+            (entry, res.map(|(answer, _)| answer))
         }));
     }
 
     /// The next move that ended, counted and logged (pending while none is
-    /// in flight). A move Redis did not answer is sent again after its
-    /// backoff and does not end here. Cancel-safe.
+    /// in flight). Cancel-safe.
     pub(super) async fn ended(&mut self) -> (Arc<DeadLetterEntry>, MoveEnd) {
-        loop {
-            let Some((entry, res)) = self.in_flight.next().await else {
-                return pending().await;
-            };
-            if let Some(moved) = self.answered(&entry, res) {
-                return (entry, moved);
-            }
-        }
+        let Some((entry, res)) = self.in_flight.next().await else {
+            return pending().await;
+        };
+        let moved = self.answered(&entry, res);
+        (entry, moved)
     }
 
     fn answered(
         &mut self,
         entry: &Arc<DeadLetterEntry>,
         res: Result<MoveAnswer, Error>,
-    ) -> Option<MoveEnd> {
-        let moved = match res {
+    ) -> MoveEnd {
+        match res {
             Ok(MoveAnswer::Moved(moved)) => {
                 self.metrics.dead_lettered.increment(1);
                 self.board.dead_lettered();
@@ -125,29 +112,13 @@ impl DeadLetters {
                 );
                 MoveEnd::Dropped
             }
-            Err(Error::ShutDown) => {
-                tracing::error!(
-                    stream = %entry.stream, id = %entry.id,
-                    "dead-letter move abandoned: broker shut down; the entry stays pending"
-                );
-                return Some(MoveEnd::Dropped);
-            }
             Err(e) => {
-                let (delay, log) = self.retry.failed();
-                if log {
-                    log_wait!(
-                        e.class(),
-                        stream = %entry.stream, id = %entry.id, dlq = %entry.dlq, error = %e,
-                        failures = self.retry.failures(),
-                        retry_in_ms = delay.as_millis() as u64,
-                        "dead-letter move failed; retrying, the entry stays pending and held"
-                    );
-                }
-                self.send(entry.clone(), Some(delay));
-                return None;
+                tracing::error!(
+                    stream = %entry.stream, id = %entry.id, error = %e,
+                    "dead-letter move abandoned (the broker shut down, or the group is gone); the entry stays pending, or went with its group"
+                );
+                MoveEnd::Dropped
             }
-        };
-        self.retry.succeeded();
-        Some(moved)
+        }
     }
 }

@@ -13,7 +13,8 @@ use crate::stream::EntryId;
 impl Loop {
     /// Moves an entry to the dead-letter stream (see `DeadLetter`). The entry
     /// stays held, so it is kept fresh and never reclaimed meanwhile, and the
-    /// move is retried with backoff until it is done or the broker shuts down.
+    /// move is sent until Redis accepts it (or the broker shuts down, or the
+    /// group is gone).
     pub(super) fn dead_letter(&mut self, msg: Message, error: String) {
         self.dead_letter_with(msg, error, false);
     }
@@ -43,7 +44,7 @@ impl Loop {
             order,
             attempts,
         });
-        self.dead_letters.send(entry, None);
+        self.dead_letters.send(entry);
     }
 
     /// Moves an entry this consumer could not be sent to the dead-letter
@@ -67,7 +68,7 @@ impl Loop {
             order: None,
             attempts,
         });
-        self.dead_letters.send(entry, None);
+        self.dead_letters.send(entry);
     }
 
     pub(super) fn on_dead_lettered(&mut self, (entry, moved): (Arc<DeadLetterEntry>, MoveEnd)) {
@@ -106,9 +107,9 @@ impl Loop {
     /// Entries Redis acked (or that stay pending for good: a shut-down
     /// broker, a lost group) are settled here: their keys run on and they
     /// are no longer held.
-    pub(super) fn on_acked(&mut self, ids: Vec<EntryId>) {
-        self.retries.settled(&ids);
-        for id in &ids {
+    pub(super) fn on_acked(&mut self, ids: &[EntryId]) {
+        self.retries.settled(ids);
+        for id in ids {
             self.release_key(id);
             self.held.remove(id);
         }

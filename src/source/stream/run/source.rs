@@ -178,7 +178,7 @@ impl consumer::Source for Loop {
             self.on_ended(fin);
         }
         if let Some(ids) = acked {
-            self.on_acked(ids);
+            self.on_acked(&ids);
         }
         if let Some(ended) = dead {
             self.on_dead_lettered(ended);
