@@ -2,11 +2,15 @@
 //! [`Retry`], 100 ms doubling to 10 s, and a log line on the failures worth
 //! one, the first and then each doubling of the count):
 //!
-//! * a settling write (an `XACK` batch, a dead-letter move, a list item's
-//!   settle) is sent until Redis accepts it ([`until_accepted`]), whatever
-//!   it answers meanwhile, except a shut-down broker or a lost group;
-//! * a write a loop needs done (a heartbeat, a put-back) until Redis has
-//!   run it, giving up on an error no wait fixes ([`until_done`]);
+//! * a stream's settling write (an `XACK` batch, a dead-letter move) is
+//!   sent until Redis accepts it ([`until_accepted`]), whatever it answers
+//!   meanwhile, except a shut-down broker or a lost group: each is safe to
+//!   send again (an `XACK` twice acks once; the dead-letter script checks
+//!   everything before it writes);
+//! * a list's settling script, and a write a loop needs done (a heartbeat,
+//!   a put-back), until Redis has run it, giving up on an error no wait
+//!   fixes ([`until_done`]): a list script that failed half-way (its `LREM`
+//!   done, its push refused) must not run again;
 //! * any step a consumer needs before it goes on (its lease, its
 //!   partition's pending entries, a check) until it works or the consumer
 //!   is stopped ([`until_stopped`]).
@@ -115,7 +119,7 @@ where
     let gives_up = |e: &Error| matches!(e, Error::ShutDown) || !e.class().is_transient();
     let log = |e: &Error, delay: Duration, failures| {
         let retry_in_ms = delay.as_millis() as u64;
-        tracing::warn!(error = %e, failures, retry_in_ms, "a list or channel write failed; retrying");
+        tracing::warn!(error = %e, failures, retry_in_ms, "a list write failed; retrying");
     };
     let never = pin!(std::future::pending());
     retrying(attempt, gives_up, deadline, never, log)
@@ -130,15 +134,16 @@ fn sent_again(e: &Error) -> bool {
     !matches!(e, Error::ShutDown) && e.class() != Class::GroupGone
 }
 
-/// Sends `msg` to the Redis actor until Redis accepts it: the one retry of
-/// every settling write (an `XACK` batch, a dead-letter move, a list
-/// item's settle), so a handled entry is never handled again because its
-/// settle failed for a while. Every failure but those [`sent_again`] rules
-/// out (a failover, `READONLY`, `OOM`, a revoked ACL, a script error…) is
-/// waited out with backoff for as long as it takes; the entry stays held
-/// meanwhile. `what` and `key` name the write and its stream or list in the
-/// log lines (a warning, or an error for a failure only configuration
-/// fixes; an info line once it is accepted after failures).
+/// Sends `msg`, a write safe to send again, to the Redis actor until Redis
+/// accepts it: the retry of a stream's settling writes (an `XACK` batch, a
+/// dead-letter move), so a handled entry is never handled again because
+/// its settle failed for a while. Every failure but those [`sent_again`]
+/// rules out (a failover, `READONLY`, `OOM`, a revoked ACL, a script
+/// error…) is waited out with backoff for as long as it takes; the entry
+/// stays held meanwhile. `what` names the write in the log lines (`<what>
+/// failed; …`, a warning, or an error for a failure only configuration
+/// fixes; an info line once it is accepted after failures), and `about`
+/// gives their other fields (called only for a line).
 ///
 /// Answers Redis's reply and how long the accepted attempt took.
 ///
@@ -148,7 +153,8 @@ fn sent_again(e: &Error) -> bool {
 pub(crate) async fn until_accepted<M, T>(
     redis: &Addr<RedisActor>,
     msg: M,
-    (what, key): (&'static str, &str),
+    what: &'static str,
+    about: impl Fn() -> String,
 ) -> Result<(T, Duration), Error>
 where
     M: actix::Message<Result = Result<T, Error>> + Clone + Send + 'static,
@@ -166,15 +172,16 @@ where
         let retry_in_ms = delay.as_millis() as u64;
         log_wait!(
             e.class(),
-            what, %key, error = %e, failures, retry_in_ms,
-            "a settling write failed; the entries stay held and it is sent again"
+            about = %about(), error = %e, failures, retry_in_ms,
+            "{what} failed; the entries stay held and it is sent again until Redis accepts it"
         );
     };
     let never = pin!(std::future::pending());
     let out = retrying(attempt, |e| !sent_again(e), None, never, log).await;
     let reply = out.map_err(|e| e.unwrap_or(Error::ShutDown))?;
     if failed.get() > 0 {
-        tracing::info!(what, %key, "a settling write was accepted again");
+        let failures = failed.get();
+        tracing::info!(about = %about(), failures, "{what} accepted again");
     }
     Ok((reply, started.get().elapsed()))
 }

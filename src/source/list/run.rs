@@ -38,7 +38,7 @@ use crate::delivery::handler::{self, Run, Verdict, Why};
 use crate::delivery::liveness::{Liveness, Stall};
 use crate::delivery::reader::{ReadConn, Reader};
 use crate::delivery::retry::RetryQueue;
-use crate::delivery::{until_accepted, until_done};
+use crate::delivery::until_done;
 use crate::error::Error;
 use crate::handler::ItemMeta;
 use crate::redis::{Eval, RedisActor};
@@ -509,10 +509,11 @@ impl Loop {
         }
     }
 
-    /// Sends a settling script until Redis accepts it (see
-    /// [`until_accepted`]; every failure but a shut-down broker waits with
-    /// backoff, for as long as it takes): a handled item is never handled
-    /// again because its `LREM` failed for a while.
+    /// Runs a settling script until Redis has done it (transient errors
+    /// wait with backoff): a handled item is never handled again because
+    /// its `LREM` failed once. An error no wait fixes ends it: the script
+    /// may have failed half-way (its `LREM` done, its push refused), and
+    /// Redis does not undo what a script did, so it must not run again.
     /// With `release`, that item stops being held once Redis ran it.
     fn settle<M>(&mut self, msg: M, what: &'static str, release: Option<Vec<u8>>)
     where
@@ -522,8 +523,8 @@ impl Loop {
         let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
         let held = release.map(|item| (self.held.clone(), item));
         self.side.push(Box::pin(async move {
-            if let Err(e) = until_accepted::<_, Value>(&redis, msg, (what, &list)).await {
-                tracing::error!(list = %list, error = %e, what, "settling a list item abandoned: the broker shut down");
+            if let Err(e) = until_done(&redis, msg, None).await {
+                tracing::error!(list = %list, error = %e, what, "settling a list item failed");
             }
             if let Some((held, item)) = held {
                 let mut held = held.borrow_mut();

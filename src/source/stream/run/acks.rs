@@ -121,7 +121,8 @@ impl Acks {
             delete: self.delete.clone(),
         };
         self.on_wire = Some(Box::pin(async move {
-            let sent = until_accepted(&redis, ack, ("XACK", &stream)).await;
+            let about = || format!("stream {stream}, {} entries", ids.len());
+            let sent = until_accepted(&redis, ack, "XACK", about).await;
             (ids, sent.map(|((), took)| took))
         }));
     }

@@ -66,7 +66,9 @@ impl DeadLetters {
         let redis = self.redis.clone();
         self.in_flight.push(Box::pin(async move {
             let move_it = DeadLetter(entry.clone());
-            let res = until_accepted(&redis, move_it, ("dead-letter move", &entry.stream)).await;
+            let e = &entry;
+            let about = || format!("stream {}, id {}, dlq {}", e.stream, e.id, e.dlq);
+            let res = until_accepted(&redis, move_it, "dead-letter move", about).await;
             (entry, res.map(|(answer, _)| answer))
         }));
     }
