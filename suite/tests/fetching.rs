@@ -141,21 +141,10 @@ async fn a_slow_handler_neither_holds_earlier_acks_nor_has_entries_fetched_behin
 }
 
 /// Entries `0..n` added to `s` (group `g`, created at its start) before
-/// any consumer runs, a pipeline of 1,000 at a time.
+/// any consumer runs.
 fn backlog(c: &mut redis::Connection, n: u64) {
     support::create_group(c, "s", "g", "0");
-    for chunk in (0..n).collect::<Vec<_>>().chunks(1_000) {
-        let mut pipe = redis::pipe();
-        for i in chunk {
-            pipe.cmd("XADD")
-                .arg("s")
-                .arg("*")
-                .arg("data")
-                .arg(i.to_string())
-                .ignore();
-        }
-        let () = pipe.query(c).unwrap();
-    }
+    support::xadd_values(c, "s", 0..n);
 }
 
 /// A consumer of `s`/`g` named `name` that handles one entry at a time and

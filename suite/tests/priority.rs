@@ -12,25 +12,12 @@ use support::{RedisServer, eventually};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn backlog(c: &mut redis::Connection, stream: &str, ids: std::ops::Range<u64>) {
-    let mut pipe = redis::pipe();
-    for id in ids {
-        pipe.cmd("XADD")
-            .arg(stream)
-            .arg("*")
-            .arg("data")
-            .arg(id.to_string())
-            .ignore();
-    }
-    pipe.query::<()>(c).unwrap();
-}
-
 #[actix_rt::test]
 async fn the_higher_stream_runs_first_and_the_lower_one_when_it_is_clear() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
-    backlog(&mut c, "hi", 0..500);
-    backlog(&mut c, "lo", 1000..1500);
+    support::xadd_values(&mut c, "hi", 0..500);
+    support::xadd_values(&mut c, "lo", 1000..1500);
     let (hi, lo) = (Stream::new("hi", "g"), Stream::new("lo", "g"));
     let order: Arc<Mutex<Vec<u64>>> = Arc::default();
     let o = order.clone();
@@ -61,7 +48,7 @@ async fn the_higher_stream_runs_first_and_the_lower_one_when_it_is_clear() {
 
     // Both clear: a lower entry does not wait for the higher stream's
     // blocked read (10 s) to end.
-    backlog(&mut c, "lo", 2000..2001);
+    support::xadd_values(&mut c, "lo", 2000..2001);
     eventually("the lower entry handled", Duration::from_secs(5), || {
         order.lock().unwrap().contains(&2000)
     })
@@ -79,8 +66,8 @@ async fn the_higher_stream_runs_first_and_the_lower_one_when_it_is_clear() {
             .any(|s| s.key == "hi" && s.state == rillkit::SubscriptionState::Paused)
     })
     .await;
-    backlog(&mut c, "hi", 3000..3010);
-    backlog(&mut c, "lo", 4000..4010);
+    support::xadd_values(&mut c, "hi", 3000..3010);
+    support::xadd_values(&mut c, "lo", 4000..4010);
     eventually("the lower entries handled", WAIT, || {
         let o = order.lock().unwrap();
         (4000..4010).all(|id| o.contains(&id))

@@ -56,18 +56,7 @@ async fn acked_entries_are_trimmed_and_nothing_a_group_still_needs() {
         .build()
         .unwrap();
     // A stream with no group yet is not trimmed.
-    for chunk in (0..2_000u64).collect::<Vec<_>>().chunks(500) {
-        let mut pipe = redis::pipe();
-        for v in chunk {
-            pipe.cmd("XADD")
-                .arg("orders")
-                .arg("*")
-                .arg("data")
-                .arg(v.to_string())
-                .ignore();
-        }
-        let () = pipe.query(&mut c).unwrap();
-    }
+    support::xadd_values(&mut c, "orders", 0..2_000);
     broker.start().await.unwrap();
     eventually("2 000 handled", WAIT, || {
         handled.load(Ordering::SeqCst) == 2_000

@@ -691,6 +691,23 @@ pub fn xadd(conn: &mut redis::Connection, stream: &str, json: &str) -> String {
         .expect("XADD")
 }
 
+/// Entries whose `data` is each of `values` (JSON numbers), added to
+/// `stream` with pipelined `XADD`s, 1,000 to a pipeline.
+pub fn xadd_values(conn: &mut redis::Connection, stream: &str, values: std::ops::Range<u64>) {
+    for chunk in values.collect::<Vec<_>>().chunks(1_000) {
+        let mut pipe = redis::pipe();
+        for v in chunk {
+            pipe.cmd("XADD")
+                .arg(stream)
+                .arg("*")
+                .arg("data")
+                .arg(v.to_string())
+                .ignore();
+        }
+        pipe.query::<()>(conn).expect("XADD");
+    }
+}
+
 /// `XGROUP CREATE <stream> <group> <start> MKSTREAM`; a group that exists
 /// already is left as it is.
 pub fn create_group(conn: &mut redis::Connection, stream: &str, group: &str, start: &str) {
