@@ -276,6 +276,53 @@ async fn consumers_joining_and_leaving_move_partitions_without_running_a_key_twi
     seen.assert_each_key_in_order();
 }
 
+#[actix_rt::test]
+async fn a_share_out_answered_after_the_stop_began_starts_no_partition() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    // a reaches Redis through a proxy that can hold its commands.
+    let proxy = support::proxy::Proxy::start(redis.port);
+    let s = Stream::new("orders", "g").ordered_by("key", 8);
+    let seen: Shared = Default::default();
+    let start = |url: String, name: &str| {
+        Broker::builder(url)
+            .shutdown_timeout(Duration::from_secs(10))
+            .subscribe(&s, opts(name), handler(seen.clone(), 3))
+            .build()
+            .unwrap()
+    };
+    let a = start(proxy.url(), "a");
+    a.start().await.unwrap();
+    let b = start(redis.url(), "b");
+    b.start().await.unwrap();
+    let owned = |b: &Broker| {
+        b.status().subscriptions[0]
+            .partitions
+            .iter()
+            .filter(|p| p.owned)
+            .count()
+    };
+    eventually("the partitions shared 4 and 4", WAIT, || {
+        owned(&a) == 4 && owned(&b) == 4
+    })
+    .await;
+    // a's next membership renewal (every third of its 900 ms TTL) is held
+    // on its way; b leaves meanwhile, so its answer gives a all 8.
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(b.stop().await.unwrap().exit_code(), 0);
+    // a's stop begins before that answer reaches it.
+    let stopping = actix_rt::spawn(async move { a.stop().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.restore();
+    let outcome = tokio::time::timeout(Duration::from_secs(20), stopping)
+        .await
+        .expect("a's stop ends: no partition started after it began")
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.exit_code(), 0, "{outcome:?}");
+}
+
 /// Publishes key `k1` entries 0..6 with entry 1 failing every run, and key
 /// `k2` entries 0..6; answers the broker's outcome and what ran.
 async fn one_entry_fails(on_failure: OnKeyFailure) -> (RedisServer, Shared) {

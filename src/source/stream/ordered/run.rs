@@ -208,7 +208,14 @@ impl Manager {
     /// yet, and hands on those it reads that are no longer its own (their
     /// loops drain: running handlers finish, unstarted entries go back,
     /// then the lease is dropped for the next owner).
+    ///
+    /// Nothing starts or moves once the consumer drains: a share-out
+    /// answered after the stop began (a membership renewal on its way then)
+    /// would otherwise start partitions no stop reaches.
     fn apply(&mut self) {
+        if self.deadline.is_some() {
+            return;
+        }
         let handover = Instant::now() + self.sub.drain_timeout;
         for (index, part) in &mut self.parts {
             if !part.stopping && !self.desired.contains(index) {
