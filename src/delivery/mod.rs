@@ -13,10 +13,10 @@
 //! * [`retry`] holds failed items while they wait out their
 //!   [`RetryBackoff`], and [`liveness`] is the one rule by which a consumer
 //!   keeps its claim to its work (a lease, a heartbeat);
-//! * [`until_accepted`] sends a stream's settling write (an `XACK` batch, a
-//!   dead-letter move) until Redis accepts it, and [`until_done`] and
-//!   [`until_stopped`] retry the other steps a loop needs done (a list's
-//!   settle among them), through the same loop and backoff.
+//! * [`until_accepted`] sends every settling write (a stream's `XACK` batch
+//!   or dead-letter move, a list item's settling script) until Redis
+//!   accepts it, and [`until_done`] and [`until_stopped`] retry the other
+//!   steps a loop needs done, through the same loop and backoff.
 
 mod actor;
 pub(crate) mod claim;

@@ -2,15 +2,16 @@
 //! [`Retry`], 100 ms doubling to 10 s, and a log line on the failures worth
 //! one, the first and then each doubling of the count):
 //!
-//! * a stream's settling write (an `XACK` batch, a dead-letter move) is
-//!   sent until Redis accepts it ([`until_accepted`]), whatever it answers
-//!   meanwhile, except a shut-down broker or a lost group: each is safe to
-//!   send again (an `XACK` twice acks once; the dead-letter script checks
-//!   everything before it writes);
-//! * a list's settling script, and a write a loop needs done (a heartbeat,
-//!   a put-back), until Redis has run it, giving up on an error no wait
-//!   fixes ([`until_done`]): a list script that failed half-way (its `LREM`
-//!   done, its push refused) must not run again;
+//! * a settling write (a stream's `XACK` batch or dead-letter move, a list
+//!   item's `LREM`, dead-letter move or put-back) is sent until Redis
+//!   accepts it ([`until_accepted`]), whatever it answers meanwhile, except
+//!   a shut-down broker or a lost group: each is safe to send again (an
+//!   `XACK` twice acks once; the dead-letter scripts check everything
+//!   before they write, and a list's scripts push before they remove, so
+//!   one that failed half-way took nothing away);
+//! * a write a list loop needs done (its heartbeat, a return of its
+//!   processing list) until Redis has run it, giving up on an error no wait
+//!   fixes ([`until_done`]);
 //! * any step a consumer needs before it goes on (its lease, its
 //!   partition's pending entries, a check) until it works or the consumer
 //!   is stopped ([`until_stopped`]).
@@ -135,9 +136,10 @@ fn sent_again(e: &Error) -> bool {
 }
 
 /// Sends `msg`, a write safe to send again, to the Redis actor until Redis
-/// accepts it: the retry of a stream's settling writes (an `XACK` batch, a
-/// dead-letter move), so a handled entry is never handled again because
-/// its settle failed for a while. Every failure but those [`sent_again`]
+/// accepts it: the retry of every settling write (a stream's `XACK` batch
+/// or dead-letter move, a list item's settling script), so a handled entry
+/// is never handled again, nor a dead letter lost, because its settle
+/// failed for a while. Every failure but those [`sent_again`]
 /// rules out (a failover, `READONLY`, `OOM`, a revoked ACL, a script
 /// error…) is waited out with backoff for as long as it takes; the entry
 /// stays held meanwhile. `what` names the write in the log lines (`<what>
@@ -173,7 +175,7 @@ where
         log_wait!(
             e.class(),
             about = %about(), error = %e, failures, retry_in_ms,
-            "{what} failed; the entries stay held and it is sent again until Redis accepts it"
+            "{what} failed; what it settles stays held, and it is sent again until Redis accepts it"
         );
     };
     let never = pin!(std::future::pending());

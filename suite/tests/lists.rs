@@ -523,3 +523,71 @@ async fn a_list_handler_with_context_sees_the_run_and_publishes_onward() {
     );
     assert!(broker.stop().await.unwrap().is_clean());
 }
+
+#[actix::test]
+async fn a_dead_letter_redis_refuses_keeps_the_item_until_its_move_is_accepted() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let jobs = List::new("refused");
+    // The dead-letter list's key holds a string: Redis answers WRONGTYPE to
+    // every push onto it, after the script's check that the item is held.
+    let _: () = redis::cmd("SET")
+        .arg("refused-dlq")
+        .arg("not a list")
+        .query(&mut c)
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe_list(
+            &jobs,
+            ListOptions::default().with_consumer("c1"),
+            move |job: Job| {
+                let r = r.clone();
+                async move {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    Err::<(), _>(HandlerError::reject(format!("job {} is rejected", job.id)))
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker
+        .publish_list(&jobs, &Job { id: 5, fail: true })
+        .await
+        .unwrap();
+    // Refused, and sent again: the item has not left the processing list.
+    eventually("the dead-letter push refused twice", WAIT, || {
+        redis.command_failed_calls("lpush") >= 2
+    })
+    .await;
+    assert_eq!(
+        llen(&mut c, &processing("refused", "c1")),
+        1,
+        "a refused move takes nothing away"
+    );
+    // The operator frees the key: the next send moves the item, once.
+    let _: () = redis::cmd("DEL").arg("refused-dlq").query(&mut c).unwrap();
+    eventually("the dead letter moved", WAIT, || {
+        llen(&mut c, "refused-dlq") == 1 && llen(&mut c, &processing("refused", "c1")) == 0
+    })
+    .await;
+    let letters: Vec<String> = redis::cmd("LRANGE")
+        .arg("refused-dlq")
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    let letter: serde_json::Value = serde_json::from_str(&letters[0]).unwrap();
+    assert!(
+        letter["error"]
+            .as_str()
+            .unwrap()
+            .contains("job 5 is rejected")
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+    assert_eq!(llen(&mut c, "refused"), 0);
+    let outcome = broker.stop().await.unwrap();
+    assert!(outcome.is_clean(), "{outcome:?}");
+}

@@ -38,7 +38,7 @@ use crate::delivery::handler::{self, Run, Verdict, Why};
 use crate::delivery::liveness::{Liveness, Stall};
 use crate::delivery::reader::{ReadConn, Reader};
 use crate::delivery::retry::RetryQueue;
-use crate::delivery::until_done;
+use crate::delivery::{until_accepted, until_done};
 use crate::error::Error;
 use crate::handler::ItemMeta;
 use crate::redis::{Eval, RedisActor};
@@ -509,12 +509,12 @@ impl Loop {
         }
     }
 
-    /// Runs a settling script until Redis has done it (transient errors
-    /// wait with backoff): a handled item is never handled again because
-    /// its `LREM` failed once. An error no wait fixes ends it: the script
-    /// may have failed half-way (its `LREM` done, its push refused), and
-    /// Redis does not undo what a script did, so it must not run again.
-    /// With `release`, that item stops being held once Redis ran it.
+    /// Sends a settling write until Redis accepts it, whatever it answers
+    /// meanwhile but a shut-down broker: a handled item is never handled
+    /// again, nor a dead letter lost, because a write failed for a while.
+    /// Each is safe to send again (a settling script pushes before it
+    /// removes, and does nothing once the item left the processing list).
+    /// With `release`, that item stops being held once Redis accepted it.
     fn settle<M>(&mut self, msg: M, what: &'static str, release: Option<Vec<u8>>)
     where
         M: actix::Message<Result = Result<Value, Error>> + Clone + Send + 'static,
@@ -523,8 +523,9 @@ impl Loop {
         let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
         let held = release.map(|item| (self.held.clone(), item));
         self.side.push(Box::pin(async move {
-            if let Err(e) = until_done(&redis, msg, None).await {
-                tracing::error!(list = %list, error = %e, what, "settling a list item failed");
+            let about = || format!("list {list}");
+            if let Err(e) = until_accepted(&redis, msg, what, about).await {
+                tracing::debug!(list = %list, error = %e, what, "a list item's settle was not sent again");
             }
             if let Some((held, item)) = held {
                 let mut held = held.borrow_mut();

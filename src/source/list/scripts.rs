@@ -141,15 +141,19 @@ return n
 
 /// Moves an item from the processing list to the dead-letter list, only if
 /// it is still on the processing list (a survivor may have moved it back
-/// while this process was cut off): at most one dead letter per pop.
+/// while this process was cut off): at most one dead letter per pop. The
+/// push comes before the removal: Redis does not undo a script's earlier
+/// writes when a later command fails, so a refused push (`WRONGTYPE`, say)
+/// leaves the item where it was, and the script may run again.
 /// KEYS: processing, dlq, attempts. ARGV: item, dead letter.
 pub(super) static DEAD_LETTER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 0 then
+if not redis.call('LPOS', KEYS[1], ARGV[1]) then
   return 0
 end
 redis.call('LPUSH', KEYS[2], ARGV[2])
+redis.call('LREM', KEYS[1], -1, ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 return 1
 ",
@@ -159,14 +163,16 @@ return 1
 /// An item popped after a stop was asked for, never run (or one a lost
 /// reply stranded): back to the right end of the list, where it is popped
 /// next; with `ARGV[2] == '1'` the run its pop counted is taken back.
+/// Pushed before it is removed, as in [`DEAD_LETTER`].
 /// KEYS: processing, list, attempts. ARGV: item, uncount.
 pub(super) static PUT_BACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 0 then
+if not redis.call('LPOS', KEYS[1], ARGV[1]) then
   return 0
 end
 redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('LREM', KEYS[1], -1, ARGV[1])
 if ARGV[2] == '1' and redis.call('HINCRBY', KEYS[3], ARGV[1], -1) <= 0 then
   redis.call('HDEL', KEYS[3], ARGV[1])
 end
@@ -228,7 +234,8 @@ return {{#item}, string.sub(item, from, from + tonumber(ARGV[3]) - 1)}
 /// onto the list (the oldest where it is popped next), in one step, so an
 /// item settled meanwhile is left alone and no item's body comes back to
 /// the client. ARGV holds the held items with their numbers of copies, as
-/// pairs. Answers how many went back.
+/// pairs. Each is pushed before it is removed, as in [`DEAD_LETTER`].
+/// Answers how many went back.
 /// KEYS: processing, list. ARGV: item, copies, item, copies, …
 pub(super) static PUT_BACK_UNHELD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -243,8 +250,8 @@ for _, item in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
   if k and k > 0 then
     keep[item] = k - 1
   else
-    redis.call('LREM', KEYS[1], -1, item)
     redis.call('RPUSH', KEYS[2], item)
+    redis.call('LREM', KEYS[1], -1, item)
     moved = moved + 1
   end
 end
