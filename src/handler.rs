@@ -308,10 +308,11 @@ pub(crate) fn decode_field<T: DeserializeOwned, C: Codec>(
     }
 }
 
-/// One entry offered to a stream's batch handler: its id, its data field's
-/// bytes (`None`: it has none) and its delivery count.
+/// One entry or item offered to a batch handler: its id (a stream entry's;
+/// a list item has none), its data (`None`: an entry without a data field)
+/// and its delivery count (a list item's run count).
 pub(crate) struct BatchInput<'a> {
-    pub id: &'a EntryId,
+    pub id: Option<&'a EntryId>,
     pub data: Option<&'a [u8]>,
     pub delivery_count: u64,
 }
@@ -329,13 +330,14 @@ pub(crate) struct PreparedBatch {
     pub call: Option<BatchCall>,
 }
 
-/// A type-erased batch handler of stream entries: decodes the entries
+/// A type-erased batch handler: decodes the entries (or list items)
 /// offered and makes the call for those that decoded.
 pub(crate) type ErasedBatch = Arc<dyn Fn(&[BatchInput<'_>]) -> PreparedBatch + Send + Sync>;
 
-/// A stream's batch handler as its consumer loop runs it natively: one
-/// handler future per batch of up to `max_entries` queued entries (a batch
-/// starts when it is full or its first entry has waited `max_wait`),
+/// A batch handler as a consumer loop runs it natively (a plain stream's, a
+/// list's): one handler future per batch of up to `max_entries` queued
+/// entries (a batch starts when it is full or its first entry has waited
+/// `max_wait`, see [`Gathering`](crate::delivery::batch::Gathering)),
 /// `concurrency` batches at once.
 #[derive(Clone)]
 pub(crate) struct BatchHandler {

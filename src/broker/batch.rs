@@ -1,9 +1,11 @@
-//! Batch handlers, on the per-entry delivery core: each entry still runs
-//! as one handler run of its own (its lease, delivery count, retry, XACK or
-//! dead letter, and the drain's wait, exactly as for any handler), but the
-//! runs of up to `max_entries` entries meet in one [`Gatherer`], whose first
-//! run calls the batch handler once for all of them and hands each its own
-//! result.
+//! Batch handlers' options, and their per-entry form for the partitions of
+//! an ordered stream (plain streams and lists run batches natively in their
+//! loops): each entry still runs as one handler run of its own (its key
+//! gate, lease, delivery count, retry, XACK or dead letter, and the drain's
+//! wait, exactly as for any handler), but the runs of up to `max_entries`
+//! entries, from every partition the consumer owns, meet in one
+//! [`Gatherer`], whose first run calls the batch handler once for all of
+//! them and hands each its own result.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};

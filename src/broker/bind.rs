@@ -13,8 +13,8 @@ use super::delivery::{Delivery, ItemDelivery};
 use super::{Broker, Inner};
 use crate::handler::{
     BatchCall, BatchEntry, BatchHandler, BatchInput, BatchOutcome, ErasedBatch, ErasedHandler,
-    HandlerError, HandlerResult, ItemHandler, Message, Prepared, PreparedBatch, decode_data,
-    decode_field, decode_item,
+    HandlerError, HandlerResult, ItemHandler, Message, Prepared, PreparedBatch, Undeliverable,
+    decode_data, decode_field, decode_item,
 };
 use crate::stream::Codec;
 
@@ -151,7 +151,7 @@ where
 {
     let (f, gatherer) = (Arc::new(f), Arc::new(Gatherer::new(options, concurrency)));
     let native = BatchHandler {
-        handler: native_batch(codec.clone(), f.clone()),
+        handler: native_batch(codec.clone(), f.clone(), decode_field),
         max_entries: options.max_entries(),
         max_wait: options.max_wait(),
         concurrency: concurrency.max(1),
@@ -166,10 +166,14 @@ where
     (each, native)
 }
 
-/// The native form of a stream's batch handler: decodes the entries
-/// offered, and calls `f` once with those that decoded, its outcome split
-/// into one result per entry.
-fn native_batch<T, C, F, Fut, O>(codec: C, f: Arc<F>) -> ErasedBatch
+/// The native form of a batch handler: decodes the entries offered (with
+/// `decode`: a stream entry's data field, a list item), and calls `f` once
+/// with those that decoded, its outcome split into one result per entry.
+fn native_batch<T, C, F, Fut, O>(
+    codec: C,
+    f: Arc<F>,
+    decode: fn(&C, Option<&[u8]>) -> Result<T, Undeliverable>,
+) -> ErasedBatch
 where
     T: DeserializeOwned + Send + 'static,
     C: Codec,
@@ -181,10 +185,10 @@ where
         let mut undeliverable = Vec::new();
         let mut entries = Vec::with_capacity(inputs.len());
         for (i, input) in inputs.iter().enumerate() {
-            match decode_field(&codec, input.data) {
+            match decode(&codec, input.data) {
                 Ok(value) => entries.push(BatchEntry::new(
                     value,
-                    Some(input.id.clone()),
+                    input.id.cloned(),
                     input.delivery_count,
                 )),
                 Err(why) => undeliverable.push((i, why)),
@@ -226,14 +230,15 @@ where
     typed_batch(codec, options, concurrency, bound)
 }
 
-/// A batch handler of list items: as [`typed_batch`], an item's run count
-/// as its delivery count.
+/// A batch handler of list items, run natively by the list's consumer
+/// loop: as [`typed_batch`]'s native form, an item's run count as its
+/// delivery count; an item that does not decode never joins a batch.
 pub(crate) fn typed_item_batch<T, C, F, Fut, O>(
     codec: C,
     options: BatchOptions,
     concurrency: usize,
     f: F,
-) -> ItemHandler
+) -> BatchHandler
 where
     T: DeserializeOwned + Send + 'static,
     C: Codec,
@@ -241,9 +246,18 @@ where
     Fut: Future<Output = O> + 'static,
     O: Into<BatchOutcome>,
 {
-    let (f, gatherer) = (Arc::new(f), Arc::new(Gatherer::new(options, concurrency)));
-    Arc::new(move |bytes: &[u8], meta| {
-        let value = decode_item::<T, C>(&codec, bytes)?;
-        Ok(gatherer.join(BatchEntry::new(value, None, meta.attempt), f.clone()))
-    })
+    BatchHandler {
+        handler: native_batch(codec, Arc::new(f), item_value),
+        max_entries: options.max_entries(),
+        max_wait: options.max_wait(),
+        concurrency: concurrency.max(1),
+    }
+}
+
+/// A list item's value, decoded as a handler of its own decodes it.
+fn item_value<T: DeserializeOwned, C: Codec>(
+    codec: &C,
+    item: Option<&[u8]>,
+) -> Result<T, Undeliverable> {
+    decode_item::<T, C>(codec, item.unwrap_or_default()).map_err(Undeliverable::Decode)
 }

@@ -20,7 +20,7 @@ use crate::handler::{
 };
 use crate::source::Source;
 use crate::source::channel::{Channel, ChannelOptions, ChannelSub};
-use crate::source::list::{List, ListOptions, ListSub};
+use crate::source::list::{List, ListHandler, ListOptions, ListSub};
 use crate::source::stream::{ConsumerOptions, Shape, Subscription};
 use crate::stream::{Codec, Stream, StreamNames};
 
@@ -273,21 +273,9 @@ impl BrokerBuilder {
         Fut: Future<Output = O> + 'static,
         O: Into<BatchOutcome>,
     {
-        let batches = options.concurrency();
-        let h = bind::typed_item_batch(list.codec().clone(), batch, batches, handler);
-        // Room for one more batch to gather while the others run.
-        let runs = batches
-            .saturating_add(1)
-            .saturating_mul(batch.max_entries());
-        let options = options.with_concurrency(runs);
-        let pending = list_source_erased(list, options, h);
-        // Its concurrency counts batches and item slots at once: it stays
-        // as built.
-        self.subs.push(Box::new(move |cluster, drain| {
-            let source = pending(cluster, drain)?;
-            source.board().scale().configure(runs, false);
-            Ok(source)
-        }));
+        let h = bind::typed_item_batch(list.codec().clone(), batch, options.concurrency(), handler);
+        self.subs
+            .push(list_source_erased(list, options, ListHandler::Batch(h)));
         self
     }
 
@@ -521,8 +509,9 @@ where
 pub(crate) fn list_source_erased<C: Codec>(
     list: &List<C>,
     opts: ListOptions,
-    h: ItemHandler,
+    h: impl Into<ListHandler>,
 ) -> Pending {
+    let h = h.into();
     let list = list.clone();
     Box::new(move |cluster, drain| {
         ListSub::build(&list, opts, h, cluster, drain).map(|s| Source::List(Arc::new(s)))

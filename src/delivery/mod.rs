@@ -7,7 +7,9 @@
 //!   ([`consumer::Source`]), and the stop, pause and drain every source
 //!   shares ([`drain`]);
 //! * [`handler`] runs a handler the same way for every source: made and
-//!   run with its panic caught, in the source's span, timed, tallied;
+//!   run with its panic caught, in the source's span, timed, tallied; a
+//!   batch handler's run likewise, its batches formed by one rule
+//!   ([`batch::Gathering`]);
 //! * [`reader`] is the read connection's life: open, `CLIENT ID`,
 //!   `CLIENT UNBLOCK`, `QUIT`;
 //! * [`retry`] holds failed items while they wait out their
@@ -19,6 +21,7 @@
 //!   steps a loop needs done, through the same loop and backoff.
 
 mod actor;
+pub(crate) mod batch;
 pub(crate) mod claim;
 pub(crate) mod consumer;
 pub(crate) mod drain;

@@ -7,6 +7,7 @@
 mod support;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -345,4 +346,82 @@ fn the_worker_example_runs_a_batch_handler() {
     w.signal("TERM");
     let mut w = w;
     assert_eq!(w.wait_exit(WAIT), Some(0), "{:?}", w.log());
+}
+
+/// A list's `concurrency` counts batches: two run at once, one more batch is
+/// popped ahead, and the rest stays on the list; a stop puts what was popped
+/// ahead back unrun (its runs uncounted) and waits for the running batches.
+#[actix_rt::test]
+async fn a_list_batch_runs_concurrency_batches_and_a_stop_puts_back_what_waits() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let jobs = List::new("held");
+    let batches: Batches = Default::default();
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    // Each batch ends once the test hands it a permit.
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let (b, r, m, rel) = (
+        batches.clone(),
+        running.clone(),
+        most.clone(),
+        release.clone(),
+    );
+    let broker = Broker::builder(redis.url())
+        .subscribe_list_batch(
+            &jobs,
+            ListOptions::default()
+                .with_consumer("c1")
+                .with_concurrency(2),
+            // Batches start only when full: four at a time.
+            BatchOptions::new()
+                .with_max_entries(4)
+                .with_max_wait(Duration::from_secs(60)),
+            move |batch: Vec<BatchEntry<u64>>| {
+                record(&b, &batch);
+                let (r, m, rel) = (r.clone(), m.clone(), rel.clone());
+                async move {
+                    let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                    m.fetch_max(now, Ordering::SeqCst);
+                    rel.acquire().await.unwrap().forget();
+                    r.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<(), String>(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker.publish_list_batch(&jobs, 0..20u64).await.unwrap();
+    let processing = "{held}:rillkit:processing:c1";
+    eventually("two batches running, one more popped", WAIT, || {
+        running.load(Ordering::SeqCst) == 2 && llen(&mut c, processing) == 12
+    })
+    .await;
+    assert_eq!(llen(&mut c, "held"), 8, "the rest stays on the list");
+    assert_eq!(broker.status().subscriptions[0].concurrency, 2);
+    let stopping = {
+        let broker = broker.clone();
+        actix_rt::spawn(async move { broker.stop().await })
+    };
+    eventually("the batch popped ahead put back", WAIT, || {
+        llen(&mut c, "held") == 12 && llen(&mut c, processing) == 8
+    })
+    .await;
+    release.add_permits(2);
+    let outcome = stopping.await.unwrap().unwrap();
+    assert!(outcome.is_clean(), "{outcome:?}");
+    let sizes: Vec<usize> = batches.lock().unwrap().iter().map(Vec::len).collect();
+    assert_eq!(sizes, vec![4, 4], "only the two running batches ran");
+    assert_eq!(most.load(Ordering::SeqCst), 2);
+    assert_eq!(llen(&mut c, processing), 0);
+    let counts: usize = redis::cmd("HLEN")
+        .arg("{held}:rillkit:attempts")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(counts, 0, "the put-back items' runs were taken back");
+}
+
+fn llen(c: &mut redis::Connection, key: &str) -> usize {
+    redis::cmd("LLEN").arg(key).query(c).unwrap()
 }

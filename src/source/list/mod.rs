@@ -29,7 +29,7 @@ use crate::error::ConfigError;
 use crate::status::Board;
 use crate::stream::{Codec, Json};
 
-use crate::handler::ItemHandler;
+use crate::handler::{BatchHandler, ItemHandler};
 pub(crate) use crate::keys::ListKeys;
 use crate::kind::SourceKind;
 
@@ -304,9 +304,22 @@ pub(crate) struct ListSub {
     pub keys: ListKeys,
     pub consumer: Arc<str>,
     pub opts: ListOptions,
-    pub handler: ItemHandler,
+    pub handler: ListHandler,
     pub drain_timeout: Duration,
     pub board: Arc<Board>,
+}
+
+/// A list subscription's handler: one item per run, or batches its loop
+/// runs natively (`concurrency` then counts batches).
+pub(crate) enum ListHandler {
+    Each(ItemHandler),
+    Batch(BatchHandler),
+}
+
+impl From<ItemHandler> for ListHandler {
+    fn from(h: ItemHandler) -> Self {
+        ListHandler::Each(h)
+    }
 }
 
 impl ListSub {
@@ -314,7 +327,7 @@ impl ListSub {
     pub(crate) fn build<C: Codec>(
         list: &List<C>,
         opts: ListOptions,
-        handler: ItemHandler,
+        handler: ListHandler,
         cluster: bool,
         drain_timeout: Duration,
     ) -> Result<Self, ConfigError> {

@@ -19,28 +19,31 @@ use redis::Value;
 
 use tokio::sync::{oneshot, watch};
 
+mod batch;
 mod drain;
+mod handle;
 mod heartbeat;
 mod pause;
 mod read;
 
+use batch::{Batches, Ended};
+use handle::{count_run, unhold};
 use heartbeat::{Beating, recover_dead};
 use pause::Unblock;
 use read::Backoff;
 
-use super::scripts::{DEAD_LETTER, DONE, PUT_BACK_UNHELD, RETURN_OWN};
-use super::{ListDeadLetter, ListSub, MAX_RETRY_WAIT};
+use super::scripts::{PUT_BACK_UNHELD, RETURN_OWN};
+use super::{ListHandler, ListSub};
 use crate::connection::Connector;
 use crate::delivery::ConsumerReport;
 use crate::delivery::claim::{Taken, take_when_free};
 use crate::delivery::consumer;
-use crate::delivery::handler::{self, Run, Verdict, Why};
+use crate::delivery::handler::Run;
 use crate::delivery::liveness::{Liveness, Stall};
 use crate::delivery::reader::{ReadConn, Reader};
 use crate::delivery::retry::RetryQueue;
-use crate::delivery::{until_accepted, until_done};
+use crate::delivery::until_done;
 use crate::error::Error;
-use crate::handler::ItemMeta;
 use crate::redis::{Eval, RedisActor};
 use crate::status::SubscriptionState;
 use crate::telemetry::ConsumerMetrics;
@@ -69,7 +72,10 @@ struct Loop {
     read: Option<LocalBoxFuture<'static, ReadDone>>,
     /// The pop's backoff after a failure.
     backoff: Backoff,
-    running: FuturesUnordered<LocalBoxFuture<'static, Finished>>,
+    /// Handler runs: one item's each, or (batch handler) one batch's.
+    running: FuturesUnordered<LocalBoxFuture<'static, Ended>>,
+    /// A batch handler's queue and gathering (`None`: one item per run).
+    batches: Option<Batches>,
     /// Failed items waiting out their backoff (they stay on the processing
     /// list meanwhile), and the alarm for the first one due.
     waiting: RetryQueue<(Vec<u8>, u64)>,
@@ -140,6 +146,7 @@ pub(crate) async fn consume(
         read: None,
         backoff: Backoff::default(),
         running: FuturesUnordered::new(),
+        batches: None,
         waiting: RetryQueue::default(),
         waiting_alarm: Alarm::new(),
         side: FuturesUnordered::new(),
@@ -151,6 +158,9 @@ pub(crate) async fn consume(
         unblock: Unblock::default(),
         phase: Phase::Consuming,
     };
+    if let ListHandler::Batch(b) = &l.sub.handler {
+        l.batches = Some(Batches::new(b.clone()));
+    }
     let reliable = !l.sub.opts.at_most_once;
     let mut ready = ready;
     if reliable {
@@ -204,12 +214,13 @@ impl consumer::Source for Loop {
         // A due retry starts only where `maybe_start` would start it;
         // elsewhere the event that frees the way (a handler's end, the
         // pop's reply, a confirmed heartbeat) wakes the loop.
-        let retry_at = self.waiting.next_due().filter(|_| {
-            consuming
-                && self.read.is_none()
-                && self.running.len() < self.sub.board.concurrency()
-                && (!reliable || self.liveness.holds())
-        });
+        let retry_at = self
+            .waiting
+            .next_due()
+            .filter(|_| consuming && self.may_take_retry() && (!reliable || self.liveness.holds()));
+        let batch_at = self
+            .batch_due()
+            .filter(|_| !reliable || self.liveness.holds());
         let beat_at = self.liveness.due().filter(|_| reliable);
         let backoff_at = self.backoff.at.filter(|_| consuming);
         let unblock_at = self.unblock.at;
@@ -218,6 +229,7 @@ impl consumer::Source for Loop {
         {
             let (running, side, popping) = (&mut self.running, &mut self.side, &mut self.read);
             let (reconcile, beating) = (&mut self.reconcile.sent, &mut self.beat);
+            let batches = &mut self.batches;
             let (waiting_alarm, backoff, unblock) = (
                 &mut self.waiting_alarm,
                 &mut self.backoff,
@@ -242,12 +254,21 @@ impl consumer::Source for Loop {
                 backoff_over = ready.alarm(&mut backoff.alarm, backoff_at, cx);
                 beat_due = ready.alarm(&mut beating.alarm, beat_at, cx);
                 ready.alarm(&mut unblock.alarm, unblock_at, cx);
+                if let Some(b) = batches.as_mut() {
+                    ready.alarm(b.alarm(), batch_at, cx);
+                }
                 ready.any()
             })
             .await;
         }
-        if let Some(done) = done {
-            self.finished(done);
+        match done {
+            Some(Ended::One(done)) => self.finished(done),
+            Some(Ended::Batch(items)) => {
+                for done in items {
+                    self.finished(done);
+                }
+            }
+            None => {}
         }
         if let Some(r) = read {
             self.read = None;
@@ -286,6 +307,7 @@ impl consumer::Source for Loop {
         self.phase = Phase::Draining;
         self.waiting.take_all();
         self.unblock.at = None;
+        self.put_back_queued();
     }
 
     fn running(&self) -> usize {
@@ -380,163 +402,64 @@ impl Loop {
             // heartbeat is confirmed again.
             return;
         }
-        // Not while a pop is on its way: it may bring one item per free
-        // slot (its wait ends by the time the first retry is due).
-        while self.read.is_none() && self.running.len() < self.sub.board.concurrency() {
+        while self.may_take_retry() {
             let Some((item, attempts)) = self.waiting.take_one_due(now) else {
                 break;
             };
-            self.run(item, attempts, None);
+            self.take(item, attempts, None);
         }
+        self.start_batches();
         if self.read.is_some() || self.reconcile.sent.is_some() || self.backoff.at.is_some() {
             return;
         }
         if self.reconcile.due {
             self.start_reconcile();
-        } else if self.running.len() < self.sub.board.concurrency() && !self.sub.board.paused() {
+        } else if self.pop_room() > 0 && !self.sub.board.paused() {
             self.start_read();
         }
     }
 
-    /// Starts a handler run of `item`. In reliable mode `attempts` is the
-    /// count before this run (0 for a fresh pop): the run first adds one to
-    /// the item's count in Redis, which is what the dead-letter decision
-    /// reads, so a crash while it runs still counts.
-    fn run(&mut self, item: Vec<u8>, attempts: u64, counted: Option<u64>) {
+    /// Whether an item due for a retry may be taken now: into a batch
+    /// handler's queue at any time; else into a free slot, but not while a
+    /// pop is on its way (it may bring one item per free slot; its wait
+    /// ends by the time the first retry is due).
+    fn may_take_retry(&self) -> bool {
+        self.batches.is_some() || (self.read.is_none() && self.slot_free())
+    }
+
+    /// Whether a handler slot of `concurrency` is free (with a batch
+    /// handler, a slot runs a batch).
+    fn slot_free(&self) -> bool {
+        self.running.len() < self.sub.board.concurrency()
+    }
+
+    /// How many items the next pop may bring: one per free handler slot,
+    /// or with a batch handler room for a batch per free slot and one more
+    /// gathering, less what is queued.
+    fn pop_room(&self) -> usize {
+        let free = self
+            .sub
+            .board
+            .concurrency()
+            .saturating_sub(self.running.len());
+        match &self.batches {
+            None => free,
+            Some(b) => b.room(free),
+        }
+    }
+
+    /// An item to run: popped (`attempts` 0, `counted` its run's count
+    /// when the pop counted it) or due for a retry (`attempts` its runs so
+    /// far). Held while this loop has it; queued for a batch handler, else
+    /// run at once.
+    fn take(&mut self, item: Vec<u8>, attempts: u64, counted: Option<u64>) {
         if self.reliable() && attempts == 0 {
             *self.held.borrow_mut().entry(item.clone()).or_default() += 1;
         }
-        let (redis, sub) = (self.redis.clone(), self.sub.clone());
-        let reliable = self.reliable();
-        self.running.push(Box::pin(async move {
-            let attempt = if let Some(n) = counted {
-                n
-            } else if reliable {
-                let mut hincr = redis::cmd("HINCRBY");
-                hincr.arg(&sub.keys.attempts).arg(item.as_slice()).arg(1);
-                match redis.send(crate::redis::Query("hincrby", hincr)).await {
-                    Ok(Ok(Value::Int(n))) => u64::try_from(n).unwrap_or(1),
-                    // Not counted (Redis unreachable): the local count.
-                    _ => attempts + 1,
-                }
-            } else {
-                1
-            };
-            let meta = ItemMeta {
-                source: sub.keys.list.clone(),
-                pattern: None,
-                consumer: sub.consumer.clone(),
-                attempt,
-            };
-            let span = crate::telemetry::process_span!(
-                "rillkit.handle",
-                destination = sub.keys.list,
-                client = sub.consumer,
-                base { list = %sub.keys.list, consumer = %sub.consumer, attempt, },
-                otel { "messaging.destination.name" = %sub.keys.list, },
-            );
-            let run = match handler::start(span, || {
-                (sub.handler)(&item, meta).map_err(|e| format!("item does not decode: {e}"))
-            }) {
-                Ok(running) => running.await,
-                Err(at_once) => at_once,
-            };
-            (item, attempt, run)
-        }));
-    }
-
-    fn finished(&mut self, (item, attempt, run): Finished) {
-        let list = &self.sub.keys.list;
-        handler::tally(&self.metrics, &self.sub.board, &run);
-        let (max_retries, reliable) = (self.sub.opts.max_retries, self.reliable());
-        match run.ran.verdict(attempt, max_retries, reliable) {
-            Verdict::Settle => {
-                if self.reliable() {
-                    let k = &self.sub.keys;
-                    let done = Eval {
-                        script: &DONE,
-                        keys: vec![k.processing.clone().into(), k.attempts.clone().into()],
-                        args: vec![item.clone()],
-                    };
-                    self.settle(done, "LREM of a handled item", Some(item));
-                }
-            }
-            Verdict::DeadLetter { error, why } => {
-                let consumer = &self.sub.consumer;
-                if why == Why::Undecodable {
-                    tracing::warn!(%list, %consumer, %error, "item goes to the dead-letter list");
-                } else {
-                    tracing::warn!(%list, %consumer, attempt, %error, "item goes to the dead-letter list");
-                }
-                self.dead_letter(item, &error, attempt);
-            }
-            Verdict::Retry { error } => {
-                let wait = self.waiting.schedule(
-                    &self.sub.opts.retry_backoff,
-                    attempt,
-                    MAX_RETRY_WAIT,
-                    (item, attempt),
-                );
-                tracing::debug!(%list, attempt, %error, retry_in_ms = wait.as_millis() as u64, "item failed; it runs again after its backoff");
-            }
+        match self.batches.as_mut() {
+            Some(b) => b.queue(item, attempts, counted),
+            None => self.run(item, attempts, counted),
         }
-    }
-
-    fn dead_letter(&mut self, item: Vec<u8>, error: &str, attempts: u64) {
-        let k = &self.sub.keys;
-        let letter = ListDeadLetter::encode(&k.list, &item, error, &self.sub.consumer, attempts);
-        self.sub.board.dead_lettered();
-        self.metrics.dead_lettered.increment(1);
-        if self.reliable() {
-            let eval = Eval {
-                script: &DEAD_LETTER,
-                keys: vec![
-                    k.processing.clone().into(),
-                    k.dlq.as_bytes().to_vec(),
-                    k.attempts.clone().into(),
-                ],
-                args: vec![item.clone(), letter],
-            };
-            self.settle(eval, "move to the dead-letter list", Some(item));
-        } else {
-            let mut cmd = redis::cmd("LPUSH");
-            cmd.arg(&*k.dlq).arg(letter);
-            self.settle(
-                crate::redis::Query("lpush", cmd),
-                "dead letter of an at-most-once item",
-                None,
-            );
-        }
-    }
-
-    /// Sends a settling write until Redis accepts it, whatever it answers
-    /// meanwhile but a shut-down broker: a handled item is never handled
-    /// again, nor a dead letter lost, because a write failed for a while.
-    /// Each is safe to send again (a settling script pushes before it
-    /// removes, and does nothing once the item left the processing list).
-    /// With `release`, that item stops being held once Redis accepted it.
-    fn settle<M>(&mut self, msg: M, what: &'static str, release: Option<Vec<u8>>)
-    where
-        M: actix::Message<Result = Result<Value, Error>> + Clone + Send + 'static,
-        RedisActor: actix::Handler<M>,
-    {
-        let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
-        let held = release.map(|item| (self.held.clone(), item));
-        self.side.push(Box::pin(async move {
-            let about = || format!("list {list}");
-            if let Err(e) = until_accepted(&redis, msg, what, about).await {
-                tracing::debug!(list = %list, error = %e, what, "a list item's settle was not sent again");
-            }
-            if let Some((held, item)) = held {
-                let mut held = held.borrow_mut();
-                if let Some(n) = held.get_mut(&item) {
-                    *n -= 1;
-                    if *n == 0 {
-                        held.remove(&item);
-                    }
-                }
-            }
-        }));
     }
 
     /// Puts every item of the processing list this loop does not hold back

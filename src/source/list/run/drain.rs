@@ -79,7 +79,7 @@ impl Loop {
     }
 
     /// An item popped after the stop: back where it came from, unrun.
-    fn put_back(&mut self, item: Vec<u8>, counted: bool) {
+    pub(super) fn put_back(&mut self, item: Vec<u8>, counted: bool) {
         let k = &self.sub.keys;
         if self.reliable() {
             let eval = Eval {

@@ -19,11 +19,7 @@ impl Loop {
     pub(super) fn start_read(&mut self) {
         let sub = self.sub.clone();
         // As many as the free handler slots (the pop counts as one).
-        let room = self
-            .sub
-            .board
-            .concurrency()
-            .saturating_sub(self.running.len());
+        let room = self.pop_room();
         let conn = self.reader.lend();
         // While a failed item waits, a pop waits no longer than until it is
         // due (a blocking pop's timeout of 0 would wait forever).
@@ -74,7 +70,7 @@ impl Loop {
                 }
                 self.sub.board.read_ok();
                 for (item, counted) in item {
-                    self.run(item, 0, counted);
+                    self.take(item, 0, counted);
                 }
             }
             Err(e) => self.on_read_error(e),

@@ -68,7 +68,7 @@ impl Loop {
         {
             return None;
         }
-        let due = self.handlers.gathering()? + b.max_wait;
+        let due = self.handlers.gathering().due(b.max_wait)?;
         (due > tokio::time::Instant::now()).then_some(due)
     }
 
@@ -76,16 +76,15 @@ impl Loop {
     /// one at once, one less than full once its first entry has waited
     /// `max_wait` (or a redelivery that runs alone cuts it short).
     pub(super) fn start_batches(&mut self) {
+        let now = tokio::time::Instant::now();
         if self.queue.is_empty() {
-            self.handlers.gather_since(None);
+            self.handlers.gathering_mut().after(true, false, now);
             return;
         }
         let (max, wait, slots) = {
             let b = self.batching();
             (b.max_entries, b.max_wait, b.concurrency)
         };
-        let now = tokio::time::Instant::now();
-        let since = self.handlers.gathering().unwrap_or(now);
         let mut started = false;
         while self.handlers.len() < slots && !self.handlers.alone() {
             let Some(front) = self.queue.front() else {
@@ -100,7 +99,7 @@ impl Loop {
                 started = true;
                 continue;
             }
-            let due = now >= since + wait;
+            let due = self.handlers.gathering().waited(wait, now);
             if self.queue.len() < max && !due {
                 // Gathering; unless a redelivery cuts it short.
                 if !self.queue.iter().any(alone) {
@@ -121,12 +120,8 @@ impl Loop {
             self.start_batch(batch, false);
             started = true;
         }
-        self.handlers
-            .gather_since(match (self.queue.is_empty(), started) {
-                (true, _) => None,
-                (false, true) => Some(now),
-                (false, false) => Some(since),
-            });
+        let empty = self.queue.is_empty();
+        self.handlers.gathering_mut().after(empty, started, now);
     }
 
     /// Decodes a batch's entries and starts its handler (one future);
@@ -159,7 +154,7 @@ impl Loop {
         let inputs: Vec<BatchInput<'_>> = entries
             .iter()
             .map(|q| BatchInput {
-                id: &q.id,
+                id: Some(&q.id),
                 data: q
                     .fields
                     .iter()

@@ -13,6 +13,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use super::Ewma;
 use super::batch::Ended;
 use super::pace::Pace;
+use crate::delivery::batch::Gathering;
 
 pub(super) struct Handlers {
     running: FuturesUnordered<LocalBoxFuture<'static, Ended>>,
@@ -27,9 +28,9 @@ pub(super) struct Handlers {
     /// The in-flight gauge, and the count last added to it.
     gauge: metrics::Gauge,
     shown: usize,
-    /// Since when the next batch gathers in the queue (about: after a batch
+    /// Since when the next batch gathers in the queue (after a batch
     /// started, the rest of the queue counts from then).
-    gathering: Option<tokio::time::Instant>,
+    gathering: Gathering,
     /// The rate limit and priority reads keep to.
     pace: Pace,
 }
@@ -43,7 +44,7 @@ impl Handlers {
             last_progress: tokio::time::Instant::now(),
             gauge,
             shown: 0,
-            gathering: None,
+            gathering: Gathering::default(),
             pace,
         }
     }
@@ -140,13 +141,13 @@ impl Handlers {
     }
 
     /// Since when the next batch gathers.
-    pub(super) fn gathering(&self) -> Option<tokio::time::Instant> {
-        self.gathering
+    pub(super) fn gathering(&self) -> &Gathering {
+        &self.gathering
     }
 
-    /// The next batch gathers since `since` (`None`: nothing is queued).
-    pub(super) fn gather_since(&mut self, since: Option<tokio::time::Instant>) {
-        self.gathering = since;
+    /// Since when the next batch gathers, to bring up to date.
+    pub(super) fn gathering_mut(&mut self) -> &mut Gathering {
+        &mut self.gathering
     }
 }
 

@@ -76,14 +76,3 @@ async fn abandoning_drops_every_run() {
     let waited = tokio::time::timeout(Duration::from_millis(10), h.events().0).await;
     assert!(waited.is_err());
 }
-
-#[test]
-fn the_gathering_batch_keeps_its_start() {
-    let mut h = Handlers::new(metrics::Gauge::noop(), Pace::new(None, None));
-    assert_eq!(h.gathering(), None);
-    let at = tokio::time::Instant::now();
-    h.gather_since(Some(at));
-    assert_eq!(h.gathering(), Some(at));
-    h.gather_since(None);
-    assert_eq!(h.gathering(), None);
-}

@@ -1,0 +1,243 @@
+//! A list's batch handler, run natively by its consumer loop: popped items
+//! (and items due for a retry) queue, and start as batches of up to
+//! `max_entries` by the rule every batch handler keeps
+//! ([`Gathering`]); each batch is one handler future and one slot of
+//! `concurrency`. Its items' runs are counted first (those a pop did not
+//! count), then decoded; one that does not decode goes to the dead-letter
+//! list and never reaches the handler. When the batch ends, each item is
+//! settled by its own result, exactly as a run of its own (`LREM`, a retry
+//! after its backoff, or the dead-letter list). A pop fetches room for a
+//! batch per free slot and one more gathering.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::{Finished, Loop, Phase, count_run};
+use crate::delivery::batch::Gathering;
+use crate::delivery::handler::{self, Ran, Run};
+use crate::handler::{BatchHandler, BatchInput, HandlerError, Undeliverable};
+use crate::util::Alarm;
+
+/// What ended in `running`: one item's run, or a batch's (each item's run,
+/// in the order the handler got them, the undecodable first).
+pub(super) enum Ended {
+    One(Finished),
+    Batch(Vec<Finished>),
+}
+
+/// An item waiting for its batch: its bytes, its runs so far (0: a fresh
+/// pop) and its run's count when the pop counted it.
+struct Queued {
+    item: Vec<u8>,
+    attempts: u64,
+    counted: Option<u64>,
+}
+
+/// The batch handler's queue, and since when its next batch gathers.
+pub(super) struct Batches {
+    handler: BatchHandler,
+    queue: VecDeque<Queued>,
+    gathering: Gathering,
+    /// Wakes the loop when the gathering batch is due.
+    alarm: Alarm,
+}
+
+impl Batches {
+    pub(super) fn new(handler: BatchHandler) -> Self {
+        Batches {
+            handler,
+            queue: VecDeque::new(),
+            gathering: Gathering::default(),
+            alarm: Alarm::new(),
+        }
+    }
+
+    /// Queues an item for the next batch.
+    pub(super) fn queue(&mut self, item: Vec<u8>, attempts: u64, counted: Option<u64>) {
+        self.queue.push_back(Queued {
+            item,
+            attempts,
+            counted,
+        });
+    }
+
+    /// The alarm of the gathering batch.
+    pub(super) fn alarm(&mut self) -> &mut Alarm {
+        &mut self.alarm
+    }
+
+    /// How many items a pop may bring with `free` batch slots free: room
+    /// for a batch per free slot and one more gathering, less what is
+    /// queued.
+    pub(super) fn room(&self, free: usize) -> usize {
+        free.saturating_add(1)
+            .saturating_mul(self.handler.max_entries)
+            .saturating_sub(self.queue.len())
+    }
+}
+
+impl Loop {
+    /// When the gathering batch is due to start although not full, if it
+    /// may start then (a slot is free) and is not due already.
+    pub(super) fn batch_due(&self) -> Option<tokio::time::Instant> {
+        let b = self.batches.as_ref()?;
+        if b.queue.is_empty() || self.phase != Phase::Consuming || !self.slot_free() {
+            return None;
+        }
+        let due = b.gathering.due(b.handler.max_wait)?;
+        (due > tokio::time::Instant::now()).then_some(due)
+    }
+
+    /// Starts batches of queued items while batch slots are free: a full
+    /// one at once, one less than full once its first item has waited
+    /// `max_wait`.
+    pub(super) fn start_batches(&mut self) {
+        let now = tokio::time::Instant::now();
+        let mut started = false;
+        while self.slot_free() {
+            let Some(b) = self.batches.as_mut() else {
+                return;
+            };
+            let (max, wait) = (b.handler.max_entries, b.handler.max_wait);
+            if b.queue.is_empty() || !b.gathering.ready(b.queue.len(), max, wait, now) {
+                break;
+            }
+            let n = b.queue.len().min(max);
+            let items: Vec<Queued> = b.queue.drain(..n).collect();
+            self.start_batch(items);
+            started = true;
+        }
+        if let Some(b) = self.batches.as_mut() {
+            b.gathering.after(b.queue.is_empty(), started, now);
+        }
+    }
+
+    /// Counts the runs of a batch's items, decodes them and runs the
+    /// handler once for those that decoded (one future in `running`).
+    fn start_batch(&mut self, items: Vec<Queued>) {
+        let (redis, sub) = (self.redis.clone(), self.sub.clone());
+        let reliable = self.reliable();
+        let prepare = match &self.batches {
+            Some(b) => b.handler.handler.clone(),
+            None => return,
+        };
+        self.running.push(Box::pin(async move {
+            let mut counted = Vec::with_capacity(items.len());
+            for q in items {
+                let attempt =
+                    count_run(&redis, &sub, reliable, &q.item, q.attempts, q.counted).await;
+                counted.push((q.item, attempt));
+            }
+            let inputs: Vec<BatchInput<'_>> = counted
+                .iter()
+                .map(|(item, attempt)| BatchInput {
+                    id: None,
+                    data: Some(item.as_slice()),
+                    delivery_count: *attempt,
+                })
+                .collect();
+            let prepared = handler::decode(|| prepare(&inputs));
+            drop(inputs);
+            let prepared = match prepared {
+                Ok(p) => p,
+                // Decoding panicked (a codec's bug): this run of each failed.
+                Err(panic) => return Ended::Batch(all_failed(counted, &panic, Duration::ZERO)),
+            };
+            let mut ended = Vec::with_capacity(counted.len());
+            let mut good = Vec::with_capacity(counted.len());
+            let mut bad = prepared.undeliverable.into_iter().peekable();
+            for (i, (item, attempt)) in counted.into_iter().enumerate() {
+                match bad.next_if(|(j, _)| *j == i) {
+                    Some((_, why)) => {
+                        let ran = Ran::Undecodable(match why {
+                            Undeliverable::Decode(e) => format!("item does not decode: {e}"),
+                            other => format!("item does not decode: {other}"),
+                        });
+                        ended.push((item, attempt, at_once(ran)));
+                    }
+                    None => good.push((item, attempt)),
+                }
+            }
+            let Some(call) = prepared.call else {
+                return Ended::Batch(ended);
+            };
+            let s = &sub;
+            let span = crate::telemetry::process_span!(
+                "rillkit.handle_batch",
+                destination = s.keys.list,
+                client = s.consumer,
+                base { list = %s.keys.list, consumer = %s.consumer, items = good.len(), },
+                otel {
+                    "messaging.destination.name" = %s.keys.list,
+                    "messaging.batch.message_count" = i64::try_from(good.len()).unwrap_or(i64::MAX),
+                },
+            );
+            let run = handler::start_batch(span, call).await;
+            let mut results = match run.results {
+                Ok(results) => results.into_iter(),
+                Err(panic) => {
+                    tracing::error!(list = %sub.keys.list, items = good.len(), error = %panic, "batch handler panicked");
+                    ended.extend(all_failed(good, &panic, run.took));
+                    return Ended::Batch(ended);
+                }
+            };
+            // The handler's duration counts once per batch.
+            let mut end = run.ended;
+            for (item, attempt) in good {
+                let result = results.next().unwrap_or_else(|| {
+                    Err(HandlerError::retry(
+                        "the batch handler gave no result for this item",
+                    ))
+                });
+                let run = Run {
+                    ran: Ran::of(Ok(result)),
+                    took: run.took,
+                    ended: end.take(),
+                };
+                ended.push((item, attempt, run));
+            }
+            Ended::Batch(ended)
+        }));
+    }
+
+    /// At the drain: queued items go back onto the list unrun (a fresh
+    /// pop's count taken back); an item due for a retry stays on the
+    /// processing list, which the leave puts back.
+    pub(super) fn put_back_queued(&mut self) {
+        let Some(b) = self.batches.as_mut() else {
+            return;
+        };
+        let queued: Vec<Queued> = b.queue.drain(..).collect();
+        b.gathering.after(true, false, tokio::time::Instant::now());
+        for q in queued.into_iter().filter(|q| q.attempts == 0) {
+            if self.reliable() {
+                super::unhold(&self.held, &q.item);
+            }
+            self.put_back(q.item, q.counted.is_some());
+        }
+    }
+}
+
+/// A run that ended before any handler ran.
+fn at_once(ran: Ran) -> Run {
+    Run {
+        ran,
+        took: Duration::ZERO,
+        ended: None,
+    }
+}
+
+/// Each item's run of a batch that panicked.
+fn all_failed(items: Vec<(Vec<u8>, u64)>, panic: &str, took: Duration) -> Vec<Finished> {
+    items
+        .into_iter()
+        .map(|(item, attempt)| {
+            let run = Run {
+                ran: Ran::of(Err(panic.to_owned())),
+                took,
+                ended: None,
+            };
+            (item, attempt, run)
+        })
+        .collect()
+}
