@@ -337,14 +337,13 @@ pub(crate) type ErasedBatch = Arc<dyn Fn(&[BatchInput<'_>]) -> PreparedBatch + S
 /// A batch handler as a consumer loop runs it natively (a plain stream's, a
 /// list's): one handler future per batch of up to `max_entries` queued
 /// entries (a batch starts when it is full or its first entry has waited
-/// `max_wait`, see [`Gathering`](crate::delivery::batch::Gathering)),
-/// `concurrency` batches at once.
+/// `max_wait`, see [`Gathering`](crate::delivery::batch::Gathering)), as
+/// many batches at once as the subscription's `concurrency`.
 #[derive(Clone)]
 pub(crate) struct BatchHandler {
     pub handler: ErasedBatch,
     pub max_entries: usize,
     pub max_wait: std::time::Duration,
-    pub concurrency: usize,
 }
 
 /// Where a list item or a channel message came from and which run this is:

@@ -154,7 +154,6 @@ where
         handler: native_batch(codec.clone(), f.clone(), decode_field),
         max_entries: options.max_entries(),
         max_wait: options.max_wait(),
-        concurrency: concurrency.max(1),
     };
     let each: ErasedHandler = Arc::new(move |msg: &Message| match decode_data(&codec, msg) {
         Ok(value) => {
@@ -236,7 +235,6 @@ where
 pub(crate) fn typed_item_batch<T, C, F, Fut, O>(
     codec: C,
     options: BatchOptions,
-    concurrency: usize,
     f: F,
 ) -> BatchHandler
 where
@@ -250,7 +248,6 @@ where
         handler: native_batch(codec, Arc::new(f), item_value),
         max_entries: options.max_entries(),
         max_wait: options.max_wait(),
-        concurrency: concurrency.max(1),
     }
 }
 

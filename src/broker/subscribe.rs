@@ -178,7 +178,8 @@ impl BrokerBuilder {
     /// `max_retries`; a redelivered entry of a crashed consumer runs in a
     /// batch of its own; the drain waits for a running batch.
     /// `options`' [`concurrency`](ConsumerOptions::with_concurrency) counts
-    /// batches run at once (default 1); its
+    /// batches run at once (default 1; on a plain stream `rillkit scale`
+    /// changes it as for any subscription); its
     /// [`count`](ConsumerOptions::with_count) is raised to `max_entries`.
     ///
     /// ```no_run
@@ -218,7 +219,7 @@ impl BrokerBuilder {
             options.concurrency(),
             handler,
         );
-        let options = batched(options, batch);
+        let options = batched(options, batch, stream.names().order.is_some());
         self.subs
             .push(stream_batch_source(stream.names(), options, h, native));
         self
@@ -247,7 +248,7 @@ impl BrokerBuilder {
             handler,
             self.cell.clone(),
         );
-        let options = batched(options, batch);
+        let options = batched(options, batch, stream.names().order.is_some());
         self.subs
             .push(stream_batch_source(stream.names(), options, h, native));
         self
@@ -273,7 +274,7 @@ impl BrokerBuilder {
         Fut: Future<Output = O> + 'static,
         O: Into<BatchOutcome>,
     {
-        let h = bind::typed_item_batch(list.codec().clone(), batch, options.concurrency(), handler);
+        let h = bind::typed_item_batch(list.codec().clone(), batch, handler);
         self.subs
             .push(list_source_erased(list, options, ListHandler::Batch(h)));
         self
@@ -445,17 +446,23 @@ fn prioritized<C: Codec>(
 /// topology is a cluster and the drain deadline.
 pub(crate) type Pending = Box<dyn FnOnce(bool, Duration) -> Result<Source, ConfigError> + Send>;
 
-/// A batch subscription's options: room for `concurrency` batches of
-/// `max_entries` handler runs and one more gathering (fetched ahead while
-/// the others run; the gatherer lets only `concurrency` run), and reads of a
-/// batch at once.
-fn batched(options: ConsumerOptions, batch: BatchOptions) -> ConsumerOptions {
+/// A stream batch subscription's options: reads of a batch at once. A plain
+/// stream's loop runs the batches, `concurrency` of them at once; an
+/// ordered stream's partitions run each entry on its own, so there it
+/// becomes room for `concurrency` batches of `max_entries` handler runs and
+/// one more gathering (fetched ahead while the others run; the gatherer
+/// lets only `concurrency` run).
+fn batched(options: ConsumerOptions, batch: BatchOptions, ordered: bool) -> ConsumerOptions {
+    let count = options.count().max(batch.max_entries());
+    let options = options.with_count(count);
+    if !ordered {
+        return options;
+    }
     let runs = options
         .concurrency()
         .saturating_add(1)
         .saturating_mul(batch.max_entries());
-    let count = options.count().max(batch.max_entries());
-    options.with_concurrency(runs).with_count(count)
+    options.with_concurrency(runs)
 }
 
 pub(crate) fn stream_source(
@@ -487,10 +494,9 @@ fn stream_batch_source(
         }
         let mut sub = Subscription::build(names, opts, each, cluster, drain)?;
         if matches!(sub.shape, Shape::Plain) {
+            // Its concurrency counts batches, and may be scaled as any.
             sub.shape = Shape::Batched(native);
         }
-        // Its concurrency sizes its reads: it stays as built.
-        sub.board.scale().configure(sub.opts.concurrency, false);
         Ok(Source::Stream(Arc::new(sub)))
     })
 }

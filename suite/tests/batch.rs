@@ -425,3 +425,52 @@ async fn a_list_batch_runs_concurrency_batches_and_a_stop_puts_back_what_waits()
 fn llen(c: &mut redis::Connection, key: &str) -> usize {
     redis::cmd("LLEN").arg(key).query(c).unwrap()
 }
+
+/// A stream's `concurrency` counts batches where it shows, as where it
+/// acts: two batches run at once, the status says 2 of 2, and
+/// `Broker::status`'s `in_flight` counts the running batches.
+#[actix_rt::test]
+async fn a_stream_batchs_concurrency_counts_batches_in_its_status() {
+    let redis = RedisServer::start();
+    let s = Stream::new("shown", "g");
+    let running = Arc::new(AtomicUsize::new(0));
+    let handled = Arc::new(AtomicUsize::new(0));
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let (r, h, rel) = (running.clone(), handled.clone(), release.clone());
+    let broker = Broker::builder(redis.url())
+        .subscribe_batch(
+            &s,
+            opts().with_concurrency(2),
+            BatchOptions::new()
+                .with_max_entries(4)
+                .with_max_wait(Duration::from_secs(60)),
+            move |batch: Vec<BatchEntry<u64>>| {
+                let (r, h, rel) = (r.clone(), h.clone(), rel.clone());
+                async move {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    rel.acquire().await.unwrap().forget();
+                    h.fetch_add(batch.len(), Ordering::SeqCst);
+                    r.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<(), String>(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker.publish_batch(&s, 0..12u64).await.unwrap();
+    eventually("two batches running, shown", WAIT, || {
+        let status = broker.status();
+        let sub = &status.subscriptions[0];
+        running.load(Ordering::SeqCst) == 2 && sub.in_flight == 2
+    })
+    .await;
+    assert_eq!(broker.status().subscriptions[0].concurrency, 2);
+    // The third batch starts as one of the two ends.
+    release.add_permits(3);
+    eventually("every entry handled and acked", WAIT, || {
+        handled.load(Ordering::SeqCst) == 12 && pending_count(&mut redis.conn(), "shown", "g") == 0
+    })
+    .await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+}

@@ -64,7 +64,7 @@ impl Loop {
         if self.queue.is_empty()
             || self.drain.is_some()
             || self.handlers.alone()
-            || self.handlers.len() >= b.concurrency
+            || self.handlers.len() >= self.sub.board.concurrency()
         {
             return None;
         }
@@ -81,10 +81,12 @@ impl Loop {
             self.handlers.gathering_mut().after(true, false, now);
             return;
         }
-        let (max, wait, slots) = {
+        let (max, wait) = {
             let b = self.batching();
-            (b.max_entries, b.max_wait, b.concurrency)
+            (b.max_entries, b.max_wait)
         };
+        // The concurrency may have changed (`rillkit scale`).
+        let slots = self.sub.board.concurrency();
         let mut started = false;
         while self.handlers.len() < slots && !self.handlers.alone() {
             let Some(front) = self.queue.front() else {
@@ -300,7 +302,11 @@ impl Loop {
             // Stalled on a slow batch: fetch nothing more ahead of it.
             return None;
         }
-        let free = b.concurrency.saturating_sub(self.handlers.len());
+        let free = self
+            .sub
+            .board
+            .concurrency()
+            .saturating_sub(self.handlers.len());
         let room = (free * b.max_entries + self.batch_prefetch()).saturating_sub(queued + asked);
         let low_water = if free > 0 {
             1
@@ -318,8 +324,8 @@ impl Loop {
             return 0;
         };
         let b = self.batching();
-        let batches =
-            self.fetch_window().as_nanos() * b.concurrency as u128 / handler.as_nanos().max(1);
+        let batches = self.fetch_window().as_nanos() * self.sub.board.concurrency() as u128
+            / handler.as_nanos().max(1);
         batches
             .saturating_mul(b.max_entries as u128)
             .min(self.most_ahead() as u128) as usize
