@@ -7,8 +7,10 @@
 //!   accepts it ([`until_accepted`]), whatever it answers meanwhile, except
 //!   a shut-down broker or a lost group: each is safe to send again (an
 //!   `XACK` twice acks once; the dead-letter scripts check everything
-//!   before they write, and a list's scripts push before they remove, so
-//!   one that failed half-way took nothing away);
+//!   before they write, and a reliable list's scripts push before they
+//!   remove, so one that failed half-way took nothing away; they know an
+//!   item by its bytes, so one sent again after a lost reply may settle an
+//!   identical copy too);
 //! * a write a list loop needs done (its heartbeat, a return of its
 //!   processing list) until Redis has run it, giving up on an error no wait
 //!   fixes ([`until_done`]);

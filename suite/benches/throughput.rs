@@ -6,6 +6,7 @@
 //! RILLKIT_BENCH_N=20000 cargo bench --bench throughput
 //! RILLKIT_BENCH_ONLY=cpu cargo bench --bench throughput  # section 6 alone
 //! RILLKIT_BENCH_ONLY=consume cargo bench --bench throughput  # rows 1 and 2 alone
+//! RILLKIT_BENCH_ONLY=list cargo bench --bench throughput  # row 10 alone
 //! RILLKIT_BENCH_ONLY=ordered cargo bench --bench throughput  # row 11 alone
 //! RILLKIT_BENCH_ONLY=when cargo bench --bench throughput  # row 13 alone
 //! RILLKIT_BENCH_ONLY=dashboard cargo bench --features dashboard --bench throughput
@@ -357,10 +358,18 @@ async fn rillkit_batch_consume(url: &str, stream: &str, group: &str, n: u64) -> 
     timed_run(url, &broker, stream, group, n, &handled).await
 }
 
+/// How a list row consumes: one item per run (at most once, or not), or a
+/// batch handler of up to this many items.
+#[derive(Clone, Copy)]
+enum ListMode {
+    Each { at_most_once: bool },
+    Batch(usize),
+}
+
 /// A list subscription consuming `n` items pushed beforehand (`LPUSH` in
 /// batches of 1 000), timed from `start()` until every item is handled and
 /// (reliable) its `LREM` done. Answers items/s.
-async fn list_consume(url: &str, key: &str, n: u64, concurrency: usize, at_most_once: bool) -> f64 {
+async fn list_consume(url: &str, key: &str, n: u64, concurrency: usize, mode: ListMode) -> f64 {
     let list = rillkit::List::new(key);
     let mut conn = connect(url).await;
     let mut id = 0;
@@ -382,16 +391,28 @@ async fn list_consume(url: &str, key: &str, n: u64, concurrency: usize, at_most_
         .with_consumer("bench")
         .with_concurrency(concurrency)
         .with_block(Duration::from_millis(100));
-    if at_most_once {
-        opts = opts.with_at_most_once(true);
-    }
-    let broker = Broker::builder(url)
-        .subscribe_list(&list, opts, move |_: Entry| {
-            h.fetch_add(1, Ordering::Relaxed);
-            std::future::ready(HandlerResult::Ok(()))
-        })
-        .build()
-        .unwrap();
+    let builder = Broker::builder(url);
+    let builder = match mode {
+        ListMode::Each { at_most_once } => {
+            if at_most_once {
+                opts = opts.with_at_most_once(true);
+            }
+            builder.subscribe_list(&list, opts, move |_: Entry| {
+                h.fetch_add(1, Ordering::Relaxed);
+                std::future::ready(HandlerResult::Ok(()))
+            })
+        }
+        ListMode::Batch(max) => builder.subscribe_list_batch(
+            &list,
+            opts,
+            rillkit::BatchOptions::new().with_max_entries(max),
+            move |batch: Vec<rillkit::BatchEntry<Entry>>| {
+                h.fetch_add(batch.len(), Ordering::Relaxed);
+                std::future::ready(HandlerResult::Ok(()))
+            },
+        ),
+    };
+    let broker = builder.build().unwrap();
     let t0 = Instant::now();
     broker.start().await.unwrap();
     wait_for("list items handled", Duration::from_secs(600), || {
@@ -992,6 +1013,38 @@ async fn recorder_cost(url: &str, n: u64) {
     );
 }
 
+/// Row 10: a list consumed reliably at concurrency 1 and 16, at most once,
+/// and by a batch handler of 100.
+async fn list_rows(url: &str, n: u64, row: &impl Fn(&str, String)) {
+    let items = (n / 10).max(1_000);
+    let reliable = ListMode::Each {
+        at_most_once: false,
+    };
+    let one = list_consume(url, "bench-list-1", items, 1, reliable).await;
+    let many = list_consume(url, "bench-list-16", items, 16, reliable).await;
+    let amo = list_consume(
+        url,
+        "bench-list-amo",
+        items,
+        1,
+        ListMode::Each { at_most_once: true },
+    )
+    .await;
+    let batch = list_consume(url, "bench-list-batch", items, 1, ListMode::Batch(100)).await;
+    row(
+        &format!("10. list, reliable, concurrency 1 / 16 ({items} items)"),
+        format!("{one:.0} / {many:.0} e/s"),
+    );
+    row(
+        "   list, at most once (BRPOP), concurrency 1",
+        format!("{amo:.0} e/s"),
+    );
+    row(
+        "   list, batch handler of 100, concurrency 1",
+        format!("{batch:.0} e/s"),
+    );
+}
+
 fn main() {
     let n: u64 = std::env::var("RILLKIT_BENCH_N")
         .ok()
@@ -1038,6 +1091,10 @@ fn main() {
         };
         if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("redis8") {
             redis8_rows(&url, n, &row).await;
+            return;
+        }
+        if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("list") {
+            list_rows(&url, n, &row).await;
             return;
         }
         if std::env::var("RILLKIT_BENCH_ONLY").as_deref() == Ok("when") {
@@ -1237,18 +1294,7 @@ fn main() {
             format!("{:.1} ms", cluster_stop_ms(&cluster, &three).await),
         );
         drop(cluster);
-        let items = (n / 10).max(1_000);
-        let one = list_consume(&url, "bench-list-1", items, 1, false).await;
-        let many = list_consume(&url, "bench-list-16", items, 16, false).await;
-        let amo = list_consume(&url, "bench-list-amo", items, 1, true).await;
-        row(
-            &format!("10. list, reliable, concurrency 1 / 16 ({items} items)"),
-            format!("{one:.0} / {many:.0} e/s"),
-        );
-        row(
-            "   list, at most once (BRPOP), concurrency 1",
-            format!("{amo:.0} e/s"),
-        );
+        list_rows(&url, n, &row).await;
         let (ordered, plain) = ordered_rates(&url, keyed_n).await;
         ordered_rows(ordered, plain);
         when::rows(&url, &row).await;

@@ -1,5 +1,6 @@
 //! The loop of one list consumer: pop (`BLMOVE`, or `BRPOP` at most once)
-//! on its own connection when a handler slot is free, run the handler,
+//! on its own connection when a handler slot is free (or, for a batch
+//! handler, there is room for a batch), run the handler,
 //! settle the item (`LREM`, or a move to the dead-letter list), keep the
 //! heartbeat alive and recover dead consumers' processing lists, and drain
 //! on a stop.

@@ -78,14 +78,14 @@ impl Batches {
 
 impl Loop {
     /// When the gathering batch is due to start although not full, if it
-    /// may start then (a slot is free) and is not due already.
+    /// may start then (a slot is free). One already due wakes the loop at
+    /// once: the next turn starts it.
     pub(super) fn batch_due(&self) -> Option<tokio::time::Instant> {
         let b = self.batches.as_ref()?;
         if b.queue.is_empty() || self.phase != Phase::Consuming || !self.slot_free() {
             return None;
         }
-        let due = b.gathering.due(b.handler.max_wait)?;
-        (due > tokio::time::Instant::now()).then_some(due)
+        b.gathering.due(b.handler.max_wait)
     }
 
     /// Starts batches of queued items while batch slots are free: a full
@@ -122,12 +122,13 @@ impl Loop {
             None => return,
         };
         self.running.push(Box::pin(async move {
-            let mut counted = Vec::with_capacity(items.len());
-            for q in items {
-                let attempt =
-                    count_run(&redis, &sub, reliable, &q.item, q.attempts, q.counted).await;
-                counted.push((q.item, attempt));
-            }
+            // The runs a pop did not count, counted at once (together).
+            let counts = items.iter().map(|q| {
+                count_run(&redis, &sub, reliable, &q.item, q.attempts, q.counted)
+            });
+            let counts = futures::future::join_all(counts).await;
+            let counted: Vec<(Vec<u8>, u64)> =
+                items.into_iter().map(|q| q.item).zip(counts).collect();
             let inputs: Vec<BatchInput<'_>> = counted
                 .iter()
                 .map(|(item, attempt)| BatchInput {
@@ -141,7 +142,10 @@ impl Loop {
             let prepared = match prepared {
                 Ok(p) => p,
                 // Decoding panicked (a codec's bug): this run of each failed.
-                Err(panic) => return Ended::Batch(all_failed(counted, &panic, Duration::ZERO)),
+                Err(panic) => {
+                    tracing::error!(list = %sub.keys.list, items = counted.len(), error = %panic, "decoding a batch panicked");
+                    return Ended::Batch(all_failed(counted, &panic, Duration::ZERO, None));
+                }
             };
             let mut ended = Vec::with_capacity(counted.len());
             let mut good = Vec::with_capacity(counted.len());
@@ -177,7 +181,7 @@ impl Loop {
                 Ok(results) => results.into_iter(),
                 Err(panic) => {
                     tracing::error!(list = %sub.keys.list, items = good.len(), error = %panic, "batch handler panicked");
-                    ended.extend(all_failed(good, &panic, run.took));
+                    ended.extend(all_failed(good, &panic, run.took, run.ended));
                     return Ended::Batch(ended);
                 }
             };
@@ -201,15 +205,16 @@ impl Loop {
     }
 
     /// At the drain: queued items go back onto the list unrun (a fresh
-    /// pop's count taken back); an item due for a retry stays on the
-    /// processing list, which the leave puts back.
+    /// pop's count taken back), the oldest last, where it is popped first;
+    /// an item due for a retry stays on the processing list, which the
+    /// leave puts back.
     pub(super) fn put_back_queued(&mut self) {
         let Some(b) = self.batches.as_mut() else {
             return;
         };
         let queued: Vec<Queued> = b.queue.drain(..).collect();
         b.gathering.after(true, false, tokio::time::Instant::now());
-        for q in queued.into_iter().filter(|q| q.attempts == 0) {
+        for q in queued.into_iter().rev().filter(|q| q.attempts == 0) {
             if self.reliable() {
                 super::unhold(&self.held, &q.item);
             }
@@ -227,15 +232,21 @@ fn at_once(ran: Ran) -> Run {
     }
 }
 
-/// Each item's run of a batch that panicked.
-fn all_failed(items: Vec<(Vec<u8>, u64)>, panic: &str, took: Duration) -> Vec<Finished> {
+/// Each item's run of a batch that panicked (`ended`: when the handler's
+/// run ended, counted once for the batch).
+fn all_failed(
+    items: Vec<(Vec<u8>, u64)>,
+    panic: &str,
+    took: Duration,
+    mut ended: Option<std::time::Instant>,
+) -> Vec<Finished> {
     items
         .into_iter()
         .map(|(item, attempt)| {
             let run = Run {
                 ran: Ran::of(Err(panic.to_owned())),
                 took,
-                ended: None,
+                ended: ended.take(),
             };
             (item, attempt, run)
         })

@@ -21,12 +21,13 @@ impl Loop {
             return;
         }
         self.phase = Phase::TimedOut;
+        let (handlers, settling) = (self.running.len(), self.side.len());
         if self.reliable() {
-            tracing::warn!(list = %self.sub.keys.list, handlers = self.running.len(),
-                "drain deadline passed with list handlers still running; their items go back onto the list");
+            tracing::warn!(list = %self.sub.keys.list, handlers, settling,
+                "drain deadline passed with list handlers still running or items not yet settled in Redis; their items go back onto the list");
         } else {
-            tracing::warn!(list = %self.sub.keys.list, handlers = self.running.len(),
-                "drain deadline passed with list handlers still running; their items are lost (at most once)");
+            tracing::warn!(list = %self.sub.keys.list, handlers, settling,
+                "drain deadline passed with list handlers still running or items not yet settled in Redis; their items are lost (at most once)");
         }
     }
 
@@ -73,12 +74,14 @@ impl Loop {
     /// A pop that ended after the drain began: its items go back, unrun.
     pub(super) fn put_back_read(&mut self, (conn, r, _): ReadDone) {
         self.reader.give_back(conn);
-        for (item, counted) in r.unwrap_or_default() {
+        // The oldest last: it goes to the end of the list popped first.
+        for (item, counted) in r.unwrap_or_default().into_iter().rev() {
             self.put_back(item, counted.is_some());
         }
     }
 
-    /// An item popped after the stop: back where it came from, unrun.
+    /// An item popped after the stop, or one that waited for a batch: back
+    /// where it came from, unrun.
     pub(super) fn put_back(&mut self, item: Vec<u8>, counted: bool) {
         let k = &self.sub.keys;
         if self.reliable() {

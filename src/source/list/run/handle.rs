@@ -118,23 +118,30 @@ impl Loop {
         }
     }
 
-    /// Sends a settling write until Redis accepts it, whatever it answers
-    /// meanwhile but a shut-down broker: a handled item is never handled
-    /// again, nor a dead letter lost, because a write failed for a while.
-    /// Each is safe to send again (a settling script pushes before it
-    /// removes, and does nothing once the item left the processing list).
-    /// With `release`, that item stops being held once Redis accepted it.
+    /// Sends a settling write: reliably, until Redis accepts it, whatever
+    /// it answers meanwhile but a shut-down broker, so a handled item is
+    /// never handled again, nor a dead letter lost, because a write failed
+    /// for a while (a settling script pushes before it removes, and does
+    /// nothing once no copy of the item is left on the processing list);
+    /// at most once, once, since a push sent again after a lost reply
+    /// would deliver the item twice. With `release`, that item stops being
+    /// held once Redis accepted it.
     pub(super) fn settle<M>(&mut self, msg: M, what: &'static str, release: Option<Vec<u8>>)
     where
         M: actix::Message<Result = Result<Value, Error>> + Clone + Send + 'static,
         RedisActor: actix::Handler<M>,
     {
         let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
+        let reliable = self.reliable();
         let held = release.map(|item| (self.held.clone(), item));
         self.side.push(Box::pin(async move {
-            let about = || format!("list {list}");
-            if let Err(e) = until_accepted(&redis, msg, what, about).await {
-                tracing::debug!(list = %list, error = %e, what, "a list item's settle was not sent again");
+            if reliable {
+                let about = || format!("list {list}");
+                if let Err(e) = until_accepted(&redis, msg, what, about).await {
+                    tracing::debug!(list = %list, error = %e, what, "a list item's settle was not sent again");
+                }
+            } else if let Err(e) = redis.send(msg).await.unwrap_or(Err(Error::ShutDown)) {
+                tracing::warn!(list = %list, error = %e, what, "a write for an item read at most once failed; it is not sent again");
             }
             if let Some((held, item)) = held {
                 unhold(&held, &item);

@@ -18,7 +18,8 @@ use crate::util::{Alarm, Retry};
 impl Loop {
     pub(super) fn start_read(&mut self) {
         let sub = self.sub.clone();
-        // As many as the free handler slots (the pop counts as one).
+        // As many as the free handler slots, or the room for batches (a
+        // blocking pop brings one).
         let room = self.pop_room();
         let conn = self.reader.lend();
         // While a failed item waits, a pop waits no longer than until it is
