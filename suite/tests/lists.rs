@@ -591,3 +591,47 @@ async fn a_dead_letter_redis_refuses_keeps_the_item_until_its_move_is_accepted()
     let outcome = broker.stop().await.unwrap();
     assert!(outcome.is_clean(), "{outcome:?}");
 }
+
+/// A retry that comes due while a pop blocks on an empty list cuts the pop
+/// short (`CLIENT UNBLOCK`): it does not wait out the pop's `block`.
+#[actix::test]
+async fn a_retry_due_while_a_pop_blocks_runs_without_waiting_for_the_pop() {
+    let redis = RedisServer::start();
+    let jobs = List::new("prompt");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe_list(
+            &jobs,
+            ListOptions::default()
+                .with_consumer("c1")
+                // A slot stays free while the job runs: the next pop blocks.
+                .with_concurrency(2)
+                // Longer than the wait below: a retry that waited for the
+                // pop would miss it.
+                .with_block(Duration::from_secs(120))
+                .with_retry_backoff(RetryBackoff::fixed(Duration::from_millis(20))),
+            move |_job: Job| {
+                let r = r.clone();
+                async move {
+                    if r.fetch_add(1, Ordering::SeqCst) == 0 {
+                        return Err(HandlerError::retry("first run fails"));
+                    }
+                    Ok(())
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker
+        .publish_list(&jobs, &Job { id: 1, fail: false })
+        .await
+        .unwrap();
+    eventually("the job ran again after its backoff", WAIT, || {
+        runs.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    let outcome = broker.stop().await.unwrap();
+    assert!(outcome.is_clean(), "{outcome:?}");
+}

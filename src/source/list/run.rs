@@ -212,13 +212,15 @@ impl consumer::Source for Loop {
     async fn step(&mut self) {
         let consuming = self.phase == Phase::Consuming;
         let reliable = self.reliable();
-        // A due retry starts only where `maybe_start` would start it;
-        // elsewhere the event that frees the way (a handler's end, the
-        // pop's reply, a confirmed heartbeat) wakes the loop.
-        let retry_at = self
-            .waiting
-            .next_due()
-            .filter(|_| consuming && self.may_take_retry() && (!reliable || self.liveness.holds()));
+        // A due retry starts only where `maybe_start` would start it, or
+        // where it cuts a blocked pop short (`unblock_turn`); elsewhere the
+        // event that frees the way (a handler's end, the pop's reply, a
+        // confirmed heartbeat) wakes the loop.
+        let retry_at = self.waiting.next_due().filter(|_| {
+            consuming
+                && (self.may_take_retry() || self.may_cut_pop_for_retry())
+                && (!reliable || self.liveness.holds())
+        });
         let batch_at = self
             .batch_due()
             .filter(|_| !reliable || self.liveness.holds());
@@ -426,6 +428,17 @@ impl Loop {
     /// ends by the time the first retry is due).
     fn may_take_retry(&self) -> bool {
         self.batches.is_some() || (self.read.is_none() && self.slot_free())
+    }
+
+    /// Whether a retry due while a pop blocks may cut it short: one item
+    /// per run, a slot free, and no `CLIENT UNBLOCK` sent for the pop yet
+    /// (nor refused).
+    fn may_cut_pop_for_retry(&self) -> bool {
+        self.batches.is_none()
+            && self.read.is_some()
+            && self.slot_free()
+            && self.unblock.at.is_none()
+            && !self.reader.unblock_refused()
     }
 
     /// Whether a handler slot of `concurrency` is free (with a batch
