@@ -474,3 +474,55 @@ async fn a_stream_batchs_concurrency_counts_batches_in_its_status() {
     .await;
     assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
+
+/// A list batch's handled items leave the processing list together: one
+/// script with every item of the batch, not one per item.
+#[actix_rt::test]
+async fn a_list_batchs_handled_items_are_removed_in_one_script() {
+    let redis = RedisServer::start();
+    let monitor = support::monitor::Monitor::start(&redis.url());
+    let mut c = redis.conn();
+    let jobs = List::new("together");
+    let b: Batches = Default::default();
+    let batches = b.clone();
+    let broker = Broker::builder(redis.url())
+        .subscribe_list_batch(
+            &jobs,
+            ListOptions::default().with_consumer("c1"),
+            // Batches start only when full: four at a time.
+            BatchOptions::new()
+                .with_max_entries(4)
+                .with_max_wait(Duration::from_secs(60)),
+            move |batch: Vec<BatchEntry<u64>>| {
+                record(&b, &batch);
+                async { Ok::<(), String>(()) }
+            },
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    broker.publish_list_batch(&jobs, 0..8u64).await.unwrap();
+    let processing = "{together}:rillkit:processing:c1";
+    eventually("two batches handled and removed", WAIT, || {
+        runs(&batches).len() == 8 && llen(&mut c, processing) == 0
+    })
+    .await;
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    // The removals: scripts on the processing list and the counts, by how
+    // many items each carried.
+    let removals: Vec<usize> = monitor
+        .calls("EVALSHA")
+        .into_iter()
+        .chain(monitor.calls("EVAL"))
+        .filter(|args| {
+            args.len() > 4 && args[3] == processing && args[4] == "{together}:rillkit:attempts"
+        })
+        .map(|args| args.len() - 5)
+        .collect();
+    // (A script's first call may show twice: refused `NOSCRIPT`, then sent
+    // again once loaded.)
+    assert!(
+        !removals.is_empty() && removals.iter().all(|n| *n == 4),
+        "one script per batch, with its four items: {removals:?}"
+    );
+}

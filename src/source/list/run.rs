@@ -266,11 +266,7 @@ impl consumer::Source for Loop {
         }
         match done {
             Some(Ended::One(done)) => self.finished(done),
-            Some(Ended::Batch(items)) => {
-                for done in items {
-                    self.finished(done);
-                }
-            }
+            Some(Ended::Batch(items)) => self.finished_batch(items),
             None => {}
         }
         if let Some(r) = read {

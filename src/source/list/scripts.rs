@@ -126,14 +126,18 @@ return moved
     ))
 });
 
-/// An item's handler succeeded: it leaves the processing list, and its
-/// attempt count goes.
-/// KEYS: processing, attempts. ARGV: item.
+/// Items whose handler succeeded (one, or a batch's): each leaves the
+/// processing list once, and its attempt count goes. Answers how many were
+/// removed.
+/// KEYS: processing, attempts. ARGV: item, item, …
 pub(super) static DONE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-local n = redis.call('LREM', KEYS[1], -1, ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
+local n = 0
+for i = 1, #ARGV do
+  n = n + redis.call('LREM', KEYS[1], -1, ARGV[i])
+  redis.call('HDEL', KEYS[2], ARGV[i])
+end
 return n
 ",
     )

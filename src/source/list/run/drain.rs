@@ -101,14 +101,18 @@ impl Loop {
                     },
                 ],
             };
-            self.settle(eval, "putting back an item popped after the stop", None);
+            self.settle(
+                eval,
+                "putting back an item popped after the stop",
+                Vec::new(),
+            );
         } else {
             let mut cmd = redis::cmd("RPUSH");
             cmd.arg(&*k.list).arg(item);
             self.settle(
                 crate::redis::Query("rpush", cmd),
                 "putting back an item popped after the stop",
-                None,
+                Vec::new(),
             );
         }
     }

@@ -54,20 +54,49 @@ impl Loop {
         }));
     }
 
-    pub(super) fn finished(&mut self, (item, attempt, run): Finished) {
+    /// An item's run ended: settled by its result.
+    pub(super) fn finished(&mut self, done: Finished) {
+        let mut handled = Vec::new();
+        self.decide(done, &mut handled);
+        self.remove_handled(handled);
+    }
+
+    /// A batch ended: each item settled by its own result, the handled ones
+    /// removed together (one `LREM` script for the batch).
+    pub(super) fn finished_batch(&mut self, items: Vec<Finished>) {
+        let mut handled = Vec::with_capacity(items.len());
+        for done in items {
+            self.decide(done, &mut handled);
+        }
+        self.remove_handled(handled);
+    }
+
+    /// Removes handled items from the processing list (`LREM` of each and
+    /// its count, in one script), sent until Redis accepts it.
+    fn remove_handled(&mut self, handled: Vec<Vec<u8>>) {
+        if handled.is_empty() {
+            return;
+        }
+        let k = &self.sub.keys;
+        let done = Eval {
+            script: &DONE,
+            keys: vec![k.processing.clone().into(), k.attempts.clone().into()],
+            args: handled.clone(),
+        };
+        self.settle(done, "LREM of handled items", handled);
+    }
+
+    /// What a run's end means for its item: retried after its backoff, or
+    /// moved to the dead-letter list; a handled item (read reliably) joins
+    /// `handled`, to be removed from the processing list.
+    fn decide(&mut self, (item, attempt, run): Finished, handled: &mut Vec<Vec<u8>>) {
         let list = &self.sub.keys.list;
         handler::tally(&self.metrics, &self.sub.board, &run);
         let (max_retries, reliable) = (self.sub.opts.max_retries, self.reliable());
         match run.ran.verdict(attempt, max_retries, reliable) {
             Verdict::Settle => {
-                if self.reliable() {
-                    let k = &self.sub.keys;
-                    let done = Eval {
-                        script: &DONE,
-                        keys: vec![k.processing.clone().into(), k.attempts.clone().into()],
-                        args: vec![item.clone()],
-                    };
-                    self.settle(done, "LREM of a handled item", Some(item));
+                if reliable {
+                    handled.push(item);
                 }
             }
             Verdict::DeadLetter { error, why } => {
@@ -106,14 +135,14 @@ impl Loop {
                 ],
                 args: vec![item.clone(), letter],
             };
-            self.settle(eval, "move to the dead-letter list", Some(item));
+            self.settle(eval, "move to the dead-letter list", vec![item]);
         } else {
             let mut cmd = redis::cmd("LPUSH");
             cmd.arg(&*k.dlq).arg(letter);
             self.settle(
                 crate::redis::Query("lpush", cmd),
                 "dead letter of an at-most-once item",
-                None,
+                Vec::new(),
             );
         }
     }
@@ -124,16 +153,16 @@ impl Loop {
     /// for a while (a settling script pushes before it removes, and does
     /// nothing once no copy of the item is left on the processing list);
     /// at most once, once, since a push sent again after a lost reply
-    /// would deliver the item twice. With `release`, that item stops being
+    /// would deliver the item twice. The items of `release` stop being
     /// held once Redis accepted it.
-    pub(super) fn settle<M>(&mut self, msg: M, what: &'static str, release: Option<Vec<u8>>)
+    pub(super) fn settle<M>(&mut self, msg: M, what: &'static str, release: Vec<Vec<u8>>)
     where
         M: actix::Message<Result = Result<Value, Error>> + Clone + Send + 'static,
         RedisActor: actix::Handler<M>,
     {
         let (redis, list) = (self.redis.clone(), self.sub.keys.list.clone());
         let reliable = self.reliable();
-        let held = release.map(|item| (self.held.clone(), item));
+        let held = self.held.clone();
         self.side.push(Box::pin(async move {
             if reliable {
                 let about = || format!("list {list}");
@@ -143,8 +172,8 @@ impl Loop {
             } else if let Err(e) = redis.send(msg).await.unwrap_or(Err(Error::ShutDown)) {
                 tracing::warn!(list = %list, error = %e, what, "a write for an item read at most once failed; it is not sent again");
             }
-            if let Some((held, item)) = held {
-                unhold(&held, &item);
+            for item in &release {
+                unhold(&held, item);
             }
         }));
     }
