@@ -330,6 +330,26 @@ pub(crate) struct PreparedBatch {
     pub call: Option<BatchCall>,
 }
 
+impl PreparedBatch {
+    /// Sorts the entries offered (`offered`, in the order the handler was
+    /// offered them) into those that cannot reach it, each with why, and
+    /// those the call gets, in order; and the call.
+    pub(crate) fn sort<T>(
+        self,
+        offered: Vec<T>,
+    ) -> (Vec<(T, Undeliverable)>, Vec<T>, Option<BatchCall>) {
+        let mut bad = self.undeliverable.into_iter().peekable();
+        let (mut undeliverable, mut good) = (Vec::new(), Vec::with_capacity(offered.len()));
+        for (i, entry) in offered.into_iter().enumerate() {
+            match bad.next_if(|(j, _)| *j == i) {
+                Some((_, why)) => undeliverable.push((entry, why)),
+                None => good.push(entry),
+            }
+        }
+        (undeliverable, good, self.call)
+    }
+}
+
 /// A type-erased batch handler: decodes the entries (or list items)
 /// offered and makes the call for those that decoded.
 pub(crate) type ErasedBatch = Arc<dyn Fn(&[BatchInput<'_>]) -> PreparedBatch + Send + Sync>;

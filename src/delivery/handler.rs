@@ -118,7 +118,7 @@ pub(crate) struct Run {
 
 impl Run {
     /// A run that ended before the handler's future existed.
-    fn at_once(ran: Ran) -> Self {
+    pub(crate) fn at_once(ran: Ran) -> Self {
         Run {
             ran,
             took: Duration::ZERO,
@@ -178,6 +178,28 @@ pub(crate) struct BatchRun {
     pub results: Result<Vec<HandlerResult>, String>,
     pub took: Duration,
     pub ended: Option<Instant>,
+}
+
+/// How each of a batch's `n` entries ran, in the order the handler got
+/// them: by its own result (a failed run for one the handler gave no result
+/// for), or, when the batch's run or its decoding panicked, failed with the
+/// panic.
+pub(crate) fn each_ran(results: Result<Vec<HandlerResult>, String>, n: usize) -> Vec<Ran> {
+    match results {
+        Ok(results) => {
+            let mut results = results.into_iter();
+            (0..n)
+                .map(|_| {
+                    Ran::of(Ok(results.next().unwrap_or_else(|| {
+                        Err(HandlerError::retry(
+                            "the batch handler gave no result for this entry",
+                        ))
+                    })))
+                })
+                .collect()
+        }
+        Err(panic) => (0..n).map(|_| Ran::of(Err(panic.clone()))).collect(),
+    }
 }
 
 /// A batch handler's run, as [`start`] for one entry: its future made (by

@@ -243,13 +243,6 @@ async fn consumers_joining_and_leaving_move_partitions_without_running_a_key_twi
     };
     let a = start("a");
     a.start().await.unwrap();
-    let owned = |b: &Broker| {
-        b.status().subscriptions[0]
-            .partitions
-            .iter()
-            .filter(|p| p.owned)
-            .count()
-    };
     eventually("a owns all 8", WAIT, || owned(&a) == 8).await;
     // 16 keys, 60 entries each, published in three backlogs.
     let all = events(16, 60);
@@ -295,13 +288,6 @@ async fn a_share_out_answered_after_the_stop_began_starts_no_partition() {
     a.start().await.unwrap();
     let b = start(redis.url(), "b");
     b.start().await.unwrap();
-    let owned = |b: &Broker| {
-        b.status().subscriptions[0]
-            .partitions
-            .iter()
-            .filter(|p| p.owned)
-            .count()
-    };
     eventually("the partitions shared 4 and 4", WAIT, || {
         owned(&a) == 4 && owned(&b) == 4
     })
@@ -923,4 +909,13 @@ async fn one_partition_consumer(name: &str) -> (RedisServer, Broker, Shared) {
         .unwrap();
     broker.start().await.unwrap();
     (redis, broker, seen)
+}
+
+/// How many partitions `b`'s one subscription owns now.
+fn owned(b: &Broker) -> usize {
+    b.status().subscriptions[0]
+        .partitions
+        .iter()
+        .filter(|p| p.owned)
+        .count()
 }

@@ -426,15 +426,16 @@ impl Loop {
         self.batches.is_some() || (self.read.is_none() && self.slot_free())
     }
 
-    /// Whether a retry due while a pop blocks may cut it short: one item
-    /// per run, a slot free, and no `CLIENT UNBLOCK` sent for the pop yet
-    /// (nor refused).
+    /// Whether a retry, once due, waits only for the pop in flight: one
+    /// item per run (a batch handler queues it at once) and a slot free.
+    fn retry_waits_for_pop(&self) -> bool {
+        self.batches.is_none() && self.read.is_some() && self.slot_free()
+    }
+
+    /// Whether a retry due while a pop blocks may wake the loop to cut the
+    /// pop short: no `CLIENT UNBLOCK` sent for it yet (nor refused).
     fn may_cut_pop_for_retry(&self) -> bool {
-        self.batches.is_none()
-            && self.read.is_some()
-            && self.slot_free()
-            && self.unblock.at.is_none()
-            && !self.reader.unblock_refused()
+        self.retry_waits_for_pop() && self.unblock.at.is_none() && !self.reader.unblock_refused()
     }
 
     /// Whether a handler slot of `concurrency` is free (with a batch

@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::{Finished, Loop, Phase, count_run};
 use crate::delivery::batch::Gathering;
 use crate::delivery::handler::{self, Ran, Run};
-use crate::handler::{BatchHandler, BatchInput, HandlerError, Undeliverable};
+use crate::handler::{BatchHandler, BatchInput, HandlerResult, Undeliverable};
 use crate::util::Alarm;
 
 /// What ended in `running`: one item's run, or a batch's (each item's run,
@@ -144,25 +144,22 @@ impl Loop {
                 // Decoding panicked (a codec's bug): this run of each failed.
                 Err(panic) => {
                     tracing::error!(list = %sub.keys.list, items = counted.len(), error = %panic, "decoding a batch panicked");
-                    return Ended::Batch(all_failed(counted, &panic, Duration::ZERO, None));
+                    let n = counted.len();
+                    return Ended::Batch(ran_each(counted, Err(panic), n, Duration::ZERO, None));
                 }
             };
-            let mut ended = Vec::with_capacity(counted.len());
-            let mut good = Vec::with_capacity(counted.len());
-            let mut bad = prepared.undeliverable.into_iter().peekable();
-            for (i, (item, attempt)) in counted.into_iter().enumerate() {
-                match bad.next_if(|(j, _)| *j == i) {
-                    Some((_, why)) => {
-                        let ran = Ran::Undecodable(match why {
-                            Undeliverable::Decode(e) => format!("item does not decode: {e}"),
-                            other => format!("item does not decode: {other}"),
-                        });
-                        ended.push((item, attempt, at_once(ran)));
-                    }
-                    None => good.push((item, attempt)),
-                }
-            }
-            let Some(call) = prepared.call else {
+            let (undeliverable, good, call) = prepared.sort(counted);
+            let mut ended: Vec<Finished> = undeliverable
+                .into_iter()
+                .map(|((item, attempt), why)| {
+                    let ran = Ran::Undecodable(match why {
+                        Undeliverable::Decode(e) => format!("item does not decode: {e}"),
+                        other => format!("item does not decode: {other}"),
+                    });
+                    (item, attempt, Run::at_once(ran))
+                })
+                .collect();
+            let Some(call) = call else {
                 return Ended::Batch(ended);
             };
             let s = &sub;
@@ -177,29 +174,11 @@ impl Loop {
                 },
             );
             let run = handler::start_batch(span, call).await;
-            let mut results = match run.results {
-                Ok(results) => results.into_iter(),
-                Err(panic) => {
-                    tracing::error!(list = %sub.keys.list, items = good.len(), error = %panic, "batch handler panicked");
-                    ended.extend(all_failed(good, &panic, run.took, run.ended));
-                    return Ended::Batch(ended);
-                }
-            };
-            // The handler's duration counts once per batch.
-            let mut end = run.ended;
-            for (item, attempt) in good {
-                let result = results.next().unwrap_or_else(|| {
-                    Err(HandlerError::retry(
-                        "the batch handler gave no result for this item",
-                    ))
-                });
-                let run = Run {
-                    ran: Ran::of(Ok(result)),
-                    took: run.took,
-                    ended: end.take(),
-                };
-                ended.push((item, attempt, run));
+            if let Err(panic) = &run.results {
+                tracing::error!(list = %sub.keys.list, items = good.len(), error = %panic, "batch handler panicked");
             }
+            let n = good.len();
+            ended.extend(ran_each(good, run.results, n, run.took, run.ended));
             Ended::Batch(ended)
         }));
     }
@@ -223,28 +202,21 @@ impl Loop {
     }
 }
 
-/// A run that ended before any handler ran.
-fn at_once(ran: Ran) -> Run {
-    Run {
-        ran,
-        took: Duration::ZERO,
-        ended: None,
-    }
-}
-
-/// Each item's run of a batch that panicked (`ended`: when the handler's
-/// run ended, counted once for the batch).
-fn all_failed(
+/// Each item's run of a batch, by [`handler::each_ran`]; the handler's
+/// duration (`ended`) counts once, with the first.
+fn ran_each(
     items: Vec<(Vec<u8>, u64)>,
-    panic: &str,
+    results: Result<Vec<HandlerResult>, String>,
+    n: usize,
     took: Duration,
     mut ended: Option<std::time::Instant>,
 ) -> Vec<Finished> {
     items
         .into_iter()
-        .map(|(item, attempt)| {
+        .zip(handler::each_ran(results, n))
+        .map(|((item, attempt), ran)| {
             let run = Run {
-                ran: Ran::of(Err(panic.to_owned())),
+                ran,
                 took,
                 ended: ended.take(),
             };

@@ -36,8 +36,7 @@ impl Loop {
         let now = tokio::time::Instant::now();
         let consuming = self.phase == Phase::Consuming;
         let retry_due = consuming
-            && self.batches.is_none()
-            && self.slot_free()
+            && self.retry_waits_for_pop()
             && self.waiting.next_due().is_some_and(|due| due <= now)
             && (!self.reliable() || self.liveness.holds());
         if (!consuming || self.sub.board.paused() || retry_due) && self.read.is_some() {

@@ -19,7 +19,7 @@ use futures::FutureExt;
 
 use super::{Finished, Loop, Queued};
 use crate::delivery::handler::{self, BatchRun, Ran, Run};
-use crate::handler::{BatchHandler, BatchInput, HandlerError, Message};
+use crate::handler::{BatchHandler, BatchInput, Message};
 
 /// What ended in `running`: one entry's run, or a batch's.
 pub(super) enum Ended {
@@ -180,21 +180,13 @@ impl Loop {
                 return self.on_batch_done(BatchDone { entries, run });
             }
         };
-        if !prepared.undeliverable.is_empty() {
-            let mut bad = prepared.undeliverable.into_iter().peekable();
-            let all = std::mem::take(&mut entries);
-            for (i, q) in all.into_iter().enumerate() {
-                match bad.next_if(|(j, _)| *j == i) {
-                    Some((_, why)) => {
-                        tracing::warn!(stream = %self.sub.names.name, id = %q.id, reason = %why, "entry cannot be handled; moving it to the dead-letter stream");
-                        let msg = self.message(q);
-                        self.dead_letter(msg, why.to_string());
-                    }
-                    None => entries.push(q),
-                }
-            }
+        let (undeliverable, entries, call) = prepared.sort(entries);
+        for (q, why) in undeliverable {
+            tracing::warn!(stream = %self.sub.names.name, id = %q.id, reason = %why, "entry cannot be handled; moving it to the dead-letter stream");
+            let msg = self.message(q);
+            self.dead_letter(msg, why.to_string());
         }
-        let Some(call) = prepared.call else { return };
+        let Some(call) = call else { return };
         let redelivered = entries.iter().filter(|q| q.delivery_count > 1).count();
         if redelivered > 0 {
             self.metrics.redelivered.increment(redelivered as u64);
@@ -242,37 +234,25 @@ impl Loop {
         }
         // A redelivery that ran alone is done (nothing ran beside it).
         self.handlers.finished(run.ended, run.took);
-        let mut results = match run.results {
-            Ok(results) => results.into_iter(),
-            Err(panic) => {
-                tracing::error!(stream = %self.sub.names.name, entries = entries.len(), error = %panic, "batch handler panicked");
-                let error = crate::handler::bounded(format!("handler panicked: {panic}"));
-                (0..entries.len())
-                    .map(|_| Err(HandlerError::retry(error.clone())))
-                    .collect::<Vec<_>>()
-                    .into_iter()
-            }
-        };
+        if let Err(panic) = &run.results {
+            tracing::error!(stream = %self.sub.names.name, entries = entries.len(), error = %panic, "batch handler panicked");
+        }
+        let n = entries.len();
         let mut ok = 0u64;
-        for q in entries {
-            let result = results.next().unwrap_or_else(|| {
-                Err(HandlerError::retry(
-                    "the batch handler gave no result for this entry",
-                ))
-            });
-            match result {
-                Ok(()) => {
+        for (q, ran) in entries.into_iter().zip(handler::each_ran(run.results, n)) {
+            match ran {
+                Ran::Ok => {
                     ok += 1;
                     self.metrics.record_end_to_end(&q.id);
                     // Stays held until the XACK is done (see `on_acked`).
                     self.acks.push(q.id);
                 }
-                Err(e) => {
+                ran => {
                     // Settled as a failed run of its own (counted, retried
                     // or dead-lettered by its own delivery count).
                     let msg = self.message(q);
                     let run = Run {
-                        ran: Ran::of(Ok(Err(e))),
+                        ran,
                         took: run.took,
                         ended: None,
                     };
