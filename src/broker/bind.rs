@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use futures::future::LocalBoxFuture;
 use serde::de::DeserializeOwned;
 
-use super::batch::{BatchOptions, Gatherer};
+use super::batch::BatchOptions;
 use super::delivery::{Delivery, ItemDelivery};
 use super::{Broker, Inner};
 use crate::handler::{
@@ -131,17 +131,10 @@ where
     })
 }
 
-/// A batch handler of stream entries, in both forms: the per-entry handler
-/// whose runs meet in a [`Gatherer`] (see `batch.rs`; the partitions of an
-/// ordered stream run it, an entry that does not decode is dead-lettered
-/// and never joins a batch), and the [`BatchHandler`] a plain stream's loop
-/// runs natively, one future per batch.
-pub(crate) fn typed_batch<T, C, F, Fut, O>(
-    codec: C,
-    options: BatchOptions,
-    concurrency: usize,
-    f: F,
-) -> (ErasedHandler, BatchHandler)
+/// A batch handler of stream entries, run natively by the stream's
+/// consumer loop (a plain stream's, each partition's of an ordered one):
+/// one future per batch; an entry that does not decode never joins a batch.
+pub(crate) fn typed_batch<T, C, F, Fut, O>(codec: C, options: BatchOptions, f: F) -> BatchHandler
 where
     T: DeserializeOwned + Send + 'static,
     C: Codec,
@@ -149,20 +142,11 @@ where
     Fut: Future<Output = O> + 'static,
     O: Into<BatchOutcome>,
 {
-    let (f, gatherer) = (Arc::new(f), Arc::new(Gatherer::new(options, concurrency)));
-    let native = BatchHandler {
-        handler: native_batch(codec.clone(), f.clone(), decode_field),
+    BatchHandler {
+        handler: native_batch(codec, Arc::new(f), decode_field),
         max_entries: options.max_entries(),
         max_wait: options.max_wait(),
-    };
-    let each: ErasedHandler = Arc::new(move |msg: &Message| match decode_data(&codec, msg) {
-        Ok(value) => {
-            let entry = BatchEntry::new(value, Some(msg.id.clone()), msg.delivery_count);
-            Prepared::Run(gatherer.join(entry, f.clone()))
-        }
-        Err(why) => Prepared::Undeliverable(why),
-    });
-    (each, native)
+    }
 }
 
 /// The native form of a batch handler: decodes the entries offered (with
@@ -214,10 +198,9 @@ where
 pub(crate) fn typed_batch_with_context<T, C, F, Fut, O>(
     codec: C,
     options: BatchOptions,
-    concurrency: usize,
     f: F,
     cell: BrokerCell,
-) -> (ErasedHandler, BatchHandler)
+) -> BatchHandler
 where
     T: DeserializeOwned + Send + 'static,
     C: Codec,
@@ -226,7 +209,7 @@ where
     O: Into<BatchOutcome>,
 {
     let bound = move |entries: Vec<BatchEntry<T>>| f(entries, cell.broker());
-    typed_batch(codec, options, concurrency, bound)
+    typed_batch(codec, options, bound)
 }
 
 /// A batch handler of list items, run natively by the list's consumer

@@ -15,13 +15,11 @@ use super::bind::{self, typed_item, typed_item_with_context};
 use super::builder::BrokerBuilder;
 use super::delivery::{Delivery, ItemDelivery};
 use crate::error::ConfigError;
-use crate::handler::{
-    BatchEntry, BatchHandler, BatchOutcome, ErasedHandler, HandlerError, ItemHandler, Message,
-};
+use crate::handler::{BatchEntry, BatchOutcome, ErasedHandler, HandlerError, ItemHandler, Message};
 use crate::source::Source;
 use crate::source::channel::{Channel, ChannelOptions, ChannelSub};
 use crate::source::list::{List, ListHandler, ListOptions, ListSub};
-use crate::source::stream::{ConsumerOptions, Shape, Subscription};
+use crate::source::stream::{ConsumerOptions, StreamHandler, Subscription};
 use crate::stream::{Codec, Stream, StreamNames};
 
 impl BrokerBuilder {
@@ -176,9 +174,13 @@ impl BrokerBuilder {
     /// never reaches the handler; a failed entry runs again after the retry
     /// backoff, in a later batch, until its delivery count passes
     /// `max_retries`; a redelivered entry of a crashed consumer runs in a
-    /// batch of its own; the drain waits for a running batch.
+    /// batch of its own; the drain waits for a running batch. On a stream
+    /// ordered by key a batch holds at most one entry of each key, and a
+    /// key's next entry joins a later batch once this one is acked or
+    /// dead-lettered.
     /// `options`' [`concurrency`](ConsumerOptions::with_concurrency) counts
-    /// batches run at once (default 1; on a plain stream `rillkit scale`
+    /// batches run at once (default 1; on an ordered stream, over all the
+    /// partitions the consumer owns; on a plain stream `rillkit scale`
     /// changes it as for any subscription); its
     /// [`count`](ConsumerOptions::with_count) is raised to `max_entries`.
     ///
@@ -213,15 +215,9 @@ impl BrokerBuilder {
         Fut: Future<Output = O> + 'static,
         O: Into<BatchOutcome>,
     {
-        let (h, native) = bind::typed_batch(
-            stream.codec().clone(),
-            batch,
-            options.concurrency(),
-            handler,
-        );
-        let options = batched(options, batch, stream.names().order.is_some());
-        self.subs
-            .push(stream_batch_source(stream.names(), options, h, native));
+        let h = bind::typed_batch(stream.codec().clone(), batch, handler);
+        let options = batched(options, batch);
+        self.subs.push(stream_source(stream.names(), options, h));
         self
     }
 
@@ -241,16 +237,14 @@ impl BrokerBuilder {
         Fut: Future<Output = O> + 'static,
         O: Into<BatchOutcome>,
     {
-        let (h, native) = bind::typed_batch_with_context(
+        let h = bind::typed_batch_with_context(
             stream.codec().clone(),
             batch,
-            options.concurrency(),
             handler,
             self.cell.clone(),
         );
-        let options = batched(options, batch, stream.names().order.is_some());
-        self.subs
-            .push(stream_batch_source(stream.names(), options, h, native));
+        let options = batched(options, batch);
+        self.subs.push(stream_source(stream.names(), options, h));
         self
     }
 
@@ -446,58 +440,20 @@ fn prioritized<C: Codec>(
 /// topology is a cluster and the drain deadline.
 pub(crate) type Pending = Box<dyn FnOnce(bool, Duration) -> Result<Source, ConfigError> + Send>;
 
-/// A stream batch subscription's options: reads of a batch at once. A plain
-/// stream's loop runs the batches, `concurrency` of them at once; an
-/// ordered stream's partitions run each entry on its own, so there it
-/// becomes room for `concurrency` batches of `max_entries` handler runs and
-/// one more gathering (fetched ahead while the others run; the gatherer
-/// lets only `concurrency` run).
-fn batched(options: ConsumerOptions, batch: BatchOptions, ordered: bool) -> ConsumerOptions {
+/// A stream batch subscription's options: a read fetches at least a batch.
+fn batched(options: ConsumerOptions, batch: BatchOptions) -> ConsumerOptions {
     let count = options.count().max(batch.max_entries());
-    let options = options.with_count(count);
-    if !ordered {
-        return options;
-    }
-    let runs = options
-        .concurrency()
-        .saturating_add(1)
-        .saturating_mul(batch.max_entries());
-    options.with_concurrency(runs)
+    options.with_count(count)
 }
 
 pub(crate) fn stream_source(
     names: StreamNames,
     opts: ConsumerOptions,
-    handler: ErasedHandler,
+    handler: impl Into<StreamHandler> + Send + 'static,
 ) -> Pending {
     Box::new(move |cluster, drain| {
         Subscription::build(names, opts, handler, cluster, drain)
             .map(|s| Source::Stream(Arc::new(s)))
-    })
-}
-
-/// A stream's batch handler: natively on a plain stream's loop (one
-/// future per batch); the partitions of an ordered stream run `each`, the
-/// per-entry form.
-fn stream_batch_source(
-    names: StreamNames,
-    opts: ConsumerOptions,
-    each: ErasedHandler,
-    native: BatchHandler,
-) -> Pending {
-    Box::new(move |cluster, drain| {
-        if opts.autoscale().is_some() {
-            return Err(crate::source::stream::not_autoscaled(
-                &names.name,
-                "a batch subscription",
-            ));
-        }
-        let mut sub = Subscription::build(names, opts, each, cluster, drain)?;
-        if matches!(sub.shape, Shape::Plain) {
-            // Its concurrency counts batches, and may be scaled as any.
-            sub.shape = Shape::Batched(native);
-        }
-        Ok(Source::Stream(Arc::new(sub)))
     })
 }
 

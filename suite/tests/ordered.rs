@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use redis::Commands;
 use rillkit::prelude::*;
-use rillkit::{OnKeyFailure, RetryBackoff, Topology, partition_of};
+use rillkit::{
+    BatchEntry, BatchOptions, BatchOutcome, OnKeyFailure, RetryBackoff, Topology, partition_of,
+};
 use serde::{Deserialize, Serialize};
 use support::{RedisServer, Worker, eventually, eventually_blocking, order};
 
@@ -40,11 +42,33 @@ struct Seen {
     done: HashMap<(String, u64), usize>,
     /// The most handlers that ran at once.
     most: usize,
+    /// Batches running now, and the most that ran at once.
+    batches: usize,
+    most_batches: usize,
 }
 
 type Shared = Arc<Mutex<Seen>>;
 
 impl Seen {
+    /// A run of `e` starts.
+    fn started(&mut self, e: &Event) {
+        if !self.running.insert(e.key.clone()) {
+            self.overlaps.push(e.key.clone());
+        }
+        self.starts.push((e.key.clone(), e.seq));
+        self.most = self.most.max(self.running.len());
+    }
+
+    /// A run of `e` ends: it fails when marked `fail`.
+    fn ended(&mut self, e: Event) -> HandlerResult {
+        self.running.remove(&e.key);
+        if e.fail {
+            return Err(HandlerError::retry(format!("{} {} fails", e.key, e.seq)));
+        }
+        *self.done.entry((e.key, e.seq)).or_default() += 1;
+        Ok(())
+    }
+
     /// The entries of `key` that succeeded, by seq.
     fn done_of(&self, key: &str) -> BTreeSet<u64> {
         self.done
@@ -89,22 +113,42 @@ fn handler(
     move |e: Event| {
         let seen = seen.clone();
         Box::pin(async move {
+            seen.lock().unwrap().started(&e);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            seen.lock().unwrap().ended(e)
+        })
+    }
+}
+
+/// [`handler`] as a batch handler: each entry of a batch recorded as a run
+/// (two entries of one key in a batch count as an overlap), each with its
+/// own result; also counts the batches running at once.
+fn batch_handler(
+    seen: Shared,
+    ms: u64,
+) -> impl Fn(
+    Vec<BatchEntry<Event>>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = BatchOutcome>>>
++ Send
++ Sync
++ 'static {
+    move |batch: Vec<BatchEntry<Event>>| {
+        let seen = seen.clone();
+        Box::pin(async move {
             {
                 let mut s = seen.lock().unwrap();
-                if !s.running.insert(e.key.clone()) {
-                    s.overlaps.push(e.key.clone());
+                for e in &batch {
+                    s.started(e.value());
                 }
-                s.starts.push((e.key.clone(), e.seq));
-                s.most = s.most.max(s.running.len());
+                s.batches += 1;
+                s.most_batches = s.most_batches.max(s.batches);
             }
             tokio::time::sleep(Duration::from_millis(ms)).await;
             let mut s = seen.lock().unwrap();
-            s.running.remove(&e.key);
-            if e.fail {
-                return Err(HandlerError::retry(format!("{} {} fails", e.key, e.seq)));
-            }
-            *s.done.entry((e.key, e.seq)).or_default() += 1;
-            Ok(())
+            s.batches -= 1;
+            let results: Vec<HandlerResult> =
+                batch.into_iter().map(|e| s.ended(e.into_value())).collect();
+            BatchOutcome::each(results)
         })
     }
 }
@@ -229,6 +273,66 @@ async fn one_key_runs_one_at_a_time_in_publish_order_while_keys_run_side_by_side
 }
 
 #[actix_rt::test]
+async fn a_batch_handler_takes_one_entry_per_key_in_order_and_its_concurrency_counts_batches() {
+    support::init_tracing();
+    let redis = RedisServer::start();
+    let s = Stream::new("orders", "g").ordered_by("key", 4);
+    let seen: Shared = Default::default();
+    // 6 keys × 30 entries: a read brings several entries of each key, so a
+    // batch could take two of one key were it let to. key-0's entry 3
+    // fails both its runs (max_retries 1): its later entries wait for it.
+    let mut all = events(6, 30);
+    for e in &mut all {
+        e.fail = e.key == "key-0" && e.seq == 3;
+    }
+    publish_plain(&redis, "orders", 4, &all);
+    let broker = Broker::builder(redis.url())
+        .subscribe_batch(
+            &s,
+            opts("c1").with_concurrency(2),
+            BatchOptions::new()
+                .with_max_entries(8)
+                .with_max_wait(Duration::from_millis(20)),
+            batch_handler(seen.clone(), 10),
+        )
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let dlq = format!("orders:p{}-dlq", partition_of(b"key-0", 4));
+    let mut c = redis.conn();
+    eventually(
+        "179 handled, one dead-lettered, nothing pending",
+        WAIT,
+        || {
+            let pending: usize = (0..4)
+                .map(|p| support::pending_count(&mut c, &format!("orders:p{p}"), "g"))
+                .sum();
+            seen.lock().unwrap().done.len() == 179
+                && support::stream_len(&mut c, &dlq) == 1
+                && pending == 0
+        },
+    )
+    .await;
+    let status = broker.status();
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
+    let seen = seen.lock().unwrap();
+    // No batch held two entries of one key, no key ran twice at once, and
+    // every key's entries first ran in publish order.
+    seen.assert_each_key_in_order();
+    assert!(seen.done.values().all(|&n| n == 1), "an entry ran twice");
+    let mut expected: Vec<u64> = (0..30).collect();
+    expected.insert(3, 3);
+    assert_eq!(seen.starts_of("key-0"), expected, "its retry held key-0");
+    // Two batches at once over the four partitions, not two per partition
+    // nor (2 + 1) × 8 entry runs.
+    assert_eq!(
+        seen.most_batches, 2,
+        "the most batches that ran at once, side by side"
+    );
+    assert_eq!(status.subscriptions[0].concurrency, 2);
+}
+
+#[actix_rt::test]
 async fn consumers_joining_and_leaving_move_partitions_without_running_a_key_twice_at_once() {
     support::init_tracing();
     let redis = RedisServer::start();
@@ -310,19 +414,23 @@ async fn a_share_out_answered_after_the_stop_began_starts_no_partition() {
 }
 
 /// Publishes key `k1` entries 0..6 with entry 1 failing every run, and key
-/// `k2` entries 0..6; answers the broker's outcome and what ran.
-async fn one_entry_fails(on_failure: OnKeyFailure) -> (RedisServer, Shared) {
+/// `k2` entries 0..6; answers the broker's outcome and what ran. `batches`:
+/// through a batch handler of up to 4 entries.
+async fn one_entry_fails(on_failure: OnKeyFailure, batches: bool) -> (RedisServer, Shared) {
     let redis = RedisServer::start();
     let s = Stream::new("orders", "g").ordered_by("key", 2);
     let seen: Shared = Default::default();
-    let broker = Broker::builder(redis.url())
-        .subscribe(
-            &s,
-            opts("c1").with_on_key_failure(on_failure),
-            handler(seen.clone(), 1),
-        )
-        .build()
-        .unwrap();
+    let options = opts("c1").with_on_key_failure(on_failure);
+    let builder = Broker::builder(redis.url());
+    let builder = if batches {
+        let batch = BatchOptions::new()
+            .with_max_entries(4)
+            .with_max_wait(Duration::from_millis(5));
+        builder.subscribe_batch(&s, options, batch, batch_handler(seen.clone(), 1))
+    } else {
+        builder.subscribe(&s, options, handler(seen.clone(), 1))
+    };
+    let broker = builder.build().unwrap();
     broker.start().await.unwrap();
     for seq in 0..6 {
         for key in ["k1", "k2"] {
@@ -378,7 +486,7 @@ fn dead_letters(redis: &RedisServer) -> Vec<HashMap<String, String>> {
 #[actix_rt::test]
 async fn skip_dead_letters_the_failing_entry_alone_and_its_key_goes_on_after_it() {
     support::init_tracing();
-    let (redis, seen) = one_entry_fails(OnKeyFailure::Skip).await;
+    let (redis, seen) = one_entry_fails(OnKeyFailure::Skip, false).await;
     let seen = seen.lock().unwrap();
     let k1 = seen.done_of("k1");
     assert_eq!(k1, BTreeSet::from([0, 2, 3, 4, 5]));
@@ -397,13 +505,27 @@ async fn skip_dead_letters_the_failing_entry_alone_and_its_key_goes_on_after_it(
 #[actix_rt::test]
 async fn fail_rest_dead_letters_the_keys_later_entries_after_the_failing_one() {
     support::init_tracing();
-    let (redis, seen) = one_entry_fails(OnKeyFailure::FailRest).await;
+    let (redis, seen) = one_entry_fails(OnKeyFailure::FailRest, false).await;
+    assert_failed_rest(&redis, &seen);
+}
+
+#[actix_rt::test]
+async fn in_batches_fail_rest_dead_letters_the_keys_later_entries_after_the_failing_one() {
+    support::init_tracing();
+    let (redis, seen) = one_entry_fails(OnKeyFailure::FailRest, true).await;
+    assert_failed_rest(&redis, &seen);
+    assert!(seen.lock().unwrap().most_batches >= 1);
+}
+
+/// `k1`'s entry 1 failed its runs, and with it every later entry of `k1`
+/// went to the dead-letter stream, in order, never run; `k2` ran.
+fn assert_failed_rest(redis: &RedisServer, seen: &Shared) {
     let seen = seen.lock().unwrap();
     let k1: Vec<u64> = seen.done_of("k1").into_iter().collect();
     assert_eq!(k1, [0], "only the entry before the failure ran to success");
     let k1_starts = seen.starts_of("k1");
     assert_eq!(k1_starts, [0, 1, 1], "later entries never ran");
-    let dead = dead_letters(&redis);
+    let dead = dead_letters(redis);
     assert_eq!(dead.len(), 5);
     let seqs: Vec<u64> = dead
         .iter()

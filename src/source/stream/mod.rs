@@ -59,7 +59,7 @@ pub(crate) struct Subscription {
     pub names: StreamNames,
     pub consumer: Arc<str>,
     pub opts: ConsumerOptions,
-    pub handler: ErasedHandler,
+    pub handler: StreamHandler,
     /// How long handlers may finish when the consumer drains on its own (an
     /// unrecoverable error): the broker's `shutdown_timeout`.
     pub drain_timeout: std::time::Duration,
@@ -75,15 +75,32 @@ pub(crate) struct Subscription {
     pub priority: Option<priority::Level>,
 }
 
+/// What runs a stream's entries: a handler per entry, or a batch handler
+/// the consumer loop runs natively (a plain stream's, a partition's).
+#[derive(Clone)]
+pub(crate) enum StreamHandler {
+    Each(ErasedHandler),
+    Batch(crate::handler::BatchHandler),
+}
+
+impl From<ErasedHandler> for StreamHandler {
+    fn from(h: ErasedHandler) -> Self {
+        StreamHandler::Each(h)
+    }
+}
+
+impl From<crate::handler::BatchHandler> for StreamHandler {
+    fn from(h: crate::handler::BatchHandler) -> Self {
+        StreamHandler::Batch(h)
+    }
+}
+
 /// The shapes a stream subscription can have: one of them, so no
-/// combination that cannot exist can be built.
+/// combination that cannot exist can be built. Each runs either kind of
+/// [`StreamHandler`].
 pub(crate) enum Shape {
-    /// Entries one at a time, through `handler`.
+    /// One stream read by one consumer loop.
     Plain,
-    /// A plain stream whose batch handler its loop runs natively (set by
-    /// the broker after `build`). An ordered stream's partitions run a
-    /// batch handler through `handler`, its per-entry form.
-    Batched(crate::handler::BatchHandler),
     /// A stream ordered by key: its partitions, which the loop shares out
     /// among the group's consumers.
     Ordered(ordered::Ordered),
@@ -92,11 +109,11 @@ pub(crate) enum Shape {
 }
 
 impl Subscription {
-    /// The batch handler a plain stream's loop runs natively.
+    /// The batch handler its loop runs natively, if it has one.
     pub(crate) fn batch(&self) -> Option<&crate::handler::BatchHandler> {
-        match &self.shape {
-            Shape::Batched(b) => Some(b),
-            _ => None,
+        match &self.handler {
+            StreamHandler::Batch(b) => Some(b),
+            StreamHandler::Each(_) => None,
         }
     }
 
@@ -123,7 +140,7 @@ impl Subscription {
     pub(crate) fn build(
         mut names: StreamNames,
         opts: ConsumerOptions,
-        handler: ErasedHandler,
+        handler: impl Into<StreamHandler>,
         cluster: bool,
         drain_timeout: std::time::Duration,
     ) -> Result<Self, crate::error::ConfigError> {
@@ -175,7 +192,11 @@ impl Subscription {
         // An ordered stream's partitions share one set of slots: its
         // concurrency stays as built.
         board.scale().configure(opts.concurrency, order.is_none());
+        let handler = handler.into();
         if let Some((min, max)) = opts.autoscale {
+            if matches!(handler, StreamHandler::Batch(_)) {
+                return Err(not_autoscaled(&names.name, "a batch subscription"));
+            }
             if order.is_some() {
                 return Err(not_autoscaled(&names.name, "a stream ordered by key"));
             }

@@ -305,11 +305,11 @@ impl Loop {
         if !self.lease.holds() {
             return;
         }
-        if self.gate.is_some() {
-            return self.start_queued_in_key_order();
-        }
-        if self.sub.batch().is_some() {
-            return self.start_batches();
+        match (self.gate.is_some(), self.sub.batch().is_some()) {
+            (true, true) => return self.start_batches_in_key_order(),
+            (true, false) => return self.start_queued_in_key_order(),
+            (false, true) => return self.start_batches(),
+            (false, false) => {}
         }
         while self.handlers.len() < self.sub.board.concurrency() && !self.handlers.alone() {
             let Some(front) = self.queue.front() else {

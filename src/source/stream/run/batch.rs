@@ -61,15 +61,25 @@ impl Loop {
     /// may start then (a slot is free) and is not due already.
     pub(super) fn batch_due(&self) -> Option<tokio::time::Instant> {
         let b = self.sub.batch()?;
-        if self.queue.is_empty()
+        if self.startable() == 0
             || self.drain.is_some()
             || self.handlers.alone()
-            || self.handlers.len() >= self.sub.board.concurrency()
+            || !self.batch_slot_free()
         {
             return None;
         }
         let due = self.handlers.gathering().due(b.max_wait)?;
         (due > tokio::time::Instant::now()).then_some(due)
+    }
+
+    /// Whether a batch may start: a slot of `concurrency` is free (in a
+    /// partition, one of the consumer's shared by its partitions).
+    fn batch_slot_free(&self) -> bool {
+        if self.gate.is_some() {
+            self.slot_free()
+        } else {
+            self.handlers.len() < self.sub.board.concurrency()
+        }
     }
 
     /// Starts batches of queued entries while batch slots are free: a full
@@ -126,17 +136,65 @@ impl Loop {
         self.handlers.gathering_mut().after(empty, started, now);
     }
 
+    /// Starts batches in a partition of a stream ordered by key, while a
+    /// slot of the consumer's `concurrency` (shared by its partitions) is
+    /// free: a batch takes at most one entry per key, each the next of its
+    /// key, and only keys that are free; it takes them when it starts, so a
+    /// key's next entry joins a later batch once this one's is settled. A
+    /// batch starts when full, or once its first entry has waited
+    /// `max_wait` since it could join (or a redelivery that runs alone
+    /// cuts it short).
+    pub(super) fn start_batches_in_key_order(&mut self) {
+        let now = tokio::time::Instant::now();
+        let (max, wait) = {
+            let b = self.batching();
+            (b.max_entries, b.max_wait)
+        };
+        let mut started = false;
+        while self.slot_free() && !self.handlers.alone() {
+            let pick = self.key_batch(max);
+            if pick.at.is_empty() {
+                break;
+            }
+            let alone = pick.cut && pick.at.len() == 1 && alone(&self.queue[pick.at[0]]);
+            if alone && !self.handlers.is_empty() {
+                break;
+            }
+            let due = self.handlers.gathering().waited(wait, now);
+            if !alone && pick.at.len() < max && !due && !pick.cut {
+                break;
+            }
+            let batch = self.take_queued(&pick.at);
+            if self.start_batch(batch, alone) {
+                self.slot_taken();
+            }
+            started = true;
+        }
+        let none_may_start = self.startable() == 0;
+        self.handlers
+            .gathering_mut()
+            .after(none_may_start, started, now);
+    }
+
     /// Decodes a batch's entries and starts its handler (one future);
-    /// entries out of runs or that do not decode go to the dead-letter
-    /// stream first. `alone`: a redelivery that runs alone.
-    fn start_batch(&mut self, entries: Vec<Queued>, alone: bool) {
+    /// entries out of runs, that do not decode, or whose key is marked
+    /// failed go to the dead-letter stream first. `alone`: a redelivery
+    /// that runs alone. Answers whether a handler started.
+    pub(super) fn start_batch(&mut self, entries: Vec<Queued>, alone: bool) -> bool {
         let max_retries = self.sub.opts.max_retries;
         let out_of_runs = |q: &Queued| handler::out_of_runs(q.delivery_count, max_retries);
         let mut entries = entries;
-        if entries.iter().any(|q| out_of_runs(q).is_some()) {
+        if entries
+            .iter()
+            .any(|q| out_of_runs(q).is_some() || self.key_marked(&q.id).is_some())
+        {
             let all = std::mem::take(&mut entries);
             for q in all {
-                if let Some(err) = out_of_runs(&q) {
+                if let Some(why) = self.key_marked(&q.id) {
+                    tracing::warn!(stream = %self.sub.names.name, id = %q.id, reason = %why, "an earlier entry of this key was dead-lettered; moving this one after it");
+                    let msg = self.message(q);
+                    self.dead_letter_for_mark(msg, why);
+                } else if let Some(err) = out_of_runs(&q) {
                     let count = q.delivery_count;
                     tracing::warn!(
                         stream = %self.sub.names.name, id = %q.id, delivery_count = count, error = %err,
@@ -150,7 +208,7 @@ impl Loop {
             }
         }
         if entries.is_empty() {
-            return;
+            return false;
         }
         let field = &*self.sub.names.field;
         let inputs: Vec<BatchInput<'_>> = entries
@@ -177,7 +235,8 @@ impl Loop {
                     took: Duration::ZERO,
                     ended: None,
                 };
-                return self.on_batch_done(BatchDone { entries, run });
+                self.on_batch_done(BatchDone { entries, run });
+                return false;
             }
         };
         let (undeliverable, entries, call) = prepared.sort(entries);
@@ -186,7 +245,7 @@ impl Loop {
             let msg = self.message(q);
             self.dead_letter(msg, why.to_string());
         }
-        let Some(call) = call else { return };
+        let Some(call) = call else { return false };
         let redelivered = entries.iter().filter(|q| q.delivery_count > 1).count();
         if redelivered > 0 {
             self.metrics.redelivered.increment(redelivered as u64);
@@ -224,7 +283,8 @@ impl Loop {
         );
         let running = handler::start_batch(span, call);
         let running = running.map(move |run| Ended::Batch(BatchDone { entries, run }));
-        self.handlers.push(Box::pin(running), alone);
+        self.run(running.boxed_local(), alone);
+        true
     }
 
     /// A batch ended: each entry settled by its own result.
@@ -275,7 +335,12 @@ impl Loop {
     /// batch.
     pub(super) fn batch_read_count(&self) -> Option<usize> {
         let (b, count) = (self.batching(), self.sub.opts.count);
-        let queued = self.queue.len();
+        if self.queue_full() {
+            return None;
+        }
+        // In a partition, entries held back by their key count as not
+        // queued: the read fetches past a busy key.
+        let queued = self.startable();
         // Entries a read in flight asked for count as queued.
         let asked = self.reading.asked();
         if queued > 0 && self.handlers.stalled(self.fetch_window()) {

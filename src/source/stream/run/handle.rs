@@ -3,18 +3,26 @@
 //! dead-letter stream (rejected, undecodable, or out of runs).
 
 use futures::FutureExt;
+use futures::future::LocalBoxFuture;
 
+use super::batch::Ended;
 use super::{Finished, Loop, Queued};
 use crate::delivery::handler;
 use crate::delivery::handler::{Ran, Run, Verdict, Why};
 use crate::delivery::liveness::WhileHeld;
 use crate::handler::{Message, Prepared};
+use crate::source::stream::StreamHandler;
 
 impl Loop {
     /// Runs one entry's handler (`alone`: nothing else starts until it
     /// ends), or sends it to the DLQ if it cannot run. Answers whether a
     /// handler started.
     pub(super) fn start(&mut self, q: Queued, alone: bool) -> bool {
+        let handler = match &self.sub.handler {
+            StreamHandler::Each(h) => h.clone(),
+            // An entry of a batch handler runs as a batch of its own.
+            StreamHandler::Batch(_) => return self.start_batch(vec![q], alone),
+        };
         let Queued {
             id,
             fields,
@@ -85,7 +93,6 @@ impl Loop {
                 crate::otel::follow(&span, &tp, s.opts.trace_linking);
             }
         }
-        let handler = s.handler.clone();
         let made = handler::start(span, || match handler(&msg) {
             Prepared::Run(fut) => Ok(fut),
             Prepared::Undeliverable(why) => Err(why.to_string()),
@@ -96,14 +103,7 @@ impl Loop {
                     self.metrics.redelivered.increment(1);
                 }
                 let running = running.map(move |run| Finished { msg, run }.into());
-                if self.fence.is_some() {
-                    // A partition's handler runs only while its lease holds.
-                    let until = self.lease.until();
-                    let guarded = WhileHeld::new(running.boxed_local(), until);
-                    self.handlers.push(Box::pin(guarded), alone);
-                } else {
-                    self.handlers.push(Box::pin(running), alone);
-                }
+                self.run(running.boxed_local(), alone);
                 true
             }
             Err(Run {
@@ -118,6 +118,19 @@ impl Loop {
                 self.on_finished(Finished { msg, run });
                 false
             }
+        }
+    }
+
+    /// Runs a handler's future (an entry's or a batch's; `alone`: nothing
+    /// else starts until it ends). A partition's runs only while its lease
+    /// holds.
+    pub(super) fn run(&mut self, running: LocalBoxFuture<'static, Ended>, alone: bool) {
+        if self.fence.is_some() {
+            let until = self.lease.until();
+            self.handlers
+                .push(Box::pin(WhileHeld::new(running, until)), alone);
+        } else {
+            self.handlers.push(running, alone);
         }
     }
 

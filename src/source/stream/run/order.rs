@@ -86,6 +86,14 @@ impl Gate {
     }
 }
 
+/// The queued entries one batch may take now (see [`Loop::key_batch`]).
+pub(super) struct KeyBatch {
+    /// Their places in the queue, ascending.
+    pub(super) at: Vec<usize>,
+    /// A redelivery that must run alone is next (or is `at`'s one entry).
+    pub(super) cut: bool,
+}
+
 /// The most entries a partition's queue holds while keys hold them back:
 /// entries of other keys are read past a busy key, up to this many.
 fn queue_cap(count: usize) -> usize {
@@ -141,13 +149,9 @@ impl Loop {
                 break;
             }
             let q: Queued = self.queue.remove(i).expect("in range");
-            if let Some(key) = &q.key {
-                let gate = self.gate.as_mut().expect("ordered");
-                gate.taken.insert(key.clone(), q.id.clone());
-                gate.key_of.insert(q.id.clone(), key.clone());
-            }
+            self.take_key(&q);
             if self.start(q, alone) {
-                self.slots().take();
+                self.slot_taken();
             }
         }
         if let Some(g) = self.gate.as_mut() {
@@ -157,6 +161,72 @@ impl Loop {
         }
     }
 
+    /// The key of `q`, which starts now, is taken until `q` is settled.
+    fn take_key(&mut self, q: &Queued) {
+        if let (Some(key), Some(gate)) = (&q.key, self.gate.as_mut()) {
+            gate.taken.insert(key.clone(), q.id.clone());
+            gate.key_of.insert(q.id.clone(), key.clone());
+        }
+    }
+
+    /// The queued entries one batch may take now: those whose key is free
+    /// (or held by the entry itself, back for its retry), the first of each
+    /// key, up to `max`, in queue order; an entry without a key always. It
+    /// stops at a redelivery that must run alone: first, it is the batch
+    /// alone; later, it cuts the batch short. Counts the entries held back
+    /// by a key (what was not looked at counts as startable).
+    pub(super) fn key_batch(&mut self, max: usize) -> KeyBatch {
+        let mut held_back: HashSet<&[u8]> = HashSet::new();
+        let (mut at, mut cut, mut blocked) = (Vec::new(), false, 0);
+        let gate = self.gate.as_ref().expect("ordered");
+        for (i, q) in self.queue.iter().enumerate() {
+            if at.len() >= max {
+                break;
+            }
+            if let Some(key) = &q.key {
+                let taken_by_other = gate.taken.get(key).is_some_and(|id| *id != q.id);
+                if taken_by_other || held_back.contains(key.as_slice()) {
+                    held_back.insert(key);
+                    blocked += 1;
+                    continue;
+                }
+                held_back.insert(key);
+            }
+            if q.delivery_count > 1 && !q.retried_here {
+                if at.is_empty() {
+                    at.push(i);
+                }
+                cut = true;
+                break;
+            }
+            at.push(i);
+        }
+        if let Some(g) = self.gate.as_mut() {
+            g.blocked = blocked;
+        }
+        KeyBatch { at, cut }
+    }
+
+    /// Takes the queued entries at places `at` (in ascending order) out of
+    /// the queue, in order, and their keys with them.
+    pub(super) fn take_queued(&mut self, at: &[usize]) -> Vec<Queued> {
+        let mut taken: Vec<Queued> = at
+            .iter()
+            .rev()
+            .map(|&i| self.queue.remove(i).expect("in range"))
+            .collect();
+        taken.reverse();
+        for q in &taken {
+            self.take_key(q);
+        }
+        taken
+    }
+
+    /// A batch (or a handler) of this partition started: one slot taken.
+    pub(super) fn slot_taken(&self) {
+        self.slots().take();
+    }
+
     /// The consumer's handler slots shared by its partitions.
     fn slots(&self) -> &crate::source::stream::ordered::Slots {
         &self.key_order().expect("ordered").slots
@@ -164,7 +234,7 @@ impl Loop {
 
     /// Whether a handler may start: a slot of the consumer's `concurrency`,
     /// shared by the partitions it owns, is free.
-    fn slot_free(&self) -> bool {
+    pub(super) fn slot_free(&self) -> bool {
         self.slots().free()
     }
 
