@@ -12,6 +12,8 @@ use tokio::time::Instant;
 #[derive(Default, Debug)]
 pub(crate) struct Gathering {
     since: Option<Instant>,
+    /// When the queue was last looked at.
+    looked: Option<Instant>,
 }
 
 impl Gathering {
@@ -39,10 +41,20 @@ impl Gathering {
         self.since.map(|since| since + max_wait)
     }
 
+    /// When the gathering batch is due to start, if it was not due yet at
+    /// the last look at the queue: one due then that did not start waits
+    /// for another event (a slot, the end of a redelivery that runs alone),
+    /// while one that came due since is started by the next look.
+    pub(crate) fn due_after_look(&self, max_wait: Duration) -> Option<Instant> {
+        let due = self.due(max_wait)?;
+        self.looked.is_none_or(|at| due > at).then_some(due)
+    }
+
     /// Brings the gathering up to date after a look at the queue at `now`:
     /// an empty queue gathers nothing; after a batch started, what is left
     /// gathers from `now`; else the first queued entry's wait goes on.
     pub(crate) fn after(&mut self, queue_empty: bool, started: bool, now: Instant) {
+        self.looked = Some(now);
         self.since = match (queue_empty, started, self.since) {
             (true, _, _) => None,
             (false, true, _) | (false, false, None) => Some(now),

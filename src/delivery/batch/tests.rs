@@ -42,3 +42,16 @@ fn no_wait_starts_whatever_is_queued() {
     assert!(g.waited(Duration::ZERO, t0));
     assert!(g.ready(1, 100, Duration::ZERO, t0));
 }
+
+#[test]
+fn a_batch_due_after_the_last_look_is_awaited_and_one_due_at_it_is_not() {
+    let mut g = Gathering::default();
+    let t0 = Instant::now();
+    g.after(false, false, t0);
+    // Not due at the look: awaited, even once its time has passed.
+    assert_eq!(g.due_after_look(WAIT), Some(t0 + WAIT));
+    // Due at the look and not started (it waits for something else).
+    g.after(false, false, t0 + WAIT);
+    assert_eq!(g.due_after_look(WAIT), None);
+    assert_eq!(g.due(WAIT), Some(t0 + WAIT));
+}

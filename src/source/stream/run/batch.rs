@@ -58,18 +58,21 @@ impl Loop {
     }
 
     /// When the gathering batch is due to start although not full, if it
-    /// may start then (a slot is free) and is not due already.
+    /// may start then (a slot is free) and was not due at the last look.
     pub(super) fn batch_due(&self) -> Option<tokio::time::Instant> {
         let b = self.sub.batch()?;
         if self.startable() == 0
             || self.drain.is_some()
+            || !self.lease.holds()
             || self.handlers.alone()
             || !self.batch_slot_free()
         {
             return None;
         }
-        let due = self.handlers.gathering().due(b.max_wait)?;
-        (due > tokio::time::Instant::now()).then_some(due)
+        // Not one already due at the last look: it waits for something
+        // else (a redelivery that runs alone waits for the running
+        // handlers), whose end wakes the loop.
+        self.handlers.gathering().due_after_look(b.max_wait)
     }
 
     /// Whether a batch may start: a slot of `concurrency` is free (in a
@@ -151,9 +154,12 @@ impl Loop {
             (b.max_entries, b.max_wait)
         };
         let mut started = false;
-        while self.slot_free() && !self.handlers.alone() {
+        loop {
+            // Looked at first, whatever follows: what may start is then
+            // known (a key given back since the last look counts), so a
+            // slot given back elsewhere wakes this loop.
             let pick = self.key_batch(max);
-            if pick.at.is_empty() {
+            if pick.at.is_empty() || !self.slot_free() || self.handlers.alone() {
                 break;
             }
             let alone = pick.cut && pick.at.len() == 1 && alone(&self.queue[pick.at[0]]);
