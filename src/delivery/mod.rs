@@ -2,7 +2,9 @@
 //! between reading an item and settling it.
 //!
 //! * [`ConsumerActor`] runs any source's loop and reports its end
-//!   ([`ConsumerReport`]) to the supervisor;
+//!   ([`ConsumerReport`]) to the supervisor; a loop that shares work out
+//!   (an ordered stream's partitions) has the supervisor run each part's
+//!   loop through [`parts`];
 //! * [`consumer`] is that loop: what a source plugs in
 //!   ([`consumer::Source`]), and the stop, pause and drain every source
 //!   shares ([`drain`]);
@@ -29,6 +31,7 @@ pub(crate) mod handler;
 pub(crate) mod limit;
 pub(crate) mod liveness;
 mod options;
+pub(crate) mod parts;
 pub(crate) mod reader;
 mod report;
 pub(crate) mod retry;

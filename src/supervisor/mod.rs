@@ -2,7 +2,10 @@
 //!
 //! * **Slots**: one per subscription (configured, or added and removed at run
 //!   time), each with its `ConsumerActor` and, for a stream, the group's
-//!   `ReclaimerActor`.
+//!   `ReclaimerActor`; and one per partition of an ordered stream this
+//!   process has read, its loop started and stopped as the ordered stream's
+//!   loop (membership, share-out) asks (`parts.rs`), drained with the rest,
+//!   its end told to that loop rather than restarted here.
 //! * **Supervision and tally**: every `ConsumerActor` reports its end with
 //!   `ConsumerExited`. While running, a consumer that ended with an error or a
 //!   panic is restarted with exponential backoff, at most `max_restarts`
@@ -19,7 +22,11 @@ use actix::prelude::*;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::sync::{oneshot, watch};
 
+mod parts;
+mod restart;
 pub(crate) mod startup;
+
+pub use restart::RestartPolicy;
 
 use crate::connection::Connector;
 use crate::delivery::{ConsumerActor, ConsumerExited, ConsumerReport, Drain};
@@ -29,100 +36,8 @@ use crate::reclaimer::ReclaimerActor;
 use crate::redis::RedisActor;
 use crate::schedule::mover::DueMover;
 use crate::source::Source;
-use crate::source::stream::{Subscription, stream_loop};
+use crate::source::stream::{Subscription, ordered_loop, stream_loop};
 use crate::status::Boards;
-
-/// How often a failed consumer may be restarted before its subscription is
-/// marked failed: at most [`max_restarts`](Self::max_restarts) restarts
-/// within [`window`](Self::window), the first after
-/// [`min_backoff`](Self::min_backoff), each further one after twice the
-/// previous delay, up to [`max_backoff`](Self::max_backoff).
-///
-/// ```
-/// use std::time::Duration;
-/// use rillkit::RestartPolicy;
-///
-/// let policy = RestartPolicy::default()
-///     .with_max_restarts(3)
-///     .with_window(Duration::from_secs(30));
-/// assert_eq!(policy.max_restarts(), 3);
-/// assert_eq!(policy.max_backoff(), Duration::from_secs(10));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RestartPolicy {
-    max_restarts: usize,
-    window: Duration,
-    min_backoff: Duration,
-    max_backoff: Duration,
-}
-
-impl RestartPolicy {
-    /// Sets how many restarts are allowed within the
-    /// [`window`](Self::with_window) (default 5); 0 fails a subscription at
-    /// its consumer's first error.
-    #[must_use]
-    pub fn with_max_restarts(mut self, restarts: usize) -> Self {
-        self.max_restarts = restarts;
-        self
-    }
-
-    /// Sets the window the restarts are counted in (default 60 s).
-    #[must_use]
-    pub fn with_window(mut self, window: Duration) -> Self {
-        self.window = window;
-        self
-    }
-
-    /// Sets the first restart delay (default 100 ms); it doubles per restart
-    /// in the window, up to [`max_backoff`](Self::with_max_backoff).
-    #[must_use]
-    pub fn with_min_backoff(mut self, delay: Duration) -> Self {
-        self.min_backoff = delay;
-        self
-    }
-
-    /// Sets the longest restart delay (default 10 s).
-    #[must_use]
-    pub fn with_max_backoff(mut self, delay: Duration) -> Self {
-        self.max_backoff = delay;
-        self
-    }
-
-    /// The restart limit, set with
-    /// [`with_max_restarts`](Self::with_max_restarts).
-    pub fn max_restarts(&self) -> usize {
-        self.max_restarts
-    }
-
-    /// The window, set with [`with_window`](Self::with_window).
-    pub fn window(&self) -> Duration {
-        self.window
-    }
-
-    /// The first restart delay, set with
-    /// [`with_min_backoff`](Self::with_min_backoff).
-    pub fn min_backoff(&self) -> Duration {
-        self.min_backoff
-    }
-
-    /// The longest restart delay, set with
-    /// [`with_max_backoff`](Self::with_max_backoff).
-    pub fn max_backoff(&self) -> Duration {
-        self.max_backoff
-    }
-}
-
-impl Default for RestartPolicy {
-    /// 5 restarts in 60 s, backoff from 100 ms to 10 s.
-    fn default() -> Self {
-        RestartPolicy {
-            max_restarts: 5,
-            window: Duration::from_secs(60),
-            min_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(10),
-        }
-    }
-}
 
 struct Slot {
     source: Source,
@@ -135,6 +50,13 @@ struct Slot {
     removed: bool,
     /// Waits for the end of a subscription being removed.
     on_removed: Option<oneshot::Sender<ConsumerReport>>,
+    /// A partition of an ordered stream: whose, and which. Its loop is
+    /// started and stopped as its ordered stream's loop asks; its end is
+    /// told to that loop, which decides what follows.
+    part: Option<parts::PartOf>,
+    /// An ordered stream's, while its loop runs: where its partitions'
+    /// ends are told.
+    parts_told: Option<parts::Told>,
 }
 
 impl Slot {
@@ -147,6 +69,8 @@ impl Slot {
             failed: false,
             removed: false,
             on_removed: None,
+            part: None,
+            parts_told: None,
         }
     }
 
@@ -271,8 +195,13 @@ impl Supervisor {
                     }
                     self.slots[index].reclaimer = Some(fresh);
                 }
-                let reclaimer = self.slots[index].reclaimer.clone().expect("set above");
-                stream_loop(sub.clone(), connector, redis, reclaimer, stop, Some(ready))
+                if sub.ordered().is_some() {
+                    let parts = self.link_parts(index, ctx);
+                    ordered_loop(sub.clone(), redis, parts, stop, Some(ready))
+                } else {
+                    let reclaimer = self.slots[index].reclaimer.clone().expect("set above");
+                    stream_loop(sub.clone(), connector, redis, reclaimer, stop, Some(ready))
+                }
             }
             Source::List(sub) => Box::pin(crate::source::list::consume(
                 sub.clone(),
@@ -468,6 +397,19 @@ impl Handler<ConsumerExited> for Supervisor {
             return;
         };
         slot.addr = None;
+        if let Some(of) = slot.part {
+            self.part_ended(of, report);
+            self.maybe_drained();
+            return;
+        }
+        if slot.parts_told.take().is_some() {
+            // Its partitions' loops end with it (they have, unless it
+            // panicked).
+            self.drain_parts_of(msg.index);
+        }
+        let Some(slot) = self.slots.get_mut(msg.index) else {
+            return;
+        };
         let failed_run = report.error.is_some() || report.panic.is_some();
         if slot.removed {
             // A removed subscription counts in the final outcome as it
@@ -500,16 +442,20 @@ impl Handler<ConsumerExited> for Supervisor {
         while slot
             .restarts
             .front()
-            .is_some_and(|t| now.duration_since(*t) > self.setup.restart.window)
+            .is_some_and(|t| now.duration_since(*t) > self.setup.restart.window())
         {
             slot.restarts.pop_front();
         }
-        if slot.restarts.len() >= self.setup.restart.max_restarts {
+        if slot.restarts.len() >= self.setup.restart.max_restarts() {
             slot.failed = true;
             board.set_state(crate::status::SubscriptionState::Failed);
             self.outcome.errors += 1;
             tracing::error!(stream = %stream, restarts = slot.restarts.len(), "consumer failed past its restart limit; subscription is failed");
-            let mut kept = self.slots.iter().filter(|s| !s.removed).peekable();
+            let mut kept = self
+                .slots
+                .iter()
+                .filter(|s| !s.removed && s.part.is_none())
+                .peekable();
             if kept.peek().is_some() && kept.all(|s| s.failed) {
                 tracing::error!("every subscription has failed; stopping the broker");
                 (self.setup.request_stop)();
@@ -517,12 +463,12 @@ impl Handler<ConsumerExited> for Supervisor {
             return;
         }
         let delay = ExponentialBuilder::default()
-            .with_min_delay(self.setup.restart.min_backoff)
-            .with_max_delay(self.setup.restart.max_backoff)
+            .with_min_delay(self.setup.restart.min_backoff())
+            .with_max_delay(self.setup.restart.max_backoff())
             .without_max_times()
             .build()
             .nth(slot.restarts.len())
-            .unwrap_or(self.setup.restart.max_backoff);
+            .unwrap_or(self.setup.restart.max_backoff());
         slot.restarts.push_back(now);
         crate::telemetry::restarted(&stream, &board.group);
         board.set_state(crate::status::SubscriptionState::Restarting {

@@ -256,7 +256,8 @@ impl Subscription {
     }
 }
 
-/// A stream consumer's loop, for [`ConsumerActor::new`].
+/// A stream consumer's loop (a plain stream's, a partition's), for
+/// [`ConsumerActor::new`].
 pub(crate) fn stream_loop(
     sub: Arc<Subscription>,
     connector: crate::connection::Connector,
@@ -265,8 +266,19 @@ pub(crate) fn stream_loop(
     stop: watch::Receiver<Option<Instant>>,
     ready: Option<oneshot::Sender<()>>,
 ) -> LocalBoxFuture<'static, ConsumerReport> {
-    if sub.ordered().is_some() {
-        return Box::pin(ordered::consume(sub, connector, redis, stop, ready));
-    }
     Box::pin(run::consume(sub, connector, redis, reclaimer, stop, ready))
+}
+
+/// An ordered stream's loop (membership and share-out), for
+/// [`ConsumerActor::new`]: its partitions' loops are asked of the
+/// supervisor through `parts`, each run by [`stream_loop`] with the
+/// partition's subscription (`Ordered::parts`).
+pub(crate) fn ordered_loop(
+    sub: Arc<Subscription>,
+    redis: Addr<RedisActor>,
+    parts: crate::delivery::parts::Parts,
+    stop: watch::Receiver<Option<Instant>>,
+    ready: Option<oneshot::Sender<()>>,
+) -> LocalBoxFuture<'static, ConsumerReport> {
+    Box::pin(ordered::consume(sub, redis, parts, stop, ready))
 }

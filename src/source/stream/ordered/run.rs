@@ -1,30 +1,30 @@
-//! The ordered stream's loop: membership, the share-out of partitions, and
-//! one stream consumer loop per partition this consumer owns. See the parent
+//! The ordered stream's loop: membership and the share-out of partitions.
+//! Each partition this consumer owns is read by a stream consumer loop of
+//! its own, which the supervisor runs and drains like any subscription's
+//! (asked through [`Parts`]); this loop decides which run. See the parent
 //! module for the rules.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix::{Actor, Addr};
+use actix::Addr;
 use futures::FutureExt;
 use futures::future::LocalBoxFuture;
-use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
 
 use super::{MEMBERS, Ordered, check_partitions};
-use crate::connection::Connector;
+use crate::delivery::parts::Parts;
 use crate::delivery::{ConsumerReport, until_stopped};
 use crate::error::Error;
-use crate::reclaimer::ReclaimerActor;
 use crate::redis::{Eval, Query, RedisActor};
 use crate::source::stream::Subscription;
 use crate::status::SubscriptionState;
 use crate::util::{Retry, log_wait};
 
-/// A partition this consumer reads (or waits to read): how to stop it.
+/// A partition this consumer reads (or waits to read), until the
+/// supervisor tells its loop ended.
 struct Part {
-    stop: watch::Sender<Option<Instant>>,
     /// Told to stop (handed on, or the drain).
     stopping: bool,
 }
@@ -45,8 +45,8 @@ pub(crate) fn share(members: &[String], me: &str, partitions: u16) -> BTreeSet<u
 
 pub(crate) async fn consume(
     sub: Arc<Subscription>,
-    connector: Connector,
     redis: Addr<RedisActor>,
+    parts: Parts,
     mut stop: watch::Receiver<Option<Instant>>,
     ready: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> ConsumerReport {
@@ -81,10 +81,9 @@ pub(crate) async fn consume(
     );
     let mut lp = Manager {
         sub: sub.clone(),
-        connector,
         redis,
+        link: parts,
         parts: BTreeMap::new(),
-        running: FuturesUnordered::new(),
         desired: BTreeSet::new(),
         deadline: None,
     };
@@ -93,7 +92,7 @@ pub(crate) async fn consume(
     let mut members: Option<LocalBoxFuture<'static, Result<Vec<String>, Error>>> = None;
     let mut members_retry = Retry::default();
     loop {
-        if lp.deadline.is_some() && lp.running.is_empty() {
+        if lp.deadline.is_some() && lp.parts.is_empty() {
             break;
         }
         tokio::select! {
@@ -121,8 +120,16 @@ pub(crate) async fn consume(
                     }
                 }
             }
-            Some((index, ended)) = lp.running.next(), if !lp.running.is_empty() => {
-                lp.parts.remove(&index);
+            ended = lp.link.ended(), if !lp.parts.is_empty() => {
+                let Some((index, ended)) = ended else {
+                    // The supervisor is gone, and every loop it ran.
+                    lp.parts.clear();
+                    continue;
+                };
+                if lp.parts.remove(&index).is_none() {
+                    // A loop an earlier run of this consumer asked for.
+                    continue;
+                }
                 if ended.lease_lost {
                     tracing::info!(stream = %lp.sub.names.name, partition = index, "partition given up here (its lease lapsed or is held elsewhere); it is taken again if the share-out still gives it to this consumer");
                 }
@@ -167,10 +174,12 @@ pub(crate) async fn consume(
 
 struct Manager {
     sub: Arc<Subscription>,
-    connector: Connector,
     redis: Addr<RedisActor>,
+    /// How the partitions' loops are started and stopped, and their ends
+    /// learnt.
+    link: Parts,
+    /// The partitions whose loops run (or were asked to start).
     parts: BTreeMap<u16, Part>,
-    running: FuturesUnordered<LocalBoxFuture<'static, (u16, ConsumerReport)>>,
     /// The partitions the last share-out gave this consumer.
     desired: BTreeSet<u16>,
     /// Set once draining.
@@ -221,7 +230,7 @@ impl Manager {
             if !part.stopping && !self.desired.contains(index) {
                 part.stopping = true;
                 tracing::info!(stream = %self.sub.names.name, partition = *index, "handing this partition on to another consumer of the group");
-                let _ = part.stop.send(Some(handover));
+                self.link.stop(*index, handover);
             }
         }
         let new: Vec<u16> = self
@@ -231,39 +240,17 @@ impl Manager {
             .filter(|i| !self.parts.contains_key(i))
             .collect();
         for index in new {
-            self.start(index);
+            self.link.start(index);
+            self.parts.insert(index, Part { stopping: false });
         }
-    }
-
-    fn start(&mut self, index: u16) {
-        let part = self.ordered().parts[usize::from(index)].clone();
-        let (stop, rx) = watch::channel(None);
-        let reclaimer = ReclaimerActor::new(part.names.clone(), self.redis.clone()).start();
-        let run = super::super::run::consume(
-            part,
-            self.connector.clone(),
-            self.redis.clone(),
-            reclaimer,
-            rx,
-            None,
-        );
-        self.running
-            .push(run.map(move |report| (index, report)).boxed_local());
-        self.parts.insert(
-            index,
-            Part {
-                stop,
-                stopping: false,
-            },
-        );
     }
 
     /// Drains every partition by `deadline`.
     fn drain(&mut self, deadline: Instant) {
         self.deadline = Some(deadline);
-        for part in self.parts.values_mut() {
+        for (index, part) in &mut self.parts {
             part.stopping = true;
-            let _ = part.stop.send(Some(deadline));
+            self.link.stop(*index, deadline);
         }
     }
 
