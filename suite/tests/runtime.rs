@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rillkit::prelude::*;
-use rillkit::{Error, SourceKind};
+use rillkit::{Error, SourceKind, SubscriptionHandle};
 use support::{RedisServer, eventually, xadd};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -166,4 +166,81 @@ async fn a_broker_on_the_applications_client_closes_only_its_own_connections() {
         .query_async(&mut again)
         .await
         .unwrap();
+}
+
+/// A handler of `u64`s that counts its runs.
+fn counting(
+    runs: &Arc<AtomicUsize>,
+) -> impl Fn(u64) -> std::future::Ready<HandlerResult> + Send + Sync + 'static {
+    let runs = runs.clone();
+    move |_| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Ok(()))
+    }
+}
+
+#[actix::test]
+async fn an_ordered_stream_added_at_run_time_runs_its_partitions_and_its_removal_hands_them_on() {
+    let redis = RedisServer::start();
+    let mut c = redis.conn();
+    let broker = Broker::builder(redis.url())
+        .shutdown_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    broker.start().await.unwrap();
+    let orders = Stream::new("orders", "g").ordered_by("key", 4);
+    let opts = |name: &str| {
+        ConsumerOptions::default()
+            .with_consumer(name)
+            .with_block(Duration::from_millis(200))
+            .with_lease_ttl(Duration::from_secs(30))
+    };
+    let (first, second) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let handle = broker
+        .subscribe(&orders, opts("c1"), counting(&first))
+        .await
+        .unwrap();
+    for n in 0..20u64 {
+        broker
+            .publish_keyed(&orders, &format!("k{n}"), &n)
+            .await
+            .unwrap();
+    }
+    eventually("20 handled", WAIT, || first.load(Ordering::SeqCst) == 20).await;
+    let owned = |h: &SubscriptionHandle| h.status().partitions.iter().filter(|p| p.owned).count();
+    eventually("its 4 partitions owned", WAIT, || owned(&handle) == 4).await;
+    let removed = handle.remove().await.unwrap();
+    assert!(removed.outcome.is_clean(), "{:?}", removed.outcome);
+    // Each partition's loop drained and dropped its lease, and the
+    // consumer left the members: nothing waits out a 30 s TTL.
+    for p in 0..4 {
+        let lease: Option<String> = redis::cmd("GET")
+            .arg(format!("{{orders:p{p}}}:rillkit:owner:g"))
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(lease, None, "partition {p}'s lease kept");
+    }
+    let members: usize = redis::cmd("ZCARD")
+        .arg("{orders}:rillkit:members:g")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(members, 0);
+    // Another consumer takes every partition and runs what comes next;
+    // nothing of the removed one runs.
+    let next = broker
+        .subscribe(&orders, opts("c2"), counting(&second))
+        .await
+        .unwrap();
+    for n in 20..28u64 {
+        broker
+            .publish_keyed(&orders, &format!("k{n}"), &n)
+            .await
+            .unwrap();
+    }
+    eventually("8 handled by the next", WAIT, || {
+        second.load(Ordering::SeqCst) == 8 && owned(&next) == 4
+    })
+    .await;
+    assert_eq!(first.load(Ordering::SeqCst), 20);
+    assert_eq!(broker.stop().await.unwrap().exit_code(), 0);
 }
