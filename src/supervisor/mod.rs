@@ -99,6 +99,8 @@ pub(crate) struct Supervisor {
     /// Consumers are running (`StartConsumers` has run).
     running: bool,
     draining: bool,
+    /// The drain's deadline, once draining.
+    drain_by: Option<Instant>,
     outcome: SupervisorOutcome,
     drained: Option<oneshot::Sender<SupervisorOutcome>>,
     /// One due-mover per stream consumed here (scheduled entries), for
@@ -115,6 +117,7 @@ impl Supervisor {
             slots: Vec::new(),
             running: false,
             draining: false,
+            drain_by: None,
             outcome: SupervisorOutcome::default(),
             drained: None,
             movers: std::collections::HashMap::new(),
@@ -319,24 +322,21 @@ pub(crate) struct RemoveSource(pub usize, pub Instant);
 impl Handler<RemoveSource> for Supervisor {
     type Result = Option<oneshot::Receiver<ConsumerReport>>;
 
-    fn handle(&mut self, msg: RemoveSource, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: RemoveSource, ctx: &mut Self::Context) -> Self::Result {
         let slot = self.slots.get_mut(msg.0)?;
         if slot.removed {
             return None;
         }
         slot.removed = true;
         let (tx, rx) = oneshot::channel();
+        slot.on_removed = Some(tx);
         match &slot.addr {
-            Some(addr) => {
-                slot.on_removed = Some(tx);
-                addr.do_send(Drain(msg.1));
-            }
-            None => {
-                // Between restarts, or failed: nothing runs.
-                let _ = tx.send(ConsumerReport::default());
-            }
+            Some(addr) => addr.do_send(Drain(msg.1)),
+            // Between restarts, or failed: nothing runs (but the
+            // partitions' loops a panicked ordered stream left draining).
+            None => self.answer_removed(msg.0, ConsumerReport::default(), ctx),
         }
-        self.setup.boards.forget(slot.source.board());
+        self.setup.boards.forget(self.slots[msg.0].source.board());
         self.maybe_drained();
         Some(rx)
     }
@@ -352,6 +352,7 @@ impl Handler<DrainAll> for Supervisor {
 
     fn handle(&mut self, msg: DrainAll, _: &mut Self::Context) -> Self::Result {
         self.draining = true;
+        self.drain_by = Some(msg.0);
         for slot in self.slots.iter().filter(|s| !s.removed) {
             if let Some(addr) = &slot.addr {
                 addr.do_send(Drain(msg.0));
@@ -417,9 +418,7 @@ impl Handler<ConsumerExited> for Supervisor {
             self.outcome.timed_out |= report.timed_out;
             self.outcome.errors += usize::from(report.error.is_some());
             self.outcome.panics += usize::from(report.panic.is_some());
-            if let Some(tx) = slot.on_removed.take() {
-                let _ = tx.send(report);
-            }
+            self.answer_removed(msg.index, report, ctx);
             self.maybe_drained();
             return;
         }
@@ -482,11 +481,6 @@ impl Handler<ConsumerExited> for Supervisor {
             "consumer ended; restarting"
         );
         let index = msg.index;
-        ctx.run_later(delay, move |act, ctx| {
-            if !act.draining && !act.slots[index].removed {
-                // Nobody waits for a restarted consumer to be ready.
-                drop(act.spawn_consumer(index, ctx));
-            }
-        });
+        ctx.run_later(delay, move |act, ctx| act.restart_after_parts(index, ctx));
     }
 }

@@ -1,10 +1,17 @@
 //! The partitions of an ordered stream as the supervisor runs them: each
 //! partition's loop in a slot and a `ConsumerActor` of its own, started and
 //! stopped as the ordered stream's loop asks (it owns the share-out), its
-//! end told to that loop (which drains the ordered stream on an error, so
-//! the restart policy applies to the ordered stream as a whole).
+//! end told to that loop (which drains the ordered stream on an error or a
+//! panic, so the restart policy applies to the ordered stream as a whole).
+//!
+//! Each run of an ordered stream's loop has a link of its own, numbered:
+//! what an earlier run asked is ignored, a loop's end is told only to the
+//! run that started it, and a run starts only once every partition loop
+//! of the runs before it has ended, so two loops of one process never read
+//! one partition.
 
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures::StreamExt;
@@ -12,48 +19,95 @@ use futures::channel::mpsc;
 
 use super::{Slot, Supervisor};
 use crate::delivery::parts::{PartCommand, Parts, link};
-use crate::delivery::{ConsumerReport, Drain};
+use crate::delivery::{ConsumerActor, ConsumerReport, Drain};
 use crate::source::Source;
 
-/// Where an ordered stream's loop learns its partitions' ends.
-pub(super) type Told = mpsc::UnboundedSender<(u16, ConsumerReport)>;
+/// The numbers of the links, one per run of an ordered stream's loop.
+static RUNS: AtomicU64 = AtomicU64::new(0);
 
-/// A partition's slot: the ordered stream's slot and the partition's index.
+/// Where a run of an ordered stream's loop learns its partitions' ends.
+pub(super) struct Told {
+    run: u64,
+    ended: mpsc::UnboundedSender<(u16, ConsumerReport)>,
+}
+
+/// A partition's slot: the ordered stream's slot, the partition's index,
+/// and the run of the ordered stream's loop that last started it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct PartOf {
     parent: usize,
     partition: u16,
+    run: u64,
 }
 
-/// An ordered stream's loop asks something of one of its partitions.
+/// A run of an ordered stream's loop asks something of a partition.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(super) struct PartAsked {
     parent: usize,
+    run: u64,
     command: PartCommand,
 }
 
 impl Supervisor {
-    /// The link of the ordered stream in slot `parent` to its partitions:
-    /// its asks are handled as they come, its partitions' ends told.
+    /// The link of a new run of the ordered stream in slot `parent` to its
+    /// partitions: its asks are handled as they come, its partitions' ends
+    /// told.
     pub(super) fn link_parts(&mut self, parent: usize, ctx: &mut Context<Self>) -> Parts {
+        let run = RUNS.fetch_add(1, Ordering::Relaxed);
         let (parts, link) = link();
-        self.slots[parent].parts_told = Some(link.ended);
-        ctx.add_stream(
-            link.commands
-                .map(move |command| PartAsked { parent, command }),
-        );
+        self.slots[parent].parts_told = Some(Told {
+            run,
+            ended: link.ended,
+        });
+        ctx.add_stream(link.commands.map(move |command| PartAsked {
+            parent,
+            run,
+            command,
+        }));
         parts
     }
 
-    /// Tells the ordered stream's loop that a partition's loop ended.
+    /// Whether partition loops of the ordered stream in slot `parent` run.
+    pub(super) fn parts_live(&self, parent: usize) -> bool {
+        self.slots
+            .iter()
+            .any(|s| s.addr.is_some() && s.part.is_some_and(|of| of.parent == parent))
+    }
+
+    /// A partition's loop ended: told to the run of the ordered stream's
+    /// loop that started it, if it still runs (else its drain's overrun
+    /// counts in the outcome).
     pub(super) fn part_ended(&mut self, of: PartOf, report: ConsumerReport) {
-        if let Some(told) = self
-            .slots
-            .get(of.parent)
-            .and_then(|p| p.parts_told.as_ref())
-        {
-            let _ = told.unbounded_send((of.partition, report));
+        let Some(parent) = self.slots.get(of.parent) else {
+            return;
+        };
+        match &parent.parts_told {
+            Some(told) if told.run == of.run => {
+                let _ = told.ended.unbounded_send((of.partition, report));
+            }
+            _ => self.outcome.timed_out |= report.timed_out,
+        }
+    }
+
+    /// Answers the removal of the subscription in slot `index` with
+    /// `report`, once no partition loop of it runs (looking again every
+    /// 100 ms): a removed ordered stream is gone only when none of its
+    /// partitions is read here.
+    pub(super) fn answer_removed(
+        &mut self,
+        index: usize,
+        report: ConsumerReport,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.parts_live(index) {
+            ctx.run_later(Duration::from_millis(100), move |act, ctx| {
+                act.answer_removed(index, report, ctx);
+            });
+            return;
+        }
+        if let Some(tx) = self.slots[index].on_removed.take() {
+            let _ = tx.send(report);
         }
     }
 
@@ -68,46 +122,79 @@ impl Supervisor {
         for slot in &self.slots {
             if slot.part.is_some_and(|of| of.parent == parent) {
                 if let Some(addr) = &slot.addr {
-                    addr.do_send(Drain(deadline));
+                    self.drain_part(addr, deadline);
                 }
             }
         }
     }
 
-    fn part_slot(&self, of: PartOf) -> Option<usize> {
-        self.slots.iter().position(|s| s.part == Some(of))
+    /// Drains a partition's loop by `deadline`, or by the broker's drain
+    /// deadline if that is earlier.
+    fn drain_part(&self, addr: &Addr<ConsumerActor>, deadline: Instant) {
+        let deadline = self.drain_by.map_or(deadline, |by| by.min(deadline));
+        addr.do_send(Drain(deadline));
     }
 
-    /// Starts partition `of`'s loop, in its slot (made the first time).
-    /// Nothing starts while draining, or once the ordered stream is removed
-    /// or its loop ended: its end is told at once. A loop of the partition
-    /// still draining from an earlier run of the ordered stream is left to
-    /// end: its end is told, and the ordered stream's loop asks again.
-    fn start_part(&mut self, of: PartOf, ctx: &mut Context<Self>) {
-        let parent = self.slots.get(of.parent);
-        let sub = match parent.map(|p| (&p.source, p.removed, p.parts_told.is_some())) {
-            Some((Source::Stream(sub), false, true)) if !self.draining => sub.clone(),
+    /// Restarts the ordered stream's loop in slot `parent` once its
+    /// partitions' loops have ended (a loop that panicked leaves them
+    /// draining), looking again every 100 ms.
+    pub(super) fn restart_after_parts(&mut self, parent: usize, ctx: &mut Context<Self>) {
+        if self.draining || self.slots[parent].removed {
+            return;
+        }
+        if self.parts_live(parent) {
+            ctx.run_later(Duration::from_millis(100), move |act, ctx| {
+                act.restart_after_parts(parent, ctx);
+            });
+            return;
+        }
+        // Nobody waits for a restarted consumer to be ready.
+        drop(self.spawn_consumer(parent, ctx));
+    }
+
+    fn part_slot(&self, parent: usize, partition: u16) -> Option<usize> {
+        self.slots.iter().position(|s| {
+            s.part
+                .is_some_and(|of| of.parent == parent && of.partition == partition)
+        })
+    }
+
+    /// Starts partition `partition`'s loop for run `run` of the ordered
+    /// stream's loop in slot `parent`, in the partition's slot (made the
+    /// first time). Nothing starts while draining, or once the ordered
+    /// stream is removed: its end is told at once.
+    fn start_part(&mut self, parent: usize, run: u64, partition: u16, ctx: &mut Context<Self>) {
+        let of = PartOf {
+            parent,
+            partition,
+            run,
+        };
+        let sub = match &self.slots[parent].source {
+            Source::Stream(sub) if !self.draining && !self.slots[parent].removed => sub.clone(),
             _ => return self.part_ended(of, ConsumerReport::default()),
         };
         let (Some(redis), Some(part)) = (
             self.redis.clone(),
             sub.ordered()
-                .and_then(|o| o.parts.get(usize::from(of.partition)))
+                .and_then(|o| o.parts.get(usize::from(partition)))
                 .cloned(),
         ) else {
             return self.part_ended(of, ConsumerReport::default());
         };
-        let index = match self.part_slot(of) {
+        let index = match self.part_slot(parent, partition) {
+            // Its loop of this run still drains (asked to start again
+            // before its end came): its end is told, then it is asked
+            // again.
             Some(i) if self.slots[i].addr.is_some() => return,
             Some(i) => i,
             None => {
                 let reclaimer = self.reclaimer_for(&part, &redis);
-                let mut slot = Slot::new(Source::Stream(part), Some(reclaimer));
-                slot.part = Some(of);
-                self.slots.push(slot);
+                self.slots
+                    .push(Slot::new(Source::Stream(part), Some(reclaimer)));
                 self.slots.len() - 1
             }
         };
+        self.slots[index].part = Some(of);
         // Nobody waits for a partition's loop to be ready.
         drop(self.spawn_consumer(index, ctx));
     }
@@ -115,28 +202,26 @@ impl Supervisor {
 
 impl StreamHandler<PartAsked> for Supervisor {
     fn handle(&mut self, msg: PartAsked, ctx: &mut Context<Self>) {
+        let current = self.slots[msg.parent]
+            .parts_told
+            .as_ref()
+            .is_some_and(|t| t.run == msg.run);
+        if !current {
+            // Asked by a run that has ended since.
+            return;
+        }
         match msg.command {
-            PartCommand::Start(partition) => {
-                let of = PartOf {
-                    parent: msg.parent,
-                    partition,
-                };
-                self.start_part(of, ctx);
-            }
+            PartCommand::Start(partition) => self.start_part(msg.parent, msg.run, partition, ctx),
             PartCommand::Stop(partition, deadline) => {
-                let of = PartOf {
-                    parent: msg.parent,
-                    partition,
-                };
-                let addr = self.part_slot(of).and_then(|i| self.slots[i].addr.as_ref());
-                if let Some(addr) = addr {
-                    addr.do_send(Drain(deadline));
+                let slot = self.part_slot(msg.parent, partition);
+                if let Some(addr) = slot.and_then(|i| self.slots[i].addr.as_ref()) {
+                    self.drain_part(addr, deadline);
                 }
             }
         }
     }
 
-    /// The ordered stream's loop ended (its slot's exit says how): the
-    /// supervisor goes on.
+    /// A run of the ordered stream's loop ended (its slot's exit says
+    /// how): the supervisor goes on.
     fn finished(&mut self, _: &mut Context<Self>) {}
 }

@@ -135,6 +135,13 @@ pub(crate) async fn consume(
                 }
                 report.timed_out |= ended.timed_out;
                 if let Some(p) = ended.panic {
+                    if lp.deadline.is_none() {
+                        // A bug of the loop's own: the ordered stream
+                        // drains and ends, restarted under the restart
+                        // policy (with backoff, counted).
+                        tracing::error!(stream = %lp.sub.names.name, partition = index, panic = %p, "a partition's consumer panicked; the ordered consumer drains and ends");
+                        lp.drain(Instant::now() + lp.sub.drain_timeout);
+                    }
                     report.panic.get_or_insert(p);
                 }
                 match ended.error {
