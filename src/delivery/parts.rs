@@ -1,10 +1,6 @@
-//! How a loop that shares work out among the group's consumers (an ordered
-//! stream's: its partitions) has that work run: it asks the supervisor to
-//! start or stop a part, and the supervisor runs each part's loop in a
-//! [`ConsumerActor`](super::ConsumerActor) of its own, supervised as any
-//! subscription's (its panics caught at the actor boundary, drained with
-//! the broker), and tells the loop when a part's loop ended, with its
-//! report.
+//! How a loop that shares work out (an ordered stream's partitions) asks the
+//! supervisor to start or stop a part's loop, each in a
+//! [`ConsumerActor`](super::ConsumerActor) of its own, and learns its end.
 
 use std::time::Instant;
 

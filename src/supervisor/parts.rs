@@ -1,14 +1,10 @@
-//! The partitions of an ordered stream as the supervisor runs them: each
-//! partition's loop in a slot and a `ConsumerActor` of its own, started and
-//! stopped as the ordered stream's loop asks (it owns the share-out), its
-//! end told to that loop (which drains the ordered stream on an error or a
-//! panic, so the restart policy applies to the ordered stream as a whole).
-//!
-//! Each run of an ordered stream's loop has a link of its own, numbered:
-//! what an earlier run asked is ignored, a loop's end is told only to the
-//! run that started it, and a run starts only once every partition loop
-//! of the runs before it has ended, so two loops of one process never read
-//! one partition.
+//! An ordered stream's partitions: each partition's loop in a slot and a
+//! `ConsumerActor` of its own, started and stopped as the ordered stream's
+//! loop asks, its end told to that loop (which drains on an error or a
+//! panic: the restart policy applies to the ordered stream). Each run of
+//! that loop has a numbered link: an earlier run's asks are ignored, an end
+//! is told to the run that started the loop, and a run starts only once the
+//! earlier runs' partition loops ended (never two loops on one partition).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -25,14 +21,14 @@ use crate::source::Source;
 /// The numbers of the links, one per run of an ordered stream's loop.
 static RUNS: AtomicU64 = AtomicU64::new(0);
 
-/// Where a run of an ordered stream's loop learns its partitions' ends.
+/// Where a run of an ordered stream's loop is told its partitions' ends.
 pub(super) struct Told {
     run: u64,
     ended: mpsc::UnboundedSender<(u16, ConsumerReport)>,
 }
 
-/// A partition's slot: the ordered stream's slot, the partition's index,
-/// and the run of the ordered stream's loop that last started it.
+/// A partition's slot: its ordered stream's slot, its index, and the run
+/// that last started it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct PartOf {
     parent: usize,
@@ -50,9 +46,7 @@ pub(super) struct PartAsked {
 }
 
 impl Supervisor {
-    /// The link of a new run of the ordered stream in slot `parent` to its
-    /// partitions: its asks are handled as they come, its partitions' ends
-    /// told.
+    /// The link of a new run of the ordered stream in slot `parent`.
     pub(super) fn link_parts(&mut self, parent: usize, ctx: &mut Context<Self>) -> Parts {
         let run = RUNS.fetch_add(1, Ordering::Relaxed);
         let (parts, link) = link();
@@ -75,9 +69,8 @@ impl Supervisor {
             .any(|s| s.addr.is_some() && s.part.is_some_and(|of| of.parent == parent))
     }
 
-    /// A partition's loop ended: told to the run of the ordered stream's
-    /// loop that started it, if it still runs (else its drain's overrun
-    /// counts in the outcome).
+    /// A partition's loop ended: told to the run that started it, if it
+    /// still runs (else a drain's overrun counts in the outcome).
     pub(super) fn part_ended(&mut self, of: PartOf, report: ConsumerReport) {
         let Some(parent) = self.slots.get(of.parent) else {
             return;
@@ -90,10 +83,8 @@ impl Supervisor {
         }
     }
 
-    /// Answers the removal of the subscription in slot `index` with
-    /// `report`, once no partition loop of it runs (looking again every
-    /// 100 ms): a removed ordered stream is gone only when none of its
-    /// partitions is read here.
+    /// Answers the removal of slot `index` with `report` once none of its
+    /// partition loops runs (looking every 100 ms).
     pub(super) fn answer_removed(
         &mut self,
         index: usize,
@@ -111,9 +102,8 @@ impl Supervisor {
         }
     }
 
-    /// Drains the partitions' loops still running of the ordered stream in
-    /// slot `parent`, whose own loop ended (it panicked: it waits for them
-    /// otherwise).
+    /// Drains the partition loops left by slot `parent`'s loop, which ended
+    /// (panicked: else it waits for them).
     pub(super) fn drain_parts_of(&self, parent: usize) {
         let Source::Stream(sub) = &self.slots[parent].source else {
             return;
@@ -128,16 +118,14 @@ impl Supervisor {
         }
     }
 
-    /// Drains a partition's loop by `deadline`, or by the broker's drain
-    /// deadline if that is earlier.
+    /// Drains a partition's loop by `deadline`, or the broker's if earlier.
     fn drain_part(&self, addr: &Addr<ConsumerActor>, deadline: Instant) {
         let deadline = self.drain_by.map_or(deadline, |by| by.min(deadline));
         addr.do_send(Drain(deadline));
     }
 
-    /// Restarts the ordered stream's loop in slot `parent` once its
-    /// partitions' loops have ended (a loop that panicked leaves them
-    /// draining), looking again every 100 ms.
+    /// Restarts slot `parent`'s loop once its partition loops ended
+    /// (looking every 100 ms).
     pub(super) fn restart_after_parts(&mut self, parent: usize, ctx: &mut Context<Self>) {
         if self.draining || self.slots[parent].removed {
             return;
@@ -159,10 +147,9 @@ impl Supervisor {
         })
     }
 
-    /// Starts partition `partition`'s loop for run `run` of the ordered
-    /// stream's loop in slot `parent`, in the partition's slot (made the
-    /// first time). Nothing starts while draining, or once the ordered
-    /// stream is removed: its end is told at once.
+    /// Starts a partition's loop for `run` of slot `parent`, in its slot
+    /// (made the first time); while draining or removed, its end is told
+    /// at once.
     fn start_part(&mut self, parent: usize, run: u64, partition: u16, ctx: &mut Context<Self>) {
         let of = PartOf {
             parent,
@@ -182,9 +169,7 @@ impl Supervisor {
             return self.part_ended(of, ConsumerReport::default());
         };
         let index = match self.part_slot(parent, partition) {
-            // Its loop of this run still drains (asked to start again
-            // before its end came): its end is told, then it is asked
-            // again.
+            // Still draining: its end is told, then it is asked again.
             Some(i) if self.slots[i].addr.is_some() => return,
             Some(i) => i,
             None => {
@@ -221,7 +206,6 @@ impl StreamHandler<PartAsked> for Supervisor {
         }
     }
 
-    /// A run of the ordered stream's loop ended (its slot's exit says
-    /// how): the supervisor goes on.
+    /// A run's link closed (its slot's exit says how): nothing to do.
     fn finished(&mut self, _: &mut Context<Self>) {}
 }

@@ -179,6 +179,16 @@ fn counting(
     }
 }
 
+/// Publishes `n` under key `k<n>` for each `n` of `range`.
+async fn publish_keyed(broker: &Broker, stream: &Stream, range: std::ops::Range<u64>) {
+    for n in range {
+        broker
+            .publish_keyed(stream, &format!("k{n}"), &n)
+            .await
+            .unwrap();
+    }
+}
+
 #[actix::test]
 async fn an_ordered_stream_added_at_run_time_runs_its_partitions_and_its_removal_hands_them_on() {
     let redis = RedisServer::start();
@@ -200,12 +210,7 @@ async fn an_ordered_stream_added_at_run_time_runs_its_partitions_and_its_removal
         .subscribe(&orders, opts("c1"), counting(&first))
         .await
         .unwrap();
-    for n in 0..20u64 {
-        broker
-            .publish_keyed(&orders, &format!("k{n}"), &n)
-            .await
-            .unwrap();
-    }
+    publish_keyed(&broker, &orders, 0..20).await;
     eventually("20 handled", WAIT, || first.load(Ordering::SeqCst) == 20).await;
     let owned = |h: &SubscriptionHandle| h.status().partitions.iter().filter(|p| p.owned).count();
     eventually("its 4 partitions owned", WAIT, || owned(&handle) == 4).await;
@@ -231,12 +236,7 @@ async fn an_ordered_stream_added_at_run_time_runs_its_partitions_and_its_removal
         .subscribe(&orders, opts("c2"), counting(&second))
         .await
         .unwrap();
-    for n in 20..28u64 {
-        broker
-            .publish_keyed(&orders, &format!("k{n}"), &n)
-            .await
-            .unwrap();
-    }
+    publish_keyed(&broker, &orders, 20..28).await;
     eventually("8 handled by the next", WAIT, || {
         second.load(Ordering::SeqCst) == 8 && owned(&next) == 4
     })

@@ -94,6 +94,12 @@ impl Slots {
         self.used.load(std::sync::atomic::Ordering::Relaxed) < self.limit
     }
 
+    /// How many handlers may start now.
+    pub(crate) fn available(&self) -> usize {
+        self.limit
+            .saturating_sub(self.used.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     pub(crate) fn take(&self) {
         self.used.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }

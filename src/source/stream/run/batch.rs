@@ -139,14 +139,11 @@ impl Loop {
         self.handlers.gathering_mut().after(empty, started, now);
     }
 
-    /// Starts batches in a partition of a stream ordered by key, while a
-    /// slot of the consumer's `concurrency` (shared by its partitions) is
-    /// free: a batch takes at most one entry per key, each the next of its
-    /// key, and only keys that are free; it takes them when it starts, so a
-    /// key's next entry joins a later batch once this one's is settled. A
-    /// batch starts when full, or once its first entry has waited
-    /// `max_wait` since it could join (or a redelivery that runs alone
-    /// cuts it short).
+    /// Starts batches in a partition, while one of the slots its consumer's
+    /// partitions share is free: a batch takes the next entry of each free
+    /// key (see [`Loop::key_batch`]) and their keys with them. It starts
+    /// when full, or once its first entry has waited `max_wait` since it
+    /// could join (or a redelivery that runs alone cuts it short).
     pub(super) fn start_batches_in_key_order(&mut self) {
         let now = tokio::time::Instant::now();
         let (max, wait) = {
@@ -155,23 +152,21 @@ impl Loop {
         };
         let mut started = false;
         loop {
-            // Looked at first, whatever follows: what may start is then
-            // known (a key given back since the last look counts), so a
-            // slot given back elsewhere wakes this loop.
+            // Looked at first: what may start is then known, so a slot
+            // given back elsewhere wakes this loop.
             let pick = self.key_batch(max);
             if pick.at.is_empty() || !self.slot_free() || self.handlers.alone() {
                 break;
             }
-            let alone = pick.cut && pick.at.len() == 1 && alone(&self.queue[pick.at[0]]);
-            if alone && !self.handlers.is_empty() {
+            if pick.alone && !self.handlers.is_empty() {
                 break;
             }
             let due = self.handlers.gathering().waited(wait, now);
-            if !alone && pick.at.len() < max && !due && !pick.cut {
+            if pick.at.len() < max && !due && !pick.cut {
                 break;
             }
             let batch = self.take_queued(&pick.at);
-            if self.start_batch(batch, alone) {
+            if self.start_batch(batch, pick.alone) {
                 self.slot_taken();
             }
             started = true;

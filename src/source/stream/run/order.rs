@@ -92,6 +92,8 @@ pub(super) struct KeyBatch {
     pub(super) at: Vec<usize>,
     /// A redelivery that must run alone is next (or is `at`'s one entry).
     pub(super) cut: bool,
+    /// `at` is one redelivery that must run alone.
+    pub(super) alone: bool,
 }
 
 /// The most entries a partition's queue holds while keys hold them back:
@@ -126,38 +128,20 @@ impl Loop {
     /// handler slots are free (a redelivery that must run alone still
     /// waits for the others, as in [`start_queued`](Loop::start_queued)).
     pub(super) fn start_queued_in_key_order(&mut self) {
-        let mut held_back: HashSet<Vec<u8>> = HashSet::new();
-        let mut blocked = 0;
-        let mut i = 0;
-        while i < self.queue.len() {
-            if !self.slot_free() || self.handlers.alone() {
+        loop {
+            // Looked at first (see `start_batches_in_key_order`).
+            let pick = self.key_batch(self.slots().available().max(1));
+            if pick.at.is_empty() || !self.slot_free() || self.handlers.alone() {
                 break;
             }
-            let q = &self.queue[i];
-            if let Some(key) = &q.key {
-                let gate = self.gate.as_ref().expect("ordered");
-                let taken_by_other = gate.taken.get(key).is_some_and(|id| *id != q.id);
-                if taken_by_other || held_back.contains(key) {
-                    held_back.insert(key.clone());
-                    blocked += 1;
-                    i += 1;
-                    continue;
+            if pick.alone && !self.handlers.is_empty() {
+                break;
+            }
+            for q in self.take_queued(&pick.at) {
+                if self.start(q, pick.alone) {
+                    self.slot_taken();
                 }
             }
-            let alone = q.delivery_count > 1 && !q.retried_here;
-            if alone && !self.handlers.is_empty() {
-                break;
-            }
-            let q: Queued = self.queue.remove(i).expect("in range");
-            self.take_key(&q);
-            if self.start(q, alone) {
-                self.slot_taken();
-            }
-        }
-        if let Some(g) = self.gate.as_mut() {
-            // What was not looked at counts as startable: fewer reads, never
-            // more.
-            g.blocked = blocked;
         }
     }
 
@@ -169,7 +153,8 @@ impl Loop {
         }
     }
 
-    /// The queued entries one batch may take now: those whose key is free
+    /// The queued entries that may start now (as one batch, or each as a
+    /// run of its own): those whose key is free
     /// (or held by the entry itself, back for its retry), the first of each
     /// key, up to `max`, in queue order; an entry without a key always. It
     /// stops at a redelivery that must run alone: first, it is the batch
@@ -177,7 +162,7 @@ impl Loop {
     /// by a key (what was not looked at counts as startable).
     pub(super) fn key_batch(&mut self, max: usize) -> KeyBatch {
         let mut held_back: HashSet<&[u8]> = HashSet::new();
-        let (mut at, mut cut, mut blocked) = (Vec::new(), false, 0);
+        let (mut at, mut cut, mut alone, mut blocked) = (Vec::new(), false, false, 0);
         let gate = self.gate.as_ref().expect("ordered");
         for (i, q) in self.queue.iter().enumerate() {
             if at.len() >= max {
@@ -193,7 +178,8 @@ impl Loop {
                 held_back.insert(key);
             }
             if q.delivery_count > 1 && !q.retried_here {
-                if at.is_empty() {
+                alone = at.is_empty();
+                if alone {
                     at.push(i);
                 }
                 cut = true;
@@ -204,7 +190,7 @@ impl Loop {
         if let Some(g) = self.gate.as_mut() {
             g.blocked = blocked;
         }
-        KeyBatch { at, cut }
+        KeyBatch { at, cut, alone }
     }
 
     /// Takes the queued entries at places `at` (in ascending order) out of
