@@ -98,7 +98,6 @@ pub(crate) struct Supervisor {
     slots: Vec<Slot>,
     /// Consumers are running (`StartConsumers` has run).
     running: bool,
-    draining: bool,
     /// The drain's deadline, once draining.
     drain_by: Option<Instant>,
     outcome: SupervisorOutcome,
@@ -116,7 +115,6 @@ impl Supervisor {
             redis: None,
             slots: Vec::new(),
             running: false,
-            draining: false,
             drain_by: None,
             outcome: SupervisorOutcome::default(),
             drained: None,
@@ -138,6 +136,11 @@ impl Supervisor {
         self.movers
             .entry(name.clone())
             .or_insert_with(|| DueMover::new(name, redis.clone()).start());
+    }
+
+    /// Whether the broker drains (`DrainAll` has come).
+    fn draining(&self) -> bool {
+        self.drain_by.is_some()
     }
 
     fn live(&self) -> usize {
@@ -232,7 +235,7 @@ impl Supervisor {
     }
 
     fn maybe_drained(&mut self) {
-        if self.draining && self.live() == 0 {
+        if self.draining() && self.live() == 0 {
             if let Some(tx) = self.drained.take() {
                 let _ = tx.send(self.outcome);
             }
@@ -293,8 +296,8 @@ impl Handler<AddSource> for Supervisor {
     type Result = ResponseFuture<Result<usize, Error>>;
 
     fn handle(&mut self, msg: AddSource, ctx: &mut Self::Context) -> Self::Result {
-        let (Some(redis), true, false) = (self.redis.clone(), self.running, self.draining) else {
-            let e = if self.draining {
+        let (Some(redis), true, false) = (self.redis.clone(), self.running, self.draining()) else {
+            let e = if self.draining() {
                 Error::ShutDown
             } else {
                 Error::NotStarted
@@ -351,7 +354,6 @@ impl Handler<DrainAll> for Supervisor {
     type Result = ResponseFuture<SupervisorOutcome>;
 
     fn handle(&mut self, msg: DrainAll, _: &mut Self::Context) -> Self::Result {
-        self.draining = true;
         self.drain_by = Some(msg.0);
         for slot in self.slots.iter().filter(|s| !s.removed) {
             if let Some(addr) = &slot.addr {
@@ -422,7 +424,7 @@ impl Handler<ConsumerExited> for Supervisor {
             self.maybe_drained();
             return;
         }
-        if self.draining {
+        if self.drain_by.is_some() {
             self.outcome.timed_out |= report.timed_out;
             self.outcome.errors += usize::from(report.error.is_some());
             self.outcome.panics += usize::from(report.panic.is_some());

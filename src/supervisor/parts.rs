@@ -127,7 +127,7 @@ impl Supervisor {
     /// Restarts slot `parent`'s loop once its partition loops ended
     /// (looking every 100 ms).
     pub(super) fn restart_after_parts(&mut self, parent: usize, ctx: &mut Context<Self>) {
-        if self.draining || self.slots[parent].removed {
+        if self.draining() || self.slots[parent].removed {
             return;
         }
         if self.parts_live(parent) {
@@ -157,7 +157,7 @@ impl Supervisor {
             run,
         };
         let sub = match &self.slots[parent].source {
-            Source::Stream(sub) if !self.draining && !self.slots[parent].removed => sub.clone(),
+            Source::Stream(sub) if !self.draining() && !self.slots[parent].removed => sub.clone(),
             _ => return self.part_ended(of, ConsumerReport::default()),
         };
         let (Some(redis), Some(part)) = (

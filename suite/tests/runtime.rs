@@ -17,10 +17,7 @@ const WAIT: Duration = Duration::from_secs(30);
 async fn a_stream_subscription_added_at_run_time_consumes_and_its_removal_cuts_the_read_short() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
-    let broker = Broker::builder(redis.url())
-        .shutdown_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let broker = broker_on(&redis);
     // Not yet: a subscription needs a running broker.
     let early = broker
         .subscribe(
@@ -168,6 +165,14 @@ async fn a_broker_on_the_applications_client_closes_only_its_own_connections() {
         .unwrap();
 }
 
+/// A broker on `redis`, not started, with a 5 s drain.
+fn broker_on(redis: &RedisServer) -> Broker {
+    Broker::builder(redis.url())
+        .shutdown_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
 /// A handler of `u64`s that counts its runs.
 fn counting(
     runs: &Arc<AtomicUsize>,
@@ -193,10 +198,7 @@ async fn publish_keyed(broker: &Broker, stream: &Stream, range: std::ops::Range<
 async fn an_ordered_stream_added_at_run_time_runs_its_partitions_and_its_removal_hands_them_on() {
     let redis = RedisServer::start();
     let mut c = redis.conn();
-    let broker = Broker::builder(redis.url())
-        .shutdown_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let broker = broker_on(&redis);
     broker.start().await.unwrap();
     let orders = Stream::new("orders", "g").ordered_by("key", 4);
     let opts = |name: &str| {

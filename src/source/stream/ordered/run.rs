@@ -126,10 +126,7 @@ pub(crate) async fn consume(
                     lp.parts.clear();
                     continue;
                 };
-                if lp.parts.remove(&index).is_none() {
-                    // A loop an earlier run of this consumer asked for.
-                    continue;
-                }
+                lp.parts.remove(&index);
                 if ended.lease_lost {
                     tracing::info!(stream = %lp.sub.names.name, partition = index, "partition given up here (its lease lapsed or is held elsewhere); it is taken again if the share-out still gives it to this consumer");
                 }
